@@ -1,0 +1,131 @@
+"""RFC 8785 JSON Canonicalization Scheme (JCS).
+
+Every hashed JSON object in attested-replay (the envelope binding, the result, the corpus
+cases) is hashed over these bytes. The verifier must not depend on anything but
+``cryptography`` and ``pydantic``, so the canonicalizer lives here; the test suite checks it
+against the RFC's examples and against the independent ``rfc8785`` package.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Final
+
+from attestation.errors import MalformedError
+
+# RFC 8785 section 3.2.2.3: numbers are IEEE-754 doubles; integers beyond 2**53 cannot be
+# represented exactly, so they are refused rather than silently rounded.
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+_SHORT_ESCAPES: Final = {
+    0x08: "\\b",
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0C: "\\f",
+    0x0D: "\\r",
+    0x22: '\\"',
+    0x5C: "\\\\",
+}
+
+
+class CanonicalizationError(MalformedError):
+    """A value that has no RFC 8785 form (NaN, infinity, huge integer, lone surrogate...)."""
+
+
+def canonicalize(value: object) -> bytes:
+    """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value."""
+    parts: list[str] = []
+    _write(value, parts)
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalizationError(f"string contains a lone surrogate: {exc}") from exc
+
+
+def _write(value: object, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise CanonicalizationError(f"integer {value} is outside the I-JSON range +-(2**53-1)")
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(format_number(value))
+    elif isinstance(value, str):
+        out.append(_quote(value))
+    elif isinstance(value, Mapping):
+        _write_object(value, out)
+    elif isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    else:
+        raise CanonicalizationError(f"type {type(value).__name__} is not JSON")
+
+
+def _write_object(value: Mapping[object, object], out: list[str]) -> None:
+    keys: list[str] = []
+    for key in value:
+        if not isinstance(key, str):
+            raise CanonicalizationError(f"object key {key!r} is not a string")
+        keys.append(key)
+    # Section 3.2.3: sort by UTF-16 code units, not by code points.
+    keys.sort(key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+    out.append("{")
+    for index, key in enumerate(keys):
+        if index:
+            out.append(",")
+        out.append(_quote(key))
+        out.append(":")
+        _write(value[key], out)
+    out.append("}")
+
+
+def _quote(text: str) -> str:
+    chunks = ['"']
+    for char in text:
+        code = ord(char)
+        if code in _SHORT_ESCAPES:
+            chunks.append(_SHORT_ESCAPES[code])
+        elif code < 0x20:
+            chunks.append(f"\\u{code:04x}")
+        else:
+            chunks.append(char)
+    chunks.append('"')
+    return "".join(chunks)
+
+
+def format_number(number: float) -> str:
+    """ECMAScript ``Number.prototype.toString`` for a finite double (RFC 8785 3.2.2.3)."""
+    if math.isnan(number) or math.isinf(number):
+        raise CanonicalizationError(f"{number} has no JSON representation")
+    if number == 0:
+        return "0"  # also for -0.0
+    sign = "-" if number < 0 else ""
+    # repr() yields the shortest digit string that round-trips, as ECMAScript requires.
+    decimal = Decimal(repr(abs(number))).normalize()
+    _, digit_tuple, exponent = decimal.as_tuple()
+    assert isinstance(exponent, int)
+    digits = "".join(str(d) for d in digit_tuple)
+    k = len(digits)
+    n = exponent + k  # the decimal point sits after the n-th digit
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = f"{digits[:n]}.{digits[n:]}"
+    elif -6 < n <= 0:
+        body = "0." + "0" * (-n) + digits
+    else:
+        mantissa = digits[0] if k == 1 else f"{digits[0]}.{digits[1:]}"
+        power = n - 1
+        body = f"{mantissa}e{'+' if power > 0 else '-'}{abs(power)}"
+    return sign + body

@@ -1,0 +1,47 @@
+"""The ``runner`` package's exception hierarchy (exit codes: ``runner.exit_codes``)."""
+
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """Base of every error raised by ``runner``."""
+
+
+class UsageError(RunnerError):
+    """Bad command-line arguments or configuration."""
+
+
+class InputError(RunnerError):
+    """Invalid input data: a corpus, a score file, an expected-values file, a manifest."""
+
+
+class ChecksumMismatchError(InputError):
+    """The corpus checksum differs from the one the operator expected."""
+
+
+class EvidenceError(RunnerError):
+    """No attestation evidence could be obtained (no TEE, agent disabled, device error)."""
+
+
+class EvidenceUnavailableError(EvidenceError):
+    """The requested evidence provider does not exist on this machine."""
+
+
+class VerificationFailedError(RunnerError):
+    """An envelope the runner produced or collected did not verify."""
+
+    def __init__(self, message: str, *, verifier_exit_code: int) -> None:
+        super().__init__(message)
+        self.verifier_exit_code = verifier_exit_code
+
+
+class SubmitError(RunnerError):
+    """A Kubernetes submission failed or the Job ended without an envelope."""
+
+
+class PublishError(RunnerError):
+    """An envelope could not be published (it stays in the spool)."""
+
+
+class TamperingError(RunnerError):
+    """A publication log or checkpoint shows removed, reordered or rewritten entries."""

@@ -1,0 +1,33 @@
+"""Exit codes of ``attested-replay``: the only place runner errors become numbers."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Final
+
+from runner import errors
+
+OK: Final = 0
+INTERNAL: Final = 9
+
+#: Most specific class first; the first ``isinstance`` match wins.
+EXIT_CODES: Final = MappingProxyType(
+    {
+        errors.ChecksumMismatchError: 2,
+        errors.InputError: 1,
+        errors.EvidenceError: 3,
+        errors.VerificationFailedError: 4,
+        errors.SubmitError: 5,
+        errors.PublishError: 6,
+        errors.TamperingError: 7,
+        errors.UsageError: 9,
+    }
+)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """Exit code for an exception raised while running a command."""
+    for error_class, code in EXIT_CODES.items():
+        if isinstance(error, error_class):
+            return code
+    return INTERNAL

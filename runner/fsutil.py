@@ -1,0 +1,43 @@
+"""File writes that never leave a half-written file behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same directory,
+    fsynced, then renamed over the target. Readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.chmod(mode)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_directory(path.parent)
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
+    """:func:`atomic_write` for UTF-8 text."""
+    atomic_write(path, text.encode("utf-8"), mode=mode)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # The rename is durable only once the directory entry is; not every platform allows it.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
