@@ -1,0 +1,38 @@
+"""The evidence-provider interface: REPORT_DATA in, a raw SNP report and its endorsement out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from attestation.envelope import ReportDataEncoding
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a provider obtained from the platform for one request."""
+
+    report: bytes
+    """The raw 1184-byte attestation report."""
+    cert_chain: tuple[bytes, ...]
+    """DER certificates the platform returned (VCEK/VLEK, ASK/ASVK, ARK); may be empty."""
+    provider: str
+    """Provider name as recorded in the envelope (``coco-aa``, ``configfs-tsm``, ...)."""
+    report_data_encoding: ReportDataEncoding
+    """How REPORT_DATA was derived from the canonical binding."""
+
+
+class EvidenceProvider(Protocol):
+    """A source of SEV-SNP evidence bound to caller-chosen data."""
+
+    name: str
+
+    def obtain(self, canonical_binding: bytes) -> Evidence:
+        """Request a report whose REPORT_DATA commits to ``canonical_binding``.
+
+        Implementations derive REPORT_DATA with
+        :func:`attestation.binding.report_data_from_canonical`, check that the returned report
+        carries exactly that REPORT_DATA, and raise :class:`runner.errors.EvidenceError`
+        subclasses on failure. They never fall back to another provider.
+        """
+        ...
