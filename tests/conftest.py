@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from attestation.simulated import SimulatedAmd
+
 ASSETS = Path(__file__).parent / "assets"
 
 settings.register_profile(
@@ -21,3 +23,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 def assets() -> Path:
     """The directory of checked-in test vectors (see tests/assets/README.md)."""
     return ASSETS
+
+
+@pytest.fixture(scope="session")
+def simulated_amd() -> SimulatedAmd:
+    """One simulated AMD PKI per session: three RSA-4096 keys take about a second to generate."""
+    return SimulatedAmd.generate()

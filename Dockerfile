@@ -1,0 +1,56 @@
+# syntax=docker/dockerfile:1.7
+#
+# attested-replay runner image: runs `attested-replay run` inside a Confidential Containers pod.
+#
+# Base image: pinned by digest so that a rebuild cannot silently pick up another Python.
+# The digest below was NOT pulled or checked on the machine that wrote this file (no engine
+# there). Before the first build, and whenever you refresh the base, replace it with the
+# current one:
+#     docker buildx imagetools inspect python:3.11-slim-bookworm --format '{{json .Manifest.Digest}}'
+#     (or: crane digest python:3.11-slim-bookworm)
+# Reproducible build: docker buildx build --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) \
+#     --output type=image,name=REPO,rewrite-timestamp=true .
+ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:8b7a3e0d2d3b4bfbd3c1e4b5f2a0c6e9d7f1a2b3c4d5e6f708192a3b4c5d6e7f
+
+FROM ${PYTHON_BASE} AS build
+ARG SOURCE_DATE_EPOCH=0
+# PIP_CONSTRAINT also reaches pip's isolated build environment (setuptools, wheel).
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/src/constraints.txt \
+    PYTHONDONTWRITEBYTECODE=1 \
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH}
+WORKDIR /src
+COPY pyproject.toml README.md constraints.txt ./
+COPY attestation/ attestation/
+COPY runner/ runner/
+# install-command: tests/evidence/test_image.py runs this pip command with the same arguments.
+RUN python -m venv /opt/attested-replay \
+    && /opt/attested-replay/bin/pip install --no-compile --only-binary=:all: --constraint constraints.txt /src
+
+FROM ${PYTHON_BASE}
+ARG SOURCE_DATE_EPOCH=0
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="attested-replay" \
+      org.opencontainers.image.description="Backtest replays bound into AMD SEV-SNP attestation reports" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="docker.io/library/python:3.11-slim-bookworm"
+# Read-only root filesystem: nothing may write outside /tmp and /work/out (both volumes in
+# the Job). No .pyc files, state and caches under /tmp, HOME for libraries that want one.
+ENV PATH=/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONHASHSEED=0 \
+    HOME=/tmp \
+    TMPDIR=/tmp \
+    XDG_CACHE_HOME=/tmp/.cache \
+    ATTESTED_REPLAY_STATE_DIR=/tmp/attested-replay \
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH}
+COPY --from=build /opt/attested-replay /opt/attested-replay
+WORKDIR /work/out
+# Numeric UID/GID so that Kubernetes runAsNonRoot can check it without /etc/passwd.
+USER 10001:10001
+ENTRYPOINT ["attested-replay", "run"]

@@ -1,0 +1,194 @@
+"""``verify-attested-run``: the tenant's offline verifier.
+
+Raw-report mode::
+
+    verify-attested-run --report R.bin --endorsement VCEK.pem [--policy POLICY.json]
+        [--now RFC3339] [--crl CRL.der] [--simulated-root ROOT.pem] [--json]
+
+The exit code is the public table in :mod:`attestation.exit_codes` (0 verified, 1-8 the first
+failing class, 9 usage/IO/internal). argparse errors, ``--help``, unreadable files and any
+unexpected exception exit 9: nothing but a completed verification ever exits 0.
+
+Modes are a required mutually exclusive group; a new mode adds its option to the group and a
+``_run_<mode>`` function returning a :class:`VerificationResult`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+import warnings
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, NoReturn, TextIO
+
+from attestation.checks import Check, VerificationResult
+from attestation.errors import AttestationError, FailureClass, MalformedError, UsageError
+from attestation.exit_codes import EXIT_CODES, exit_code_for
+from attestation.policy import MAX_POLICY_BYTES, Policy, load_policy
+from attestation.trust import TrustStore
+from attestation.verify import Verifier
+
+PROG: Final = "verify-attested-run"
+#: Input size caps, checked before reading: anything larger exits 1 naming the limit.
+MAX_REPORT_FILE_BYTES: Final = 64 * 1024
+MAX_CERTIFICATE_BYTES: Final = 1024 * 1024
+MAX_CRL_BYTES: Final = 16 * 1024 * 1024
+_SERIAL_ZERO_WARNING: Final = "Parsed a serial number which wasn't positive"
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse exits 2 on errors, which is a verdict code here: raise UsageError (9) instead."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            sys.stderr.write(message)
+        # --help ends here with status 0; it must never look like "verified" (0).
+        reason = "no verification performed" if status == 0 else (message or "argument error")
+        raise UsageError(reason.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog=PROG,
+        description="Verify AMD SEV-SNP attestation evidence offline, trusting only AMD's roots.",
+        allow_abbrev=False,
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--report", type=Path, help="raw 1184-byte SNP attestation report")
+    parser.add_argument(
+        "--endorsement",
+        type=Path,
+        help="VCEK/VLEK certificate (PEM, DER, or PEM bundle with the leaf first)",
+    )
+    parser.add_argument(
+        "--policy", type=Path, help="verification policy JSON (default: {} = secure defaults)"
+    )
+    parser.add_argument(
+        "--now", help="RFC 3339 time at which certificates must be valid (default: current time)"
+    )
+    parser.add_argument("--crl", type=Path, help="AMD CRL (DER, signed by the ARK) to check")
+    parser.add_argument(
+        "--simulated-root",
+        type=Path,
+        help="trust this simulated ARK (PEM/DER) in addition to AMD's roots",
+    )
+    parser.add_argument("--json", action="store_true", help="print every check as JSON")
+    return parser
+
+
+def read_input(path: Path, limit: int, what: str) -> bytes:
+    """Read a file of at most ``limit`` bytes.
+
+    Raises:
+        UsageError: the file cannot be read (exit 9).
+        MalformedError: the file is larger than ``limit`` (exit 1).
+    """
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as error:
+        raise UsageError(f"cannot read {what} {str(path)!r}: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise MalformedError(f"{what} {str(path)!r} is over the {limit}-byte limit")
+    return data
+
+
+def parse_now(value: str | None) -> datetime:
+    """The verification time: an RFC 3339 timestamp with an offset, or the current time."""
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"--now {value!r} is not an RFC 3339 timestamp") from None
+    if moment.tzinfo is None:
+        raise UsageError(f"--now {value!r} needs a UTC offset (e.g. 2026-01-01T00:00:00Z)")
+    return moment.astimezone(UTC)
+
+
+def trust_store(args: argparse.Namespace) -> TrustStore:
+    store = TrustStore.amd()
+    if args.simulated_root is not None:
+        root = read_input(args.simulated_root, MAX_CERTIFICATE_BYTES, "simulated root")
+        store = store.with_simulated_root(root)
+    return store
+
+
+def load_policy_file(path: Path | None) -> Policy:
+    if path is None:
+        return Policy()
+    return load_policy(read_input(path, MAX_POLICY_BYTES, "policy"))
+
+
+def _run_report(args: argparse.Namespace) -> VerificationResult:
+    if args.endorsement is None:
+        raise UsageError("--report needs --endorsement")
+    report = read_input(args.report, MAX_REPORT_FILE_BYTES, "report")
+    endorsement = read_input(args.endorsement, MAX_CERTIFICATE_BYTES, "endorsement")
+    policy = load_policy_file(args.policy)
+    crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL")
+    verifier = Verifier(trust_store(args), policy=policy, crl=crl)
+    return verifier.verify(report, endorsement, now=parse_now(args.now))
+
+
+def run_mode(args: argparse.Namespace) -> VerificationResult:
+    """Dispatch to the selected mode (the options of the required mutually exclusive group)."""
+    return _run_report(args)
+
+
+def _input_failure(error: AttestationError) -> VerificationResult:
+    return VerificationResult.from_checks([Check.from_error("input", error)])
+
+
+def render_text(result: VerificationResult, out: TextIO) -> None:
+    """A one-line verdict, then one line per failed check."""
+    if result.ok:
+        report = result.report
+        what = "" if report is None else f" (report version {report.version}"
+        if report is not None:
+            signer = report.signer_kind.value if report.signer_kind else "unsigned"
+            what += f", {result.product_line}, {signer})"
+        out.write(f"VERIFIED{what}\n")
+        return
+    failure = result.failure_class or FailureClass.USAGE
+    failed = result.failed_checks
+    out.write(f"NOT VERIFIED: {failure.value} (exit {result.exit_code})\n")
+    out.writelines(
+        f"  FAILED {check.name} [{check.failure_class.value}]: {check.detail}\n" for check in failed
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (never calls ``sys.exit``)."""
+    want_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    try:
+        with warnings.catch_warnings():
+            # AMD's VCEK/VLEK serial number is 0; cryptography warns on each parse (expected).
+            warnings.filterwarnings("ignore", message=_SERIAL_ZERO_WARNING)
+            args = build_parser().parse_args(argv)
+            result = run_mode(args)
+    except AttestationError as error:
+        code = exit_code_for(error)
+        if want_json and code != EXIT_CODES[FailureClass.USAGE]:
+            print(json.dumps(_input_failure(error).to_json_dict(), indent=2))
+        sys.stderr.write(f"{PROG}: {error.failure_class.value}: {error}\n")
+        return code
+    except Exception:  # noqa: BLE001 - any unexpected failure is "could not decide" (9), never 0
+        sys.stderr.write(f"{PROG}: internal error\n{traceback.format_exc()}")
+        return EXIT_CODES[FailureClass.USAGE]
+    if args.json:
+        print(json.dumps(result.to_json_dict(), indent=2))
+    else:
+        render_text(result, sys.stdout)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""Envelope-mode verification: every raw-report check, then binding (7), then expectations (8).
+
+The envelope carries its own endorsement (VCEK/VLEK, ASK/ASVK, ARK as PEM); the ARK in it is
+never trusted. AMD's pinned roots are; a simulated root is trusted only when its fingerprint
+is listed in the tenant's ``simulatedRoots``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cryptography import x509
+from pydantic import ValidationError
+
+from attestation.binding import report_data_for, report_data_matches, result_digest
+from attestation.chain import verify_chain
+from attestation.checks import Check, VerificationResult
+from attestation.endorsement import endorsement_from_certificate, load_certificates
+from attestation.envelope import MAX_ENVELOPE_BYTES, Envelope
+from attestation.errors import AttestationError, FailureClass
+from attestation.expected import ExpectedValues
+from attestation.report import AttestationReport
+from attestation.trust import TrustStore, fingerprint
+from attestation.verify import ReportChecks, Verifier
+
+_MALFORMED = FailureClass.MALFORMED
+_BINDING = FailureClass.BINDING
+_EXPECTATION = FailureClass.EXPECTATION
+
+#: Raw-report stages listed as "not run" when the envelope itself does not parse.
+_RAW_STAGES: tuple[tuple[str, FailureClass], ...] = (
+    ("report.parse", _MALFORMED),
+    ("endorsement.chain", FailureClass.UNTRUSTED_CHAIN),
+    ("report.signature", FailureClass.BAD_SIGNATURE),
+    ("endorsement", FailureClass.ENDORSEMENT_MISMATCH),
+    ("policy", FailureClass.PLATFORM_POLICY),
+    ("workload", FailureClass.WORKLOAD_IDENTITY),
+)
+_BINDING_CHECKS = ("binding.report-data", "binding.envelope-fields", "binding.result-digest")
+_EXPECTATION_CHECKS = (
+    "expectation.run-id",
+    "expectation.corpus-checksum",
+    "expectation.tenant",
+    "expectation.workload",
+    "expectation.result-digest",
+    "expectation.evaluation-digest",
+)
+
+
+def verify_envelope(
+    envelope_bytes: bytes,
+    expected: ExpectedValues,
+    *,
+    now: datetime,
+    trust: TrustStore | None = None,
+    crl: bytes | None = None,
+) -> VerificationResult:
+    """Verify an envelope against the tenant's expectations. Never raises for a failed check."""
+    checks: list[Check] = []
+    envelope = _parse_envelope(envelope_bytes, checks)
+    if envelope is None:
+        checks.extend(
+            Check.not_run(name, cls, "the envelope did not parse") for name, cls in _RAW_STAGES
+        )
+        checks.extend(_not_run_later("the envelope did not parse"))
+        return VerificationResult.from_checks(checks)
+
+    base = trust if trust is not None else TrustStore.amd()
+    try:
+        certificates = load_certificates(envelope.evidence.cert_chain.encode("ascii"))
+    except (AttestationError, UnicodeEncodeError) as exc:
+        checks.append(Check.failed("envelope.cert-chain", _MALFORMED, f"evidence.certChain: {exc}"))
+        checks.extend(Check.not_run(name, cls, "no endorsement") for name, cls in _RAW_STAGES)
+        checks.extend(_not_run_later("no endorsement"))
+        return VerificationResult.from_checks(checks)
+    store = _with_pinned_simulated_root(base, certificates, expected)
+
+    verifier = Verifier(store, policy=expected.policy(), crl=crl)
+    raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
+    checks.extend(raw.checks)
+    if not raw.authentic or raw.report is None:
+        checks.extend(_not_run_later("the report is not authentic"))
+        return VerificationResult.from_checks(checks, raw.report, raw.product_line)
+
+    simulated = not _chains_to_amd(raw, certificates, base, now)
+    binding_checks = _binding_checks(envelope, raw.report, simulated=simulated)
+    checks.extend(binding_checks)
+    if any(check.ok is False for check in binding_checks):
+        checks.extend(
+            Check.not_run(name, _EXPECTATION, "the binding does not hold")
+            for name in _EXPECTATION_CHECKS
+        )
+    else:
+        checks.extend(_expectation_checks(envelope, expected))
+    return VerificationResult.from_checks(checks, raw.report, raw.product_line)
+
+
+def _parse_envelope(data: bytes, checks: list[Check]) -> Envelope | None:
+    name = "envelope.parse"
+    if len(data) > MAX_ENVELOPE_BYTES:
+        checks.append(
+            Check.failed(
+                name,
+                _MALFORMED,
+                f"envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit",
+            )
+        )
+        return None
+    try:
+        envelope = Envelope.model_validate_json(data, by_alias=True, by_name=False)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+            for e in error.errors(include_url=False)
+        )
+        checks.append(Check.failed(name, _MALFORMED, f"envelope is invalid: {problems}"))
+        return None
+    checks.append(
+        Check.passed(
+            name, _MALFORMED, f"{envelope.kind} {envelope.api_version}, run {envelope.run_id}"
+        )
+    )
+    return envelope
+
+
+def _with_pinned_simulated_root(
+    base: TrustStore, certificates: tuple[x509.Certificate, ...], expected: ExpectedValues
+) -> TrustStore:
+    """Trust a simulated root from the chain only when the tenant pinned its fingerprint."""
+    pinned = set(expected.simulated_roots)
+    for certificate in certificates:
+        if fingerprint(certificate) in pinned:
+            try:
+                return base.with_simulated_root(certificate)
+            except AttestationError:
+                continue  # an AMD certificate listed as "simulated": ignore the listing
+    return base
+
+
+def _chains_to_amd(
+    raw: ReportChecks, certificates: tuple[x509.Certificate, ...], amd: TrustStore, now: datetime
+) -> bool:
+    """Whether the (already verified) endorsement chains to AMD's roots, not a simulated one."""
+    if raw.endorsement is None or raw.product_line is None:
+        return False
+    try:
+        verify_chain(
+            endorsement_from_certificate(certificates[0]),
+            raw.product_line,
+            trust=TrustStore(amd.amd_certificates()),
+            now=now,
+            intermediates=certificates[1:],
+        )
+    except AttestationError:
+        return False
+    return True
+
+
+def _binding_checks(
+    envelope: Envelope, report: AttestationReport, *, simulated: bool
+) -> list[Check]:
+    binding = envelope.binding
+    encoding = envelope.evidence.report_data_encoding
+    expected_report_data = report_data_for(binding, encoding)
+    checks = []
+    if report_data_matches(expected_report_data, report.report_data):
+        checks.append(
+            Check.passed(
+                "binding.report-data",
+                _BINDING,
+                f"REPORT_DATA = {encoding} of the canonical binding",
+            )
+        )
+    else:
+        checks.append(
+            Check.failed(
+                "binding.report-data",
+                _BINDING,
+                f"REPORT_DATA {report.report_data.hex()} is not the {encoding} binding of this "
+                f"envelope ({expected_report_data.hex()}): the binding or the report was changed",
+            )
+        )
+
+    mismatches = []
+    pairs = {
+        "reportData": (envelope.report_data, report.report_data.hex()),
+        "measurement": (envelope.measurement, report.measurement.hex()),
+        "hostData": (envelope.host_data, report.host_data.hex()),
+        "runId": (envelope.run_id, binding.run_id),
+        "tenant": (envelope.tenant, binding.tenant),
+        "platform": (envelope.platform, "simulated" if simulated else "sev-snp"),
+    }
+    for key, (claimed, actual) in pairs.items():
+        if claimed != actual:
+            mismatches.append(f"{key} says {claimed!r} but the evidence says {actual!r}")
+    if mismatches:
+        checks.append(Check.failed("binding.envelope-fields", _BINDING, "; ".join(mismatches)))
+    else:
+        checks.append(
+            Check.passed("binding.envelope-fields", _BINDING, "convenience fields equal the report")
+        )
+
+    if envelope.result is None:
+        checks.append(
+            Check.passed(
+                "binding.result-digest",
+                _BINDING,
+                "no result in the envelope; resultDigest is bound, fetch the result separately",
+            )
+        )
+    else:
+        try:
+            actual_digest = result_digest(envelope.result)
+        except AttestationError as exc:
+            actual_digest = f"<not canonicalizable: {exc}>"
+        if actual_digest == binding.result_digest:
+            checks.append(
+                Check.passed("binding.result-digest", _BINDING, f"result digest {actual_digest}")
+            )
+        else:
+            checks.append(
+                Check.failed(
+                    "binding.result-digest",
+                    _BINDING,
+                    f"the result's digest is {actual_digest}, the binding says "
+                    f"{binding.result_digest}: the result was changed",
+                )
+            )
+    return checks
+
+
+def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Check]:
+    binding = envelope.binding
+    comparisons: list[tuple[str, str, str | None, str]] = [
+        ("expectation.run-id", "runId", expected.run_id, binding.run_id),
+        (
+            "expectation.corpus-checksum",
+            "corpusChecksum",
+            expected.corpus_checksum,
+            binding.corpus_checksum,
+        ),
+        ("expectation.tenant", "tenant", expected.tenant, binding.tenant),
+        (
+            "expectation.workload",
+            "workloadDigest",
+            expected.workload_digest,
+            binding.workload.digest,
+        ),
+        (
+            "expectation.result-digest",
+            "resultDigest",
+            expected.result_digest,
+            binding.result_digest,
+        ),
+        (
+            "expectation.evaluation-digest",
+            "evaluationDigest",
+            expected.evaluation_digest,
+            binding.evaluation_digest,
+        ),
+    ]
+    checks = []
+    for name, key, wanted, actual in comparisons:
+        if wanted is None:
+            checks.append(Check.passed(name, _EXPECTATION, f"{key} not pinned by the tenant"))
+        elif wanted == actual:
+            checks.append(Check.passed(name, _EXPECTATION, f"{key} {actual}"))
+        else:
+            checks.append(
+                Check.failed(name, _EXPECTATION, f"{key} is {actual}, the tenant expected {wanted}")
+            )
+    return checks
+
+
+def _not_run_later(why: str) -> list[Check]:
+    return [Check.not_run(name, _BINDING, why) for name in _BINDING_CHECKS] + [
+        Check.not_run(name, _EXPECTATION, why) for name in _EXPECTATION_CHECKS
+    ]
+

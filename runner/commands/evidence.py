@@ -1,0 +1,199 @@
+"""Operator commands around evidence: ``vcek fetch``, ``measure`` and ``init-data``.
+
+``vcek fetch`` gets the chip's VCEK from AMD KDS for a report (current Kata hosts return no
+certificates), verifies it against AMD's pinned roots and the report, and writes a PEM bundle
+for ``run --endorsement-bundle``. ``measure`` and ``init-data`` compute the reference values a
+tenant puts in its expected-values file (``measurements`` and ``hostData``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attestation.product import ProductLine
+from runner.errors import InputError
+from runner.fsutil import atomic_write
+from runner.kds import KDS_BASE_URL, KdsClient, fetch_vcek
+from runner.reference.initdata import ALGORITHMS, ANNOTATION, render_initdata
+from runner.reference.measure import (
+    AGENT_REST_PARAMETER,
+    VCPU_TYPES,
+    VMM_NAMES,
+    MeasureInputs,
+    expected_measurement,
+    measurements_snippet,
+)
+
+if TYPE_CHECKING:
+    # argparse has no public name for the type add_subparsers() returns.
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]  # noqa: SLF001
+
+MEASURE_EPILOG = f"""\
+The kernel command line (--append) must be exactly what QEMU received, including what the
+pod adds through annotations: {AGENT_REST_PARAMETER} (required for --evidence coco-aa)
+and the dm-verity parameters of the guest image. --vcpus is the number of vCPUs the VM boots
+with: with Kata's static sandbox sizing, default_vcpus plus the pod's CPU limits rounded up
+(default_vcpus=1 and limits.cpu=2 give 3). Read the real values from the QEMU command line Kata
+logs (journalctl -t kata: -bios, -kernel, -initrd, -append, -smp). See docs/operator.md.
+"""
+
+
+def register(subparsers: Subparsers) -> None:
+    _register_vcek(subparsers)
+    _register_measure(subparsers)
+    _register_initdata(subparsers)
+
+
+def _register_vcek(subparsers: Subparsers) -> None:
+    vcek = subparsers.add_parser("vcek", help="VCEK certificates from AMD KDS")
+    actions = vcek.add_subparsers(dest="vcek_command", metavar="ACTION")
+    actions.required = True
+    fetch = actions.add_parser(
+        "fetch",
+        help="download, verify and cache the VCEK for a report",
+        description="Fetch the VCEK that signed REPORT from AMD KDS, check it against AMD's "
+        "pinned roots, the report's REPORTED_TCB, CHIP_ID and signature, and write a PEM "
+        "bundle (VCEK, ASK, ARK) for `run --endorsement-bundle`.",
+    )
+    fetch.add_argument("--report", type=Path, required=True, help="raw 1184-byte report")
+    fetch.add_argument(
+        "--product",
+        choices=[p.value for p in ProductLine],
+        help="product line (required for version 2 reports, which carry no CPUID)",
+    )
+    fetch.add_argument("--kds-url", default=KDS_BASE_URL, help="KDS base URL")
+    fetch.add_argument("--cache-dir", type=Path, help="reuse and keep verified VCEKs here")
+    fetch.add_argument("--out", type=Path, help="write the PEM bundle here (default: stdout)")
+    fetch.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    fetch.add_argument(
+        "--max-wait",
+        type=float,
+        default=120.0,
+        help="longest Retry-After (seconds) to honour on HTTP 429 before giving up",
+    )
+    fetch.set_defaults(handler=handle_vcek_fetch)
+
+
+def _register_measure(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "measure",
+        help="expected launch MEASUREMENT (sev-snp-measure)",
+        description="Compute the SEV-SNP launch MEASUREMENT a genuine pod VM must report.",
+        epilog=MEASURE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--ovmf", type=Path, required=True, help="OVMF firmware (Kata: AMDSEV.fd)")
+    parser.add_argument("--kernel", type=Path, help="guest kernel (measured direct boot)")
+    parser.add_argument("--initrd", type=Path, help="guest initrd, if any")
+    parser.add_argument("--append", help="the exact kernel command line (see below)")
+    parser.add_argument("--vcpus", type=int, required=True, help="vCPUs the VM boots with")
+    parser.add_argument("--vcpu-type", default="EPYC-v4", choices=VCPU_TYPES, metavar="TYPE")
+    parser.add_argument(
+        "--guest-features",
+        type=lambda text: int(text, 0),
+        default=0x1,
+        help="VMSA SEV_FEATURES (default 0x1; 0x21 for host kernels 6.6-6.7)",
+    )
+    parser.add_argument("--vmm-type", default="QEMU", choices=VMM_NAMES)
+    parser.add_argument("--ovmf-hash", help="precomputed OVMF digest (hex)")
+    parser.add_argument(
+        "--emit-expected",
+        action="store_true",
+        help='print {"measurements": [...]} for the expected-values file instead of the hex',
+    )
+    parser.set_defaults(handler=handle_measure)
+
+
+def _register_initdata(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "init-data",
+        help="CoCo init-data TOML, its HOST_DATA and the pod annotation",
+        description="Write the init-data TOML (agent policy, attestation-agent config, and a "
+        "CDH image policy that admits only the pinned image), print its HOST_DATA and the "
+        f"value of the {ANNOTATION} annotation.",
+    )
+    parser.add_argument("--image", required=True, help="runner image, REPO@sha256:<digest>")
+    parser.add_argument("--policy-rego", type=Path, help="Kata agent policy (default: built-in)")
+    parser.add_argument("--aa-toml", type=Path, help="attestation-agent config")
+    parser.add_argument("--cdh-toml", type=Path, help="CDH config (must pin the image itself)")
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default="sha256")
+    parser.add_argument("--out", type=Path, required=True, help="init-data TOML to write")
+    parser.add_argument(
+        "--emit-expected",
+        action="store_true",
+        help='print {"hostData": [...]} for the expected-values file',
+    )
+    parser.set_defaults(handler=handle_initdata)
+
+
+def _read_text(path: Path | None, label: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{label} {path}: {exc}") from exc
+
+
+def handle_vcek_fetch(args: argparse.Namespace) -> int:
+    try:
+        report = args.report.read_bytes()
+    except OSError as exc:
+        raise InputError(f"--report {args.report}: {exc}") from exc
+    client = KdsClient(args.kds_url, timeout=args.timeout, max_wait=args.max_wait)
+    fetched = fetch_vcek(
+        report,
+        product=ProductLine(args.product) if args.product else None,
+        client=client,
+        cache_dir=args.cache_dir,
+    )
+    bundle = fetched.bundle_pem()
+    if args.out:
+        atomic_write(args.out, bundle)
+        source = "cache" if fetched.from_cache else fetched.url
+        print(f"VCEK verified ({source}); bundle written to {args.out}")
+    else:
+        print(bundle.decode("ascii"), end="")
+    return 0
+
+
+def handle_measure(args: argparse.Namespace) -> int:
+    measurement = expected_measurement(
+        MeasureInputs(
+            ovmf=args.ovmf,
+            vcpus=args.vcpus,
+            kernel=args.kernel,
+            initrd=args.initrd,
+            append=args.append,
+            vcpu_type=args.vcpu_type,
+            guest_features=args.guest_features,
+            vmm_type=args.vmm_type,
+            ovmf_hash=args.ovmf_hash,
+        )
+    )
+    if args.emit_expected:
+        print(json.dumps(measurements_snippet(measurement), indent=2))
+    else:
+        print(measurement.hex())
+    return 0
+
+
+def handle_initdata(args: argparse.Namespace) -> int:
+    initdata = render_initdata(
+        image=args.image,
+        algorithm=args.algorithm,
+        policy_rego=_read_text(args.policy_rego, "--policy-rego"),
+        aa_toml=_read_text(args.aa_toml, "--aa-toml"),
+        cdh_toml=_read_text(args.cdh_toml, "--cdh-toml"),
+    )
+    atomic_write(args.out, initdata.toml)
+    if args.emit_expected:
+        print(json.dumps(initdata.host_data_snippet(), indent=2))
+        return 0
+    print(f"init-data written to {args.out}")
+    print(f"HOST_DATA  {initdata.host_data.hex()}")
+    print(f"annotation {ANNOTATION}: {initdata.annotation_value}")
+    return 0

@@ -1,0 +1,106 @@
+"""``attested-replay expected``: write a tenant's expected-values file from a run's parameters.
+
+The tenant states what a genuine envelope for its run must say: run ID and corpus checksum
+(required), optionally tenant, workload, result and evaluation digests, the verification policy
+(``--policy``, merged key by key) and the simulated roots it accepts. See docs/envelope.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from attestation.errors import AttestationError
+from attestation.expected import ExpectedValues, load_expected
+from attestation.policy import load_policy
+from runner.errors import InputError, UsageError
+from runner.fsutil import atomic_write_text
+from runner.replay import compute_checksum
+from runner.workload import current_workload
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "expected",
+        help="write an expected-values file for verify-attested-run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--run-id", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", type=Path, help="compute the checksum of this corpus directory")
+    source.add_argument("--corpus-checksum", help="the expected corpus checksum (sha256:...)")
+    parser.add_argument("--tenant")
+    parser.add_argument("--result-digest")
+    parser.add_argument("--evaluation-digest")
+    workload = parser.add_mutually_exclusive_group()
+    workload.add_argument("--workload-digest", help="sha256: of the canonical workload object")
+    workload.add_argument(
+        "--this-workload",
+        action="store_true",
+        help="expect the workload of this installation (name, version, code digest)",
+    )
+    roots = parser.add_mutually_exclusive_group()
+    roots.add_argument(
+        "--simulated-root",
+        action="append",
+        default=[],
+        metavar="FINGERPRINT",
+        help="accept simulated evidence under this root (sha256:<hex of its DER>); repeatable",
+    )
+    roots.add_argument(
+        "--trust-local-simulated-root",
+        action="store_true",
+        help="accept the simulated root kept in this machine's state directory",
+    )
+    parser.add_argument("--state-dir", type=Path, help="state directory of the simulated PKI")
+    parser.add_argument("--policy", type=Path, help="policy JSON whose keys are merged in")
+    parser.add_argument("--measurement", action="append", default=[], help="allowed MEASUREMENT")
+    parser.add_argument("--host-data", action="append", default=[], help="allowed HOST_DATA")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    expected = build_expected(args)
+    atomic_write_text(args.out, json.dumps(expected.to_json_dict(), indent=2) + "\n")
+    print(f"wrote {args.out} (run {expected.run_id}, corpus {expected.corpus_checksum})")
+    return 0
+
+
+def build_expected(args: argparse.Namespace) -> ExpectedValues:
+    document: dict[str, Any] = {}
+    if args.policy:
+        try:
+            policy = load_policy(args.policy.read_bytes())
+        except OSError as exc:
+            raise UsageError(f"cannot read --policy {args.policy}: {exc}") from exc
+        except AttestationError as exc:
+            raise InputError(f"--policy {args.policy}: {exc}") from exc
+        document.update(policy.to_json_dict())
+    checksum = compute_checksum(args.corpus) if args.corpus else args.corpus_checksum
+    document.update({"runId": args.run_id, "corpusChecksum": checksum})
+    optional = {
+        "tenant": args.tenant,
+        "resultDigest": args.result_digest,
+        "evaluationDigest": args.evaluation_digest,
+        "workloadDigest": current_workload().digest if args.this_workload else args.workload_digest,
+    }
+    document.update({key: value for key, value in optional.items() if value is not None})
+    if args.measurement:
+        document["measurements"] = [value.lower() for value in args.measurement]
+    if args.host_data:
+        document["hostData"] = [value.lower() for value in args.host_data]
+    roots = list(args.simulated_root)
+    if args.trust_local_simulated_root:
+        from runner.simulated_state import load_or_create_simulated_amd
+
+        roots.append(load_or_create_simulated_amd(args.state_dir).root_fingerprint)
+    if roots:
+        document["simulatedRoots"] = roots
+    try:
+        return load_expected(json.dumps(document).encode())
+    except AttestationError as exc:
+        raise InputError(str(exc)) from exc

@@ -1,0 +1,333 @@
+"""Operator commands on Kubernetes: ``submit``, ``status``, ``collect``, ``cancel``, ``list``.
+
+A run is named by its tenant and run ID; the Job name is derived from them
+(``runner.k8s.job.job_name``). ``submit --wait`` and ``collect`` report success only for an
+envelope that the tenant's verifier accepts against the expected-values file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from runner.errors import SubmitError, UsageError
+from runner.fsutil import atomic_write
+from runner.k8s.config import connect
+from runner.k8s.job import OVERLAYS, CorpusSource, CorpusUrl, CorpusVolume, ReplaySpec, job_name
+from runner.k8s.retry import RetryPolicy
+from runner.k8s.state import RunOutcome
+from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
+
+log = structlog.get_logger("attested-replay.k8s")
+
+DEFAULT_NAMESPACE = "attested-replay"
+VerifierFactory = Callable[[Path], Callable[[bytes], None]]
+
+
+def load_verifier(expected_path: Path) -> Callable[[bytes], None]:
+    """The tenant's verifier for one expected-values file (``runner.verification``)."""
+    from runner.verification import envelope_verifier
+
+    return envelope_verifier(expected_path)
+
+
+def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+    submit = subparsers.add_parser("submit", help="submit a replay Job to Kubernetes")
+    _cluster_arguments(submit)
+    submit.add_argument(
+        "--corpus",
+        required=True,
+        help="https:// URL of the corpus .tar.gz, or a directory inside --corpus-claim",
+    )
+    submit.add_argument("--corpus-claim", help="PersistentVolumeClaim holding --corpus (path)")
+    submit.add_argument("--checksum", required=True, help="expected corpus checksum sha256:...")
+    submit.add_argument("--run-id", required=True)
+    submit.add_argument("--tenant", required=True)
+    submit.add_argument("--image", required=True, help="runner image, REPO@sha256:...")
+    submit.add_argument("--overlay", required=True, choices=sorted(OVERLAYS))
+    submit.add_argument("--runtime-class", help="override the overlay's runtime class")
+    submit.add_argument("--cpu", default="2", help="whole vCPUs (part of the launch measurement)")
+    submit.add_argument("--memory", default="4Gi")
+    submit.add_argument("--active-deadline", type=int, default=7200, metavar="SECONDS")
+    submit.add_argument(
+        "--ttl",
+        type=int,
+        default=86400,
+        metavar="SECONDS",
+        help="ttlSecondsAfterFinished: collect before it expires",
+    )
+    submit.add_argument("--backoff-limit", type=int, default=2)
+    submit.add_argument("--init-data", type=Path, help="init-data TOML (cc_init_data, HOST_DATA)")
+    submit.add_argument("--publish-url", help="publication endpoint the pod publishes to")
+    submit.add_argument(
+        "--publish-token-secret", help="Secret (key 'token') the pod reads its publish token from"
+    )
+    submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
+    _collect_arguments(submit)
+    submit.set_defaults(handler=handle_submit)
+
+    status = subparsers.add_parser("status", help="phase of a submitted run")
+    _cluster_arguments(status)
+    _run_arguments(status, several=False)
+    status.set_defaults(handler=handle_status)
+
+    collect = subparsers.add_parser("collect", help="collect and verify envelopes of runs")
+    _cluster_arguments(collect)
+    _run_arguments(collect, several=True)
+    collect.add_argument("--wait", action="store_true", help="wait for the runs to finish first")
+    collect.add_argument("--publish-url", help="collect from this publication endpoint")
+    _collect_arguments(collect)
+    collect.add_argument("--out-dir", type=Path, help="write <run-id>.envelope.json files here")
+    collect.set_defaults(handler=handle_collect)
+
+    cancel = subparsers.add_parser("cancel", help="delete a run's Job and its pods")
+    _cluster_arguments(cancel)
+    _run_arguments(cancel, several=False)
+    cancel.set_defaults(handler=handle_cancel)
+
+    listing = subparsers.add_parser("list", help="list runs in the namespace")
+    _cluster_arguments(listing)
+    listing.set_defaults(handler=handle_list)
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--namespace", help="namespace (default: context's, else attested-replay)")
+    parser.add_argument(
+        "--watch-timeout", type=int, default=60, metavar="S", help="server-side watch timeout"
+    )
+    parser.add_argument(
+        "--api-retries", type=int, default=6, metavar="N", help="attempts per API call (5xx, drops)"
+    )
+    parser.add_argument(
+        "--api-retry-delay", type=float, default=0.25, metavar="S", help="first retry delay"
+    )
+
+
+def _run_arguments(parser: argparse.ArgumentParser, *, several: bool) -> None:
+    parser.add_argument("run", nargs="+" if several else None, metavar="RUN", help="run ID")
+    parser.add_argument("--tenant", required=True)
+
+
+def _collect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, help="seconds to wait (default: deadline + 300)")
+    parser.add_argument(
+        "--expected", type=Path, help="expected-values file, or a directory of <run-id>.json files"
+    )
+    parser.add_argument("--out", type=Path, help="write the verified envelope here")
+    parser.add_argument(
+        "--publish-token-file",
+        type=Path,
+        help="bearer token for reading from the publication endpoint",
+    )
+
+
+# -- handlers -------------------------------------------------------------------------------
+
+
+def handle_submit(args: argparse.Namespace) -> int:
+    if args.wait and args.expected is None:
+        raise UsageError("--wait verifies the envelope: give --expected EXPECTED.json")
+    submitter = _submitter(args)
+    spec = _replay_spec(args, submitter.namespace)
+    submission = submitter.submit(spec)
+    print(json.dumps(submission.to_json_dict(), sort_keys=True))
+    if not args.wait:
+        return 0
+    timeout = args.timeout if args.timeout is not None else spec.active_deadline_seconds + 300
+    outcome = _wait(submitter, [submission.name], timeout)[submission.name]
+    raise_for_outcome(outcome)
+    collected = submitter.collect(
+        submission.name,
+        verify_envelope=load_verifier(_expected_for(args.expected, spec.run_id)),
+        publish_url=args.publish_url,
+    )
+    _write_collected(collected, args.out, None)
+    return 0
+
+
+def handle_status(args: argparse.Namespace) -> int:
+    submitter = _submitter(args)
+    status = submitter.status(job_name(args.tenant, args.run))
+    print(json.dumps(status.to_json_dict(), sort_keys=True))
+    return 0
+
+
+def handle_collect(args: argparse.Namespace) -> int:
+    runs: list[str] = list(dict.fromkeys(args.run))
+    if args.expected is None:
+        raise UsageError("collect verifies envelopes: give --expected")
+    if len(runs) > 1 and args.out is not None:
+        raise UsageError("--out takes one run; use --out-dir for several")
+    submitter = _submitter(args)
+    names = {run: job_name(args.tenant, run) for run in runs}
+    if args.wait:
+        timeout = args.timeout if args.timeout is not None else 7200 + 300
+        outcomes = _wait(submitter, list(names.values()), timeout)
+    else:
+        outcomes = {}
+    failures: list[str] = []
+    for run, name in names.items():
+        try:
+            if name in outcomes:
+                raise_for_outcome(outcomes[name])
+            collected = submitter.collect(
+                name,
+                verify_envelope=load_verifier(_expected_for(args.expected, run)),
+                publish_url=args.publish_url,
+            )
+        except SubmitError as exc:
+            if len(runs) == 1:
+                raise
+            failures.append(f"{run}: {exc}")
+            print(json.dumps({"runId": run, "job": name, "error": str(exc)}, sort_keys=True))
+            continue
+        _write_collected(collected, args.out, args.out_dir)
+    if failures:
+        raise SubmitError(f"{len(failures)} of {len(runs)} runs failed; first: {failures[0]}")
+    return 0
+
+
+def handle_cancel(args: argparse.Namespace) -> int:
+    submitter = _submitter(args)
+    name = job_name(args.tenant, args.run)
+    submitter.cancel(name)
+    print(json.dumps({"job": name, "runId": args.run, "cancelled": True}, sort_keys=True))
+    return 0
+
+
+def handle_list(args: argparse.Namespace) -> int:
+    for status in _submitter(args).list_runs():
+        print(json.dumps(status.to_json_dict(), sort_keys=True))
+    return 0
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
+    cpu_text = str(args.cpu)
+    if not cpu_text.isdigit():
+        raise UsageError(
+            f"--cpu {cpu_text!r}: give a whole number of vCPUs (fractions such as 500m or 1.5 "
+            "are refused: the vCPU count is part of the SNP launch measurement)"
+        )
+    corpus: CorpusSource
+    if args.corpus.startswith("https://"):
+        if args.corpus_claim:
+            raise UsageError("--corpus-claim is for a path inside a volume, not a URL")
+        corpus = CorpusUrl(args.corpus)
+    elif args.corpus_claim:
+        corpus = CorpusVolume(args.corpus_claim, args.corpus.strip("/"))
+    else:
+        raise UsageError(
+            f"--corpus {args.corpus!r}: give an https:// URL, or a path with --corpus-claim"
+        )
+    init_data = None
+    if args.init_data is not None:
+        try:
+            init_data = args.init_data.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--init-data {args.init_data}: {exc}") from exc
+    elif args.overlay == "snp":
+        log.warning("no_init_data", hint="HOST_DATA will be zero; pass --init-data")
+    return ReplaySpec(
+        tenant=args.tenant,
+        run_id=args.run_id,
+        corpus=corpus,
+        checksum=args.checksum,
+        image=args.image,
+        overlay=args.overlay,
+        namespace=namespace,
+        runtime_class=args.runtime_class,
+        cpu=int(cpu_text),
+        memory=args.memory,
+        backoff_limit=args.backoff_limit,
+        active_deadline_seconds=args.active_deadline,
+        ttl_seconds_after_finished=args.ttl,
+        publish_url=args.publish_url,
+        publish_token_secret=args.publish_token_secret,
+        init_data_toml=init_data,
+    )
+
+
+def _submitter(args: argparse.Namespace) -> Submitter:
+    connection = connect(args.kubeconfig, args.context)
+    namespace = str(args.namespace or connection.namespace or DEFAULT_NAMESPACE)
+    token = None
+    token_file = getattr(args, "publish_token_file", None)
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageError(f"--publish-token-file {token_file}: {exc}") from exc
+    log.debug("k8s_connected", source=connection.source, namespace=namespace)
+    return Submitter(
+        connection.api_client,
+        namespace=namespace,
+        retry_policy=RetryPolicy(attempts=args.api_retries, base_delay=args.api_retry_delay),
+        watch_timeout=args.watch_timeout,
+        publish_token=token,
+    )
+
+
+def _expected_for(expected: Path, run_id: str) -> Path:
+    path = expected / f"{run_id}.json" if expected.is_dir() else expected
+    if not path.is_file():
+        raise UsageError(f"expected-values file {path} does not exist")
+    return path
+
+
+def _wait(submitter: Submitter, names: list[str], timeout: float) -> dict[str, RunOutcome]:
+    with _progress(len(names)) as on_progress:
+        return submitter.wait(names, timeout=timeout, on_progress=on_progress)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[str, str], None]]:
+    """Rich status line on a terminal; structlog events otherwise."""
+    done: set[str] = set()
+    terminal = {"succeeded", "failed", "cannot-run", "deleted", "timeout"}
+    if not sys.stderr.isatty():
+
+        def log_progress(name: str, phase: str) -> None:
+            if phase in terminal:
+                done.add(name)
+            log.info("run_progress", job=name, phase=phase, finished=len(done), total=total)
+
+        yield log_progress
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status(f"waiting for {total} run(s)") as status:
+
+        def show_progress(name: str, phase: str) -> None:
+            if phase in terminal:
+                done.add(name)
+                console.log(f"{name}: {phase}")
+            status.update(f"{len(done)}/{total} finished; {name}: {phase}")
+
+        yield show_progress
+
+
+def _write_collected(collected: CollectedEnvelope, out: Path | None, out_dir: Path | None) -> None:
+    target = out
+    if out_dir is not None:
+        target = out_dir / f"{collected.run_id}.envelope.json"
+    if target is not None:
+        atomic_write(target, collected.envelope)
+    summary = collected.to_json_dict()
+    if target is not None:
+        summary["path"] = str(target)
+    print(json.dumps(summary, sort_keys=True))

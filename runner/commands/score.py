@@ -1,0 +1,39 @@
+"""``attested-replay score FILE|DIR``: exact-match scoring without evidence.
+
+FILE is the evaluation-design pack's worked-example shape (cases, runs with predictions and
+cost_usd, pass_marks, positive_label; an ``expected`` key is ignored); the output is
+``{"metrics": {run_id: {...}}, "marks": {id: result}}``. DIR is a corpus directory; the
+output is its full evaluation report. Output is deterministic JSON (sorted keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from runner.corpus.jsonio import read_small_json
+from runner.replay import replay_corpus
+from runner.scoring.worked_example import score_worked_example
+
+
+def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+    parser = subparsers.add_parser(
+        "score",
+        help="score a worked-example file or a corpus directory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", type=Path, metavar="FILE|DIR")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    source: Path = args.source
+    if source.is_dir():
+        output: object = replay_corpus(source).result
+    else:
+        output = score_worked_example(read_small_json(source, decimal=True), source.name)
+    print(json.dumps(output, indent=2, sort_keys=True, ensure_ascii=False))
+    return 0

@@ -1,0 +1,183 @@
+"""Streaming corpus checksum over ``cases.jsonl``.
+
+checksum = ``sha256:`` + SHA-256 over, for every case in ascending ``case_id`` order, its
+RFC 8785 canonical JSON followed by ``\\n``. The file must already be sorted (and is read
+once, in bounded chunks), so memory does not grow with the corpus unless the caller asks
+for the labels.
+
+Hot path: a chunk of lines that are already canonical and use only printable ASCII
+strings is verified by one regular-expression match in C and hashed as it is; any other
+chunk falls back to parsing, validating and canonicalizing line by line. Both paths hash
+the same bytes for the same cases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from attestation.canonical import CanonicalizationError, canonicalize
+from runner.corpus.errors import CorpusError, CorpusOrderError
+from runner.corpus.jsonio import MAX_CASE_LINE_BYTES, open_corpus_file, parse_line
+from runner.corpus.models import Case, validate_record
+
+CASES_FILE: Final = "cases.jsonl"
+CHUNK_BYTES: Final = 1 << 22
+
+Progress = Callable[[int, int | None], None]
+
+# A canonical case line whose strings hold only printable ASCII other than '"' and '\'
+# (such strings are their own RFC 8785 form). Keys appear in RFC 8785 order. Integer
+# inputs stay within 15 digits (well inside +-(2**53-1)); "-0" is not canonical.
+_SAFE: Final = rb"[\x20\x21\x23-\x5b\x5d-\x7e]"
+_FAST_LINE: Final = (
+    rb'\{"case_id":"[a-z0-9-]{1,40}"'
+    rb'(?:,"group":"' + _SAFE + rb'{1,60}")?'
+    rb'(?:,"input":(?:"' + _SAFE + rb'{0,4096}"|0|-?[1-9][0-9]{0,14}))?'
+    rb',"label":"' + _SAFE + rb'{1,200}"'
+    rb'(?:,"split":"(?:dev|holdout|adversarial)")?'
+    rb"\}\n"
+)
+_FAST_CHUNK: Final = re.compile(rb"(?:" + _FAST_LINE + rb")*")
+_FAST_IDS: Final = re.compile(rb'^\{"case_id":"([a-z0-9-]+)"', re.MULTILINE)
+# In a fast chunk no string contains '"', so ',"label":"' can only be the label key.
+_FAST_LABELS: Final = re.compile(
+    rb'^\{"case_id":"([a-z0-9-]+)"[^\n]*?,"label":"([^"]*)"', re.MULTILINE
+)
+
+_NORMALIZE_HINT: Final = "run `attested-replay corpus normalize DIR --out DIR2` to sort the corpus"
+
+
+@dataclass(frozen=True, slots=True)
+class CaseScan:
+    """What one pass over ``cases.jsonl`` found."""
+
+    checksum: str
+    case_count: int
+    #: case_id -> label, only when the caller asked for them (scoring needs them).
+    labels: dict[str, str] | None
+
+
+class _Scanner:
+    def __init__(self, *, collect_labels: bool) -> None:
+        self.digest = hashlib.sha256()
+        self.count = 0
+        self.last_id: str | None = None
+        self.line_base = 0  # lines before the current chunk
+        self.labels: dict[str, str] | None = {} if collect_labels else None
+
+    def chunk(self, chunk: bytes) -> None:
+        if _FAST_CHUNK.fullmatch(chunk) is not None and self._fast(chunk):
+            return
+        self._slow(chunk)
+
+    def _fast(self, chunk: bytes) -> bool:
+        ids = _FAST_IDS.findall(chunk)
+        if not ids:
+            return True
+        first = ids[0].decode("ascii")
+        ascending = ids == sorted(ids) and len(set(ids)) == len(ids)
+        if not ascending or (self.last_id is not None and first <= self.last_id):
+            return False  # the slow path finds the offending line for the message
+        self.digest.update(chunk)
+        if self.labels is not None:
+            self.labels.update(
+                (cid.decode("ascii"), label.decode("ascii"))
+                for cid, label in _FAST_LABELS.findall(chunk)
+            )
+        self.count += len(ids)
+        self.line_base += len(ids)
+        self.last_id = ids[-1].decode("ascii")
+        return True
+
+    def _slow(self, chunk: bytes) -> None:
+        lines = chunk.split(b"\n")
+        lines.pop()  # a chunk always ends with a newline
+        for offset, line in enumerate(lines, start=1):
+            number = self.line_base + offset
+            if not line.strip():
+                raise CorpusError(CASES_FILE, "empty line", line=number)
+            if len(line) > MAX_CASE_LINE_BYTES:
+                raise CorpusError(
+                    CASES_FILE, f"line longer than {MAX_CASE_LINE_BYTES} bytes", line=number
+                )
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorpusError(CASES_FILE, f"not UTF-8: {exc.reason}", line=number) from exc
+            data = parse_line(line, CASES_FILE, number, decimal=False)
+            case = validate_record(Case, data, CASES_FILE, number)
+            self._check_order(case.case_id, number)
+            try:
+                canonical = canonicalize(data)
+            except CanonicalizationError as exc:
+                raise CorpusError(CASES_FILE, str(exc), line=number) from exc
+            self.digest.update(canonical)
+            self.digest.update(b"\n")
+            if self.labels is not None:
+                self.labels[case.case_id] = case.label
+            self.count += 1
+            self.last_id = case.case_id
+        self.line_base += len(lines)
+
+    def _check_order(self, case_id: str, number: int) -> None:
+        if self.last_id is None or case_id > self.last_id:
+            return
+        if case_id == self.last_id:
+            raise CorpusError(
+                CASES_FILE,
+                f"field 'case_id': duplicate case id {case_id!r} (also on line {number - 1})",
+                line=number,
+            )
+        raise CorpusOrderError(
+            CASES_FILE,
+            f"field 'case_id': {case_id!r} comes after {self.last_id!r}; cases must be in "
+            f"ascending case_id order: {_NORMALIZE_HINT}",
+            line=number,
+        )
+
+
+def scan_cases(
+    corpus_dir: Path, *, collect_labels: bool = False, progress: Progress | None = None
+) -> CaseScan:
+    """Validate ``cases.jsonl`` and compute the corpus checksum in one streaming pass."""
+    scanner = _Scanner(collect_labels=collect_labels)
+    rest = b""
+    with open_corpus_file(corpus_dir / CASES_FILE) as handle:
+        while True:
+            block = handle.read(CHUNK_BYTES)
+            if not block:
+                break
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if len(rest) > MAX_CASE_LINE_BYTES:
+                raise CorpusError(
+                    CASES_FILE,
+                    f"line longer than {MAX_CASE_LINE_BYTES} bytes",
+                    line=scanner.line_base + data.count(b"\n", 0, cut) + 1,
+                )
+            if cut:
+                scanner.chunk(data[:cut])
+                if progress is not None:
+                    progress(scanner.count, None)
+        if rest:
+            scanner.chunk(rest + b"\n")  # the last line may lack its newline
+    if scanner.count == 0:
+        raise CorpusError(CASES_FILE, "the corpus has no cases")
+    if progress is not None:
+        progress(scanner.count, None)
+    return CaseScan(
+        checksum="sha256:" + scanner.digest.hexdigest(),
+        case_count=scanner.count,
+        labels=scanner.labels,
+    )
+
+
+def compute_checksum(corpus_dir: Path, *, progress: Progress | None = None) -> str:
+    """The corpus checksum of ``corpus_dir`` (validating every case)."""
+    return scan_cases(corpus_dir, progress=progress).checksum

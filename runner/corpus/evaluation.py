@@ -1,0 +1,170 @@
+"""``plan.json``, ``marks.json`` and ``runs.jsonl``: loading, cross-checks and the
+evaluation digest.
+
+evaluationDigest = ``sha256:`` + SHA-256 over
+``JCS(plan) \\n JCS(marks) \\n`` followed by ``JCS(run) \\n`` for every run record in
+``runs.jsonl``, which must be in ascending ``(arm_id, run_index)`` order. JCS is RFC 8785
+over the files' JSON values as written (numbers as IEEE doubles).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from attestation.canonical import CanonicalizationError, canonicalize
+from runner.corpus.errors import CorpusError, CorpusOrderError
+from runner.corpus.jsonio import (
+    MAX_RUN_LINE_BYTES,
+    iter_lines,
+    open_corpus_file,
+    parse_line,
+    read_small_json,
+)
+from runner.corpus.models import PassMarks, Plan, RunRecord, validate_record
+from runner.scoring.marks import mark_definition_error
+from runner.scoring.metrics import METRIC_NAMES
+
+PLAN_FILE: Final = "plan.json"
+MARKS_FILE: Final = "marks.json"
+RUNS_FILE: Final = "runs.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The committed plan and marks, validated against each other."""
+
+    plan: Plan
+    marks: PassMarks
+    plan_canonical: bytes
+    marks_canonical: bytes
+
+    @property
+    def marks_ref(self) -> str:
+        """What every run record's ``marks_ref`` must be: the digest of the committed marks."""
+        return "sha256:" + hashlib.sha256(self.marks_canonical).hexdigest()
+
+    @property
+    def run_count(self) -> int:
+        return len(self.plan.arms) * self.plan.runs_per_arm
+
+
+def _canonical(value: object, file: str, line: int | None = None) -> bytes:
+    try:
+        return canonicalize(value)
+    except CanonicalizationError as exc:
+        raise CorpusError(file, str(exc), line=line) from exc
+
+
+def load_evaluation(corpus_dir: Path) -> Evaluation:
+    plan_raw = read_small_json(corpus_dir / PLAN_FILE, decimal=True)
+    plan = validate_record(Plan, plan_raw, PLAN_FILE)
+    marks_raw = read_small_json(corpus_dir / MARKS_FILE, decimal=True)
+    marks = validate_record(PassMarks, marks_raw, MARKS_FILE)
+    known_metrics = set(METRIC_NAMES)
+    for index, name in enumerate(plan.metrics):
+        if name not in known_metrics:
+            raise CorpusError(
+                PLAN_FILE,
+                f"field 'metrics.{index}': unknown metric {name!r} "
+                f"(known: {', '.join(METRIC_NAMES)})",
+            )
+    arm_ids = frozenset(arm.arm_id for arm in plan.arms)
+    seen: set[str] = set()
+    for index, mark in enumerate(marks.marks):
+        if mark.id in seen:
+            raise CorpusError(MARKS_FILE, f"field 'marks.{index}.id': duplicate mark {mark.id!r}")
+        seen.add(mark.id)
+        problem = mark_definition_error(mark, arm_ids)
+        if problem is not None:
+            raise CorpusError(MARKS_FILE, f"mark {mark.id!r}: {problem}")
+    return Evaluation(
+        plan=plan,
+        marks=marks,
+        plan_canonical=_canonical(
+            read_small_json(corpus_dir / PLAN_FILE, decimal=False), PLAN_FILE
+        ),
+        marks_canonical=_canonical(
+            read_small_json(corpus_dir / MARKS_FILE, decimal=False), MARKS_FILE
+        ),
+    )
+
+
+# Where Python's JSON output and RFC 8785 can differ for an ASCII line: exponents, floats
+# with an integral value ("1.0" vs "1") and integers beyond +-(2**53-1). Such lines, and
+# strings that merely look like them, take the exact path.
+_MAYBE_NOT_JCS: Final = re.compile(rb"[0-9][eE][-+]?[0-9]|[0-9]\.0(?![0-9])|[0-9]{16}")
+
+
+def is_canonical_line(line: bytes, data: object) -> bool:
+    """True when ``line`` is provably the RFC 8785 form of ``data`` (parsed from it).
+
+    For ASCII text, sorted-key compact ``json.dumps`` (C-accelerated) escapes strings
+    and orders keys exactly as RFC 8785 does; only number formatting can differ, and the
+    pattern above sends every such line to ``canonicalize``.
+    """
+    if not line.isascii() or _MAYBE_NOT_JCS.search(line) is not None:
+        return False
+    rendered = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return rendered.encode("ascii") == line
+
+
+@dataclass(frozen=True, slots=True)
+class RunLine:
+    line: int
+    canonical: bytes
+    record: RunRecord
+
+
+def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
+    """Validated run records in file order; checks arms, indices and their order.
+
+    Each record is one line and is held in memory (twice parsed: as doubles for its
+    canonical bytes, with exact decimals for scoring) while it is processed.
+    """
+    arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
+    previous: tuple[str, int] | None = None
+    with open_corpus_file(corpus_dir / RUNS_FILE) as handle:
+        for number, line in iter_lines(handle, RUNS_FILE, MAX_RUN_LINE_BYTES):
+            data: dict[str, Any] = parse_line(line, RUNS_FILE, number, decimal=False)
+            if is_canonical_line(line, data):
+                canonical = line  # one parse; floats are exact (see models._int_to_decimal)
+            else:
+                canonical = _canonical(data, RUNS_FILE, number)
+                data = parse_line(line, RUNS_FILE, number, decimal=True)
+            record = validate_record(RunRecord, data, RUNS_FILE, number)
+            if record.arm_id not in arm_ids:
+                raise CorpusError(
+                    RUNS_FILE,
+                    f"field 'arm_id': arm {record.arm_id!r} is not in the plan",
+                    line=number,
+                )
+            if record.run_index > evaluation.plan.runs_per_arm:
+                raise CorpusError(
+                    RUNS_FILE,
+                    f"field 'run_index': {record.run_index} exceeds the plan's runs_per_arm "
+                    f"{evaluation.plan.runs_per_arm}",
+                    line=number,
+                )
+            key = (record.arm_id, record.run_index)
+            if previous is not None and key <= previous:
+                if key == previous:
+                    raise CorpusError(
+                        RUNS_FILE,
+                        f"field 'run_index': duplicate run {record.arm_id}/{record.run_index}",
+                        line=number,
+                    )
+                raise CorpusOrderError(
+                    RUNS_FILE,
+                    f"field 'arm_id': run {record.arm_id}/{record.run_index} comes after "
+                    f"{previous[0]}/{previous[1]}; runs must be in ascending (arm_id, run_index) "
+                    "order: run `attested-replay corpus normalize DIR --out DIR2`",
+                    line=number,
+                )
+            previous = key
+            yield RunLine(line=number, canonical=canonical, record=record)

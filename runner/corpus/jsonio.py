@@ -1,0 +1,103 @@
+"""Bounded JSON reading: size caps, line numbers, no NaN, no duplicate keys."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+from runner.corpus.errors import CorpusError
+
+#: One case line; a case is a label and a modest input, never a document.
+MAX_CASE_LINE_BYTES: Final = 1 << 20
+#: One run record (all of a run's per-case results live on one line).
+MAX_RUN_LINE_BYTES: Final = 1 << 30
+#: ``plan.json`` and ``marks.json``.
+MAX_SMALL_FILE_BYTES: Final = 1 << 20
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(text: bytes | str, *, decimal: bool) -> object:
+    """Parse JSON refusing NaN/Infinity and duplicate keys; ``decimal`` keeps fractions exact.
+
+    Raises ``ValueError`` (``json.JSONDecodeError`` or our own) for the caller to place.
+    """
+    if decimal:
+        return json.loads(
+            text,
+            parse_float=Decimal,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_unique_pairs,
+        )
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_pairs)
+
+
+def iter_lines(handle: BinaryIO, file: str, max_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, line_without_newline)``; a final line may lack its newline."""
+    number = 0
+    while True:
+        raw = handle.readline(max_bytes + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            raise CorpusError(file, f"line longer than {max_bytes} bytes", line=number)
+        line = raw.removesuffix(b"\n")
+        if not line.strip():
+            raise CorpusError(file, "empty line", line=number)
+        yield number, line
+
+
+def parse_line(line: bytes, file: str, number: int, *, decimal: bool) -> dict[str, Any]:
+    """One JSON-lines record, which must be an object."""
+    try:
+        value = parse_json(line, decimal=decimal)
+    except (ValueError, RecursionError) as exc:
+        raise CorpusError(file, f"invalid JSON: {exc}", line=number) from exc
+    if not isinstance(value, dict):
+        raise CorpusError(file, "a line must be a JSON object", line=number)
+    return value
+
+
+def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:
+    """``plan.json`` / ``marks.json``: a capped JSON object."""
+    file = path.name
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SMALL_FILE_BYTES + 1)
+    except FileNotFoundError as exc:
+        raise CorpusError(file, "file is missing") from exc
+    except OSError as exc:
+        raise CorpusError(file, f"cannot read: {exc.strerror}") from exc
+    if len(data) > MAX_SMALL_FILE_BYTES:
+        raise CorpusError(file, f"file larger than {MAX_SMALL_FILE_BYTES} bytes")
+    try:
+        value = parse_json(data, decimal=decimal)
+    except (ValueError, RecursionError) as exc:
+        raise CorpusError(file, f"invalid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise CorpusError(file, "the file must hold a JSON object")
+    return value
+
+
+def open_corpus_file(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except FileNotFoundError as exc:
+        raise CorpusError(path.name, "file is missing") from exc
+    except OSError as exc:
+        raise CorpusError(path.name, f"cannot read: {exc.strerror}") from exc

@@ -1,0 +1,192 @@
+"""The corpus files as frozen pydantic models (field names follow the evaluation-design pack)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    model_validator,
+)
+
+from runner.corpus.errors import CorpusError
+
+Split = Literal["dev", "holdout", "adversarial"]
+
+#: Case ids are opaque and ASCII-only, so byte, code-point and UTF-16 order all agree.
+CASE_ID_PATTERN = r"^[a-z0-9-]+$"
+CASE_ID_MAX = 40
+
+
+def _int_to_decimal(value: object) -> object:
+    # JSON integers arrive as int, fractions as Decimal (parse_float=Decimal); bool is not a
+    # number. A float reaches here only from a line verified to be RFC 8785 canonical, whose
+    # number literals are the shortest round-trip digits, i.e. exactly repr()'s digits.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    return value
+
+
+def _finite(value: Decimal | None) -> Decimal | None:
+    if value is not None and not value.is_finite():
+        raise ValueError("must be a finite number")
+    return value
+
+
+ExactNumber = Annotated[Decimal, BeforeValidator(_int_to_decimal)]
+
+
+class FrozenModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def _no_explicit_null(model: BaseModel, names: tuple[str, ...]) -> None:
+    for name in names:
+        if name in model.model_fields_set and getattr(model, name) is None:
+            raise ValueError(f"field {name!r} may be omitted but not null")
+
+
+class Case(FrozenModel):
+    """One line of ``cases.jsonl``."""
+
+    case_id: str = Field(min_length=1, max_length=CASE_ID_MAX, pattern=CASE_ID_PATTERN)
+    label: str = Field(min_length=1, max_length=200)
+    input: JsonValue = None
+    split: Split | None = None
+    group: str | None = Field(default=None, min_length=1, max_length=60)
+
+    @model_validator(mode="after")
+    def _optional_not_null(self) -> Case:
+        _no_explicit_null(self, ("split", "group"))
+        return self
+
+
+class RunCase(FrozenModel):
+    """One case's result inside a run record."""
+
+    case_id: str = Field(min_length=1, max_length=CASE_ID_MAX)
+    prediction: str | None
+    error: str | None = Field(default=None, max_length=300)
+    cost_usd: ExactNumber | None = Field(ge=0)
+    latency_ms: ExactNumber | None = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _checks(self) -> RunCase:
+        _no_explicit_null(self, ("error",))
+        _finite(self.cost_usd)
+        _finite(self.latency_ms)
+        return self
+
+
+class Usage(FrozenModel):
+    source: str = Field(min_length=1, max_length=120)
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    reason: str | None = Field(default=None, max_length=300)
+
+
+class RunRecord(FrozenModel):
+    """One line of ``runs.jsonl``: the pack's run-record template (no 2000-case cap)."""
+
+    arm_id: str = Field(min_length=1, max_length=20)
+    run_index: int = Field(ge=1, le=5)
+    set_ref: str = Field(min_length=1, max_length=300)
+    marks_ref: str = Field(min_length=1, max_length=300)
+    cases: tuple[RunCase, ...] = Field(strict=False, min_length=1)
+    usage: Usage
+
+
+class PassMark(FrozenModel):
+    id: str = Field(min_length=1, max_length=20)
+    metric: str = Field(min_length=1, max_length=60)
+    arm: str = Field(min_length=1, max_length=20)
+    baseline: str | None = Field(default=None, max_length=20)
+    threshold: ExactNumber | None = None
+    rule: str = Field(min_length=1, max_length=300)
+
+    @model_validator(mode="after")
+    def _finite_threshold(self) -> PassMark:
+        _finite(self.threshold)
+        return self
+
+
+class PassMarks(FrozenModel):
+    """``marks.json``: the pack's pass-marks template."""
+
+    evaluation_ref: str = Field(min_length=1, max_length=300)
+    marks: tuple[PassMark, ...] = Field(strict=False, min_length=1, max_length=12)
+    committed_by: Literal["human"]
+    committed_at: str = Field(max_length=40, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}")
+    immutable: Literal[True]
+
+
+class Arm(FrozenModel):
+    arm_id: str = Field(min_length=1, max_length=20, pattern=r"^[A-Za-z0-9_-]+$")
+    role: Literal["baseline", "candidate", "control"]
+    change: str = Field(min_length=1, max_length=300)
+    arm_ref: str | None = Field(default=None, max_length=300)
+
+
+class Scoring(FrozenModel):
+    method: Literal["exact_match"]
+    judge_use: Literal["none", "explanations_only_with_human_spot_check"]
+
+
+class Plan(FrozenModel):
+    """``plan.json``: the pack's evaluation-plan template plus ``positive_label``
+    (and the optional ``abstain_label``)."""
+
+    question: str = Field(min_length=1, max_length=300)
+    decision: str = Field(min_length=1, max_length=300)
+    arms: tuple[Arm, ...] = Field(strict=False, min_length=2, max_length=10)
+    set_ref: str = Field(max_length=300)
+    metrics: tuple[str, ...] = Field(strict=False, min_length=1, max_length=10)
+    runs_per_arm: int = Field(ge=2, le=5)
+    scoring: Scoring
+    spread_limit_points: ExactNumber = Field(ge=0, le=100)
+    cost_accounting: str = Field(min_length=1, max_length=300)
+    exclusions_rule: str | None = Field(default=None, max_length=300)
+    positive_label: str = Field(min_length=1, max_length=200)
+    abstain_label: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _rules(self) -> Plan:
+        if not any(arm.role == "baseline" for arm in self.arms):
+            raise ValueError("the plan needs at least one baseline arm")
+        ids = [arm.arm_id for arm in self.arms]
+        if len(set(ids)) != len(ids):
+            raise ValueError("arm ids must be unique")
+        if self.exclusions_rule:
+            raise ValueError(
+                "field 'exclusions_rule': exclusions are not supported; errors are scored as wrong"
+            )
+        if self.abstain_label is not None and self.abstain_label == self.positive_label:
+            raise ValueError("abstain_label must differ from positive_label")
+        return self
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def validate_record(
+    model: type[ModelT], data: dict[str, Any], file: str, line: int | None = None
+) -> ModelT:
+    """Validate ``data`` as ``model``; a failure names the file, line and field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = ".".join(str(part) for part in first["loc"])
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown key"
+        where = f"field '{loc}': " if loc else ""
+        raise CorpusError(file, f"{where}{message}", line=line) from None

@@ -1,0 +1,104 @@
+"""Assemble an attestation envelope from a replay outcome and the evidence over its binding."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from pydantic import JsonValue
+
+from attestation.envelope import (
+    API_VERSION,
+    ENVELOPE_KIND,
+    Binding,
+    Envelope,
+    Evidence,
+    Workload,
+)
+from attestation.errors import AttestationError
+from attestation.report import parse_report
+from runner.errors import EvidenceError
+from runner.evidence.base import Evidence as ProviderEvidence
+
+
+def build_binding(
+    *,
+    run_id: str,
+    tenant: str,
+    corpus_checksum: str,
+    evaluation_digest: str,
+    result_digest: str,
+    workload: Workload,
+    nonce: str | None = None,
+    image_digest: str | None = None,
+) -> Binding:
+    return Binding(
+        run_id=run_id,
+        tenant=tenant,
+        corpus_checksum=corpus_checksum,
+        evaluation_digest=evaluation_digest,
+        workload=workload,
+        result_digest=result_digest,
+        nonce=nonce,
+        image_digest=image_digest,
+    )
+
+
+def certificates_to_pem(certificates: Sequence[bytes]) -> str:
+    """DER certificates (leaf first) as one PEM bundle."""
+    pem = []
+    for der in certificates:
+        try:
+            certificate = x509.load_der_x509_certificate(der)
+        except ValueError as exc:
+            raise EvidenceError(f"the platform returned an unparseable certificate: {exc}") from exc
+        pem.append(certificate.public_bytes(Encoding.PEM).decode("ascii"))
+    return "".join(pem)
+
+
+def assemble_envelope(
+    binding: Binding,
+    evidence: ProviderEvidence,
+    *,
+    endorsement_pem: str,
+    result: dict[str, JsonValue] | None,
+) -> Envelope:
+    """The envelope for ``binding``; convenience fields are copied from the report itself."""
+    try:
+        report = parse_report(evidence.report)
+    except AttestationError as exc:
+        raise EvidenceError(
+            f"provider {evidence.provider} returned a malformed report: {exc}"
+        ) from exc
+    if not endorsement_pem.strip():
+        raise EvidenceError(
+            "no endorsement: the platform returned no certificate chain; pass "
+            "--endorsement-bundle (VCEK or VLEK with ASK/ASVK and ARK) or fetch one with "
+            "`attested-replay vcek fetch`"
+        )
+    return Envelope(
+        api_version=API_VERSION,
+        kind=ENVELOPE_KIND,
+        run_id=binding.run_id,
+        tenant=binding.tenant,
+        binding=binding,
+        report_data=report.report_data.hex(),
+        measurement=report.measurement.hex(),
+        host_data=report.host_data.hex(),
+        platform="simulated" if evidence.provider == "simulated" else "sev-snp",
+        evidence=Evidence(
+            report=base64.b64encode(evidence.report).decode("ascii"),
+            provider=evidence.provider,
+            cert_chain=endorsement_pem,
+            report_data_encoding=evidence.report_data_encoding,
+        ),
+        result=result,
+    )
+
+
+def envelope_json_bytes(envelope: Envelope) -> bytes:
+    """The bytes written and published for an envelope (its digest is over exactly these)."""
+    return (json.dumps(envelope.to_json_dict(), indent=2, ensure_ascii=False) + "\n").encode()

@@ -1,0 +1,159 @@
+"""Evidence from the CoCo attestation agent's REST API (guest-components ``api-server-rest``).
+
+``GET {base}/aa/evidence?runtime_data=...[&encoding=base64]`` answers with the SNP report
+*parsed into JSON*; :mod:`runner.evidence.agent_json` rebuilds the signed bytes.
+
+Binding encoding. The agent puts the ``runtime_data`` bytes into REPORT_DATA unhashed
+(zero-padded to 64). Agents from guest-components v0.21.0 decode ``encoding=base64``
+(URL-safe, no padding), so we send SHA-512(binding) as 64 raw bytes ("sha512"). Older agents
+ignore ``encoding`` and would put the base64 *text* (86 bytes, too long) into REPORT_DATA, so
+for them we send the 64 lowercase hex characters of SHA-256(binding) as plain text
+("sha256-hex"), which every agent passes through byte for byte.
+
+Which agent is this? ``encoding="auto"`` asks ``GET /info`` once: a ``version`` of 0.21.0 or
+later selects "sha512"; an older version, or no usable ``/info``, selects "sha256-hex". Either
+way the REPORT_DATA of the returned report must equal what we asked for, so a wrong guess can
+only fail, never produce a report over other data.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Final, Literal
+
+import requests
+import structlog
+
+from attestation.binding import report_data_from_canonical
+from attestation.envelope import ReportDataEncoding
+from runner.errors import EvidenceError, EvidenceUnavailableError
+from runner.evidence.agent_json import AgentEvidence, AgentJsonError, parse_agent_evidence
+from runner.evidence.base import Evidence
+from runner.evidence.common import AgentAttestationDisabledError, NoTeeError, check_report
+
+DEFAULT_BASE_URL: Final = "http://127.0.0.1:8006"
+DEFAULT_TIMEOUT: Final = 30.0
+#: The first guest-components release whose REST API decodes ``encoding=base64``.
+BASE64_MIN_VERSION: Final = (0, 21, 0)
+ENABLE_ANNOTATION: Final = (
+    "io.katacontainers.config.hypervisor.kernel_params: "
+    '"agent.guest_components_rest_api=attestation"'
+)
+_MAX_ERROR_TEXT: Final = 300
+_log = structlog.get_logger(__name__)
+
+EncodingChoice = Literal["auto", "sha512", "sha256-hex"]
+
+
+def parse_agent_version(text: str) -> tuple[int, int, int] | None:
+    """``"v0.21.0"``/``"0.21.0-rc1"`` -> ``(0, 21, 0)``; ``None`` if there is no version."""
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+class CocoAgentProvider:
+    """SEV-SNP evidence from the attestation agent on ``127.0.0.1:8006`` inside a CoCo pod."""
+
+    name = "coco-aa"
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        encoding: EncodingChoice = "auto",
+        timeout: float = DEFAULT_TIMEOUT,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.encoding = encoding
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    def obtain(self, canonical_binding: bytes) -> Evidence:
+        encoding = self.encoding if self.encoding != "auto" else self.detect_encoding()
+        report_data = report_data_from_canonical(canonical_binding, encoding)
+        if encoding == "sha512":
+            params = {
+                "runtime_data": base64.urlsafe_b64encode(report_data).rstrip(b"=").decode(),
+                "encoding": "base64",
+            }
+        else:
+            params = {"runtime_data": report_data.decode("ascii")}
+        body = self._get("/aa/evidence", params)
+        evidence = self._parse(body)
+        return Evidence(
+            report=check_report(evidence.report, report_data, provider=self.name),
+            cert_chain=evidence.certificates,
+            provider=self.name,
+            report_data_encoding=encoding,
+        )
+
+    def detect_encoding(self) -> ReportDataEncoding:
+        """Pick the binding encoding from the agent's ``/info`` version (see module doc)."""
+        try:
+            response = self.session.get(f"{self.base_url}/info", timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise self._transport_error(exc) from exc
+        version = None
+        if response.status_code == requests.codes.ok:
+            try:
+                info = json.loads(response.content)
+                version = parse_agent_version(str(info.get("version", "")))
+            except (ValueError, AttributeError):
+                version = None
+        chosen: ReportDataEncoding = (
+            "sha512" if version is not None and version >= BASE64_MIN_VERSION else "sha256-hex"
+        )
+        _log.info("coco_aa_encoding", agent_version=version, encoding=chosen)
+        return chosen
+
+    def _get(self, path: str, params: dict[str, str]) -> bytes:
+        url = f"{self.base_url}{path}"
+        try:
+            response = self.session.get(url, params=params, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise self._transport_error(exc) from exc
+        text = response.content[:_MAX_ERROR_TEXT].decode("utf-8", "replace")
+        if response.status_code == requests.codes.not_found:
+            raise AgentAttestationDisabledError(
+                f"coco-aa: {url} answered 404 ({text.strip() or 'no body'}): the agent's "
+                f"attestation endpoints are off in this pod. Add the pod annotation "
+                f"{ENABLE_ANNOTATION} (it changes the launch MEASUREMENT)"
+            )
+        if response.status_code == requests.codes.forbidden:
+            raise EvidenceError(
+                f"coco-aa: {url} answered 403: the agent only serves requests from loopback"
+            )
+        if response.status_code != requests.codes.ok:
+            raise EvidenceError(
+                f"coco-aa: {url} answered HTTP {response.status_code}: {text.strip()}"
+            )
+        return response.content
+
+    def _transport_error(self, exc: requests.RequestException) -> EvidenceError:
+        if isinstance(exc, requests.Timeout):
+            return EvidenceError(f"coco-aa: no answer from {self.base_url} within {self.timeout} s")
+        if isinstance(exc, requests.ConnectionError):
+            return EvidenceUnavailableError(
+                f"coco-aa: no attestation agent at {self.base_url} ({type(exc).__name__})"
+            )
+        return EvidenceError(f"coco-aa: request to {self.base_url} failed: {exc}")
+
+    def _parse(self, body: bytes) -> AgentEvidence:
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EvidenceError(f"coco-aa: the agent's evidence is not JSON: {exc}") from exc
+        if isinstance(doc, dict) and set(doc) == {"svn", "report_data"}:
+            raise NoTeeError(
+                "coco-aa: the agent answered with the sample attester (no TEE): this pod runs "
+                "without SEV-SNP (e.g. runtime class kata-qemu-coco-dev); use kata-qemu-snp"
+            )
+        try:
+            return parse_agent_evidence(body)
+        except AgentJsonError as exc:
+            raise EvidenceError(f"coco-aa: malformed SNP evidence from the agent: {exc}") from exc

@@ -1,0 +1,40 @@
+"""Pieces every real provider shares: the REPORT_DATA check and the error classes."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Final
+
+from runner.errors import EvidenceError, EvidenceUnavailableError
+
+REPORT_SIZE: Final = 0x4A0
+REPORT_DATA_OFFSET: Final = 0x50
+REPORT_DATA_SIZE: Final = 64
+
+
+class ReportDataMismatchError(EvidenceError):
+    """The platform returned a report over different REPORT_DATA than requested."""
+
+
+class NoTeeError(EvidenceUnavailableError):
+    """The interface answered, but there is no SEV-SNP hardware behind it."""
+
+
+class AgentAttestationDisabledError(EvidenceUnavailableError):
+    """The CoCo agent's ``/aa/*`` endpoints are switched off in this pod."""
+
+
+def check_report(report: bytes, expected_report_data: bytes, *, provider: str) -> bytes:
+    """Return ``report`` if it is 1184 bytes and carries exactly ``expected_report_data``."""
+    if len(report) != REPORT_SIZE:
+        raise EvidenceError(
+            f"{provider}: the platform returned a {len(report)}-byte report, "
+            f"expected {REPORT_SIZE} bytes"
+        )
+    actual = report[REPORT_DATA_OFFSET : REPORT_DATA_OFFSET + REPORT_DATA_SIZE]
+    if not hmac.compare_digest(actual, expected_report_data):
+        raise ReportDataMismatchError(
+            f"{provider}: the report's REPORT_DATA ({actual.hex()}) is not what was requested "
+            f"({expected_report_data.hex()}); refusing the report"
+        )
+    return report

@@ -1,0 +1,45 @@
+"""Why a submission did not end with a verified envelope. All are ``SubmitError`` (exit 5)."""
+
+from __future__ import annotations
+
+from runner.errors import SubmitError
+
+
+class RunConflictError(SubmitError):
+    """A Job for this tenant and run ID exists with a different spec."""
+
+
+class RunNotFoundError(SubmitError):
+    """No Job exists for this tenant and run ID."""
+
+
+class RunFailedError(SubmitError):
+    """The Job ended Failed (DeadlineExceeded, BackoffLimitExceeded, PodFailurePolicy, ...)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PodCannotRunError(RunFailedError):
+    """A pod of the Job cannot start (Unschedulable, ImagePullBackOff, ...)."""
+
+
+class RunDeletedError(SubmitError):
+    """The Job was deleted while it was being watched."""
+
+
+class WaitTimeoutError(SubmitError):
+    """The Job did not finish within the client-side timeout."""
+
+
+class EnvelopeMissingError(SubmitError):
+    """The Job completed but its envelope or termination message cannot be found."""
+
+
+class EnvelopeMismatchError(SubmitError):
+    """The collected envelope differs from the digests the pod reported."""
+
+
+class ApiUnavailableError(SubmitError):
+    """The Kubernetes API kept failing after every retry."""

@@ -1,0 +1,395 @@
+"""Build the replay Job: a pure function from a :class:`ReplaySpec` to the API's wire dict.
+
+Everything that decides what runs inside the TEE is fixed here, so two submissions of the
+same run produce byte-identical specs and the ``spec-digest`` annotation can tell an
+idempotent retry (attach) from a conflicting second run under the same run ID (refuse).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from attestation.canonical import canonicalize
+from runner.errors import UsageError
+
+Overlay = Literal["snp", "coco-dev", "peer-pods"]
+EvidenceMode = Literal["coco-aa", "configfs-tsm", "sev-guest", "auto", "simulated"]
+
+DOMAIN: Final = "attested-replay.dev"
+ANNOTATION_SPEC_DIGEST: Final = f"{DOMAIN}/spec-digest"
+ANNOTATION_RUN_ID: Final = f"{DOMAIN}/run-id"
+ANNOTATION_TENANT: Final = f"{DOMAIN}/tenant"
+ANNOTATION_CORPUS: Final = f"{DOMAIN}/corpus-checksum"
+ANNOTATION_PUBLISH_URL: Final = f"{DOMAIN}/publish-url"
+LABEL_TENANT: Final = f"{DOMAIN}/tenant"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "attested-replay"
+#: Every Job this tool creates carries it; the tracker's one watch selects on it.
+TRACKING_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+#: The Job controller puts this label on every pod of a Job.
+POD_JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+
+CONTAINER_NAME: Final = "replay"
+OUT_DIR: Final = "/work/out"
+ENVELOPE_PATH: Final = f"{OUT_DIR}/envelope.json"
+CORPUS_MOUNT: Final = "/work/corpus"
+PUBLISH_TOKEN_DIR: Final = "/var/run/secrets/attested-replay/publish"  # noqa: S105 - a path
+PUBLISH_TOKEN_KEY: Final = "token"  # noqa: S105 - a Secret key name, not a secret
+#: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.
+RUN_AS_UID: Final = 65532
+
+#: Runner exit codes (runner.exit_codes) that mean "the same input fails the same way":
+#: input 1, checksum 2, evidence unavailable 3, verification 4, usage 9. Retrying them
+#: would only boot more TEEs. Publication (6) and internal errors are retried.
+DETERMINISTIC_EXIT_CODES: Final = (1, 2, 3, 4, 9)
+
+KATA_KERNEL_PARAMS: Final = "io.katacontainers.config.hypervisor.kernel_params"
+KATA_INIT_DATA: Final = "io.katacontainers.config.hypervisor.cc_init_data"
+#: Turns on the attestation-agent REST API inside the guest (it changes MEASUREMENT).
+AA_REST_KERNEL_PARAMS: Final = "agent.guest_components_rest_api=attestation"
+#: Node Feature Discovery label that kata-deploy's SNP RuntimeClass also selects on.
+SNP_NODE_LABEL: Final = "amd.feature.node.kubernetes.io/snp"
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayProfile:
+    """What an overlay fixes: runtime class, evidence provider, node selection, annotations."""
+
+    runtime_class: str
+    evidence: EvidenceMode
+    node_selector: tuple[tuple[str, str], ...] = ()
+    aa_rest_api: bool = False
+
+
+OVERLAYS: Final[dict[str, OverlayProfile]] = {
+    "snp": OverlayProfile(
+        runtime_class="kata-qemu-snp",
+        evidence="coco-aa",
+        node_selector=((SNP_NODE_LABEL, "true"),),
+        aa_rest_api=True,
+    ),
+    "coco-dev": OverlayProfile(runtime_class="kata-qemu-coco-dev", evidence="simulated"),
+    "peer-pods": OverlayProfile(runtime_class="kata-remote", evidence="coco-aa", aa_rest_api=True),
+}
+
+_TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
+_MEMORY = re.compile(r"^[1-9][0-9]{0,5}(Mi|Gi)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_RUNTIME_CLASS = _DNS_SUBDOMAIN
+_CLAIM_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+
+MAX_NAME: Final = 63
+_HASH_CHARS: Final = 10
+
+
+def job_name(tenant: str, run_id: str) -> str:
+    """``<tenant>-<run id, sanitised>-<10 hex of sha256(tenant/run_id)>``, at most 63 chars.
+
+    The hash is always present: sanitising (``A.b`` and ``a-b``) and joining (tenant ``a-b``
+    run ``c`` versus tenant ``a`` run ``b-c``) both lose information, so the readable part
+    alone could map two runs to one Job. The readable part is truncated to fit.
+    """
+    _check_tenant(tenant)
+    _check_run_id(run_id)
+    suffix = hashlib.sha256(f"{tenant}/{run_id}".encode()).hexdigest()[:_HASH_CHARS]
+    readable = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", f"{tenant}-{run_id}".lower()))
+    readable = readable[: MAX_NAME - _HASH_CHARS - 1].strip("-")
+    return f"{readable}-{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusUrl:
+    """An ``https://`` URL of the corpus ``.tar.gz``; the pod fetches and re-verifies it."""
+
+    url: str
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith("https://") or any(c.isspace() for c in self.url):
+            raise UsageError(f"corpus URL must be an https:// URL, got {self.url!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusVolume:
+    """A corpus directory at ``path`` inside PersistentVolumeClaim ``claim`` (mounted read-only)."""
+
+    claim: str
+    path: str
+
+    def __post_init__(self) -> None:
+        if not _DNS_SUBDOMAIN.match(self.claim):
+            raise UsageError(f"corpus claim {self.claim!r} is not a valid PVC name")
+        if not _CLAIM_PATH.match(self.path) or ".." in self.path.split("/"):
+            raise UsageError(
+                f"corpus path {self.path!r} must be a relative path inside the claim "
+                "(letters, digits, '.', '_', '-', separated by '/', no '..')"
+            )
+
+
+CorpusSource = CorpusUrl | CorpusVolume
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySpec:
+    """Everything that defines one replay Job. Validates on construction."""
+
+    tenant: str
+    run_id: str
+    corpus: CorpusSource
+    checksum: str
+    image: str
+    overlay: Overlay
+    namespace: str = "attested-replay"
+    runtime_class: str | None = None
+    cpu: int = 2
+    memory: str = "4Gi"
+    backoff_limit: int = 2
+    active_deadline_seconds: int = 7200
+    ttl_seconds_after_finished: int = 86400
+    publish_url: str | None = None
+    publish_token_secret: str | None = None
+    init_data_toml: bytes | None = None
+    service_account: str = "attested-replay-job"
+
+    def __post_init__(self) -> None:
+        _check_tenant(self.tenant)
+        _check_run_id(self.run_id)
+        if self.overlay not in OVERLAYS:
+            raise UsageError(f"unknown overlay {self.overlay!r}; choose one of {sorted(OVERLAYS)}")
+        if not _SHA256.match(self.checksum):
+            raise UsageError(f"checksum must be sha256:<64 lowercase hex>, got {self.checksum!r}")
+        if not _IMAGE.match(self.image):
+            raise UsageError(
+                f"image must be pinned by digest (repo@sha256:<64 hex>), got {self.image!r}; "
+                "tags are mutable and the TEE must run exactly the image the tenant expects"
+            )
+        if not _DNS_LABEL.match(self.namespace):
+            raise UsageError(f"namespace {self.namespace!r} is not a DNS-1123 label")
+        if self.runtime_class is not None and not _RUNTIME_CLASS.match(self.runtime_class):
+            raise UsageError(f"runtime class {self.runtime_class!r} is not a valid name")
+        if type(self.cpu) is not int or not 1 <= self.cpu <= 64:
+            raise UsageError(
+                f"cpu must be a whole number of vCPUs from 1 to 64, got {self.cpu!r} "
+                "(the vCPU count is part of the SNP launch measurement)"
+            )
+        if not _MEMORY.match(self.memory):
+            raise UsageError(f"memory must look like 4Gi or 512Mi, got {self.memory!r}")
+        for field, value, low in (
+            ("backoff_limit", self.backoff_limit, 0),
+            ("active_deadline_seconds", self.active_deadline_seconds, 1),
+            ("ttl_seconds_after_finished", self.ttl_seconds_after_finished, 0),
+        ):
+            if type(value) is not int or value < low:
+                raise UsageError(f"{field} must be an integer >= {low}, got {value!r}")
+        if self.publish_url is not None and not self.publish_url.startswith(
+            ("https://", "http://")
+        ):
+            raise UsageError(f"publish URL must be http(s)://, got {self.publish_url!r}")
+        if self.publish_token_secret is not None:
+            if self.publish_url is None:
+                raise UsageError("a publish token secret needs a publish URL")
+            if not _DNS_SUBDOMAIN.match(self.publish_token_secret):
+                raise UsageError(f"secret name {self.publish_token_secret!r} is not valid")
+
+    @property
+    def profile(self) -> OverlayProfile:
+        return OVERLAYS[self.overlay]
+
+    @property
+    def name(self) -> str:
+        return job_name(self.tenant, self.run_id)
+
+
+def init_data_annotation(toml_bytes: bytes) -> str:
+    """base64(gzip(TOML)) as Kata reads ``cc_init_data``; gzip with mtime 0 so it is stable."""
+    return base64.b64encode(gzip.compress(toml_bytes, compresslevel=9, mtime=0)).decode()
+
+
+def spec_digest(job_spec: dict[str, Any]) -> str:
+    """``sha256:`` of the RFC 8785 canonical JSON of a Job's ``spec``."""
+    return "sha256:" + hashlib.sha256(canonicalize(job_spec)).hexdigest()
+
+
+def build_job(spec: ReplaySpec) -> dict[str, Any]:
+    """The batch/v1 Job for ``spec`` in wire form (camelCase keys)."""
+    name = spec.name
+    profile = spec.profile
+    pod_labels = {
+        "app.kubernetes.io/name": "attested-replay",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "replay",
+        "app.kubernetes.io/part-of": "attested-replay",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_TENANT: spec.tenant,
+    }
+    job_spec: dict[str, Any] = {
+        "backoffLimit": spec.backoff_limit,
+        "completions": 1,
+        "parallelism": 1,
+        "activeDeadlineSeconds": spec.active_deadline_seconds,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER_NAME,
+                        "operator": "In",
+                        "values": list(DETERMINISTIC_EXIT_CODES),
+                    },
+                },
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+            ]
+        },
+        "template": {
+            "metadata": {"labels": pod_labels, "annotations": _pod_annotations(spec)},
+            "spec": _pod_spec(spec, profile),
+        },
+    }
+    annotations = {
+        ANNOTATION_RUN_ID: spec.run_id,
+        ANNOTATION_TENANT: spec.tenant,
+        ANNOTATION_CORPUS: spec.checksum,
+        ANNOTATION_SPEC_DIGEST: spec_digest(job_spec),
+    }
+    if spec.publish_url is not None:
+        annotations[ANNOTATION_PUBLISH_URL] = spec.publish_url
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": {**pod_labels, "app.kubernetes.io/version": _version()},
+            "annotations": annotations,
+        },
+        "spec": job_spec,
+    }
+
+
+def _pod_annotations(spec: ReplaySpec) -> dict[str, str]:
+    annotations: dict[str, str] = {}
+    if spec.profile.aa_rest_api:
+        annotations[KATA_KERNEL_PARAMS] = AA_REST_KERNEL_PARAMS
+    if spec.init_data_toml is not None:
+        annotations[KATA_INIT_DATA] = init_data_annotation(spec.init_data_toml)
+    return annotations
+
+
+def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
+    args = [
+        "run",
+        "--corpus",
+        spec.corpus.url
+        if isinstance(spec.corpus, CorpusUrl)
+        else f"{CORPUS_MOUNT}/{spec.corpus.path}",
+        "--run-id",
+        spec.run_id,
+        "--tenant",
+        spec.tenant,
+        "--evidence",
+        profile.evidence,
+        "--out",
+        ENVELOPE_PATH,
+        "--expect-checksum",
+        spec.checksum,
+        "--termination-log",
+        "/dev/termination-log",
+        "--frame-envelope",
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "out", "emptyDir": {"sizeLimit": "256Mi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "out", "mountPath": OUT_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+    ]
+    if isinstance(spec.corpus, CorpusVolume):
+        volumes.append(
+            {
+                "name": "corpus",
+                "persistentVolumeClaim": {"claimName": spec.corpus.claim, "readOnly": True},
+            }
+        )
+        mounts.append({"name": "corpus", "mountPath": CORPUS_MOUNT, "readOnly": True})
+    if spec.publish_url is not None:
+        args += ["--publish", spec.publish_url]
+        if spec.publish_token_secret is not None:
+            args += ["--publish-token-file", f"{PUBLISH_TOKEN_DIR}/{PUBLISH_TOKEN_KEY}"]
+            volumes.append(
+                {
+                    "name": "publish-token",
+                    "secret": {"secretName": spec.publish_token_secret, "defaultMode": 0o440},
+                }
+            )
+            mounts.append(
+                {"name": "publish-token", "mountPath": PUBLISH_TOKEN_DIR, "readOnly": True}
+            )
+    quantity = {"cpu": str(spec.cpu), "memory": spec.memory}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "runtimeClassName": spec.runtime_class or profile.runtime_class,
+        "serviceAccountName": spec.service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_UID,
+            "runAsGroup": RUN_AS_UID,
+            "fsGroup": RUN_AS_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": CONTAINER_NAME,
+                "image": spec.image,
+                "imagePullPolicy": "Always",
+                "command": ["attested-replay"],
+                "args": args,
+                "resources": {"requests": dict(quantity), "limits": dict(quantity)},
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if profile.node_selector:
+        pod["nodeSelector"] = dict(profile.node_selector)
+    return pod
+
+
+def _version() -> str:
+    from runner import __version__
+
+    return __version__
+
+
+def _check_tenant(tenant: str) -> None:
+    if not _TENANT.match(tenant):
+        raise UsageError(f"tenant {tenant!r} must be a DNS label (a-z, 0-9, '-', <= 63 chars)")
+
+
+def _check_run_id(run_id: str) -> None:
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"run ID {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")

@@ -1,0 +1,87 @@
+"""Retry Kubernetes API calls on 5xx, 429 and dropped connections, with capped backoff.
+
+Creation is safe to retry because Job names are deterministic: a create that reached the
+server before the connection dropped comes back as 409 and is attached by spec digest.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from runner.k8s.errors import ApiUnavailableError
+
+T = TypeVar("T")
+log = structlog.get_logger("attested-replay.k8s")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 6
+    base_delay: float = 0.25
+    max_delay: float = 8.0
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff with full jitter (attempt counts from 0)."""
+        ceiling = min(self.max_delay, self.base_delay * (2**attempt))
+        return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not a secret
+
+
+def is_transient(error: BaseException) -> bool:
+    """5xx/429 answers and transport errors; everything else is a real answer."""
+    if isinstance(error, ApiException):
+        return error.status is not None and (error.status >= 500 or error.status == 429)
+    return isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+def call(
+    policy: RetryPolicy, what: str, fn: Callable[..., T], *args: object, **kwargs: object
+) -> T:
+    """``fn(*args, **kwargs)``, retried while the failure is transient."""
+    for attempt in range(policy.attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if attempt == policy.attempts - 1:
+                raise ApiUnavailableError(
+                    f"Kubernetes API call {what} failed {policy.attempts} times; last error: "
+                    f"{describe(exc)}"
+                ) from exc
+            log.warning("k8s_api_retry", call=what, attempt=attempt + 1, error=describe(exc))
+            time.sleep(policy.delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_json(response: object) -> dict[str, Any]:
+    """The JSON body of a ``_preload_content=False`` response, released back to the pool."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        raise TypeError(f"expected a raw HTTP response, got {type(response).__name__}")
+    try:
+        data = json.loads(response.data)
+    finally:
+        response.release_conn()
+    if not isinstance(data, dict):
+        raise ApiUnavailableError("Kubernetes API answered with a non-object JSON body")
+    return data
+
+
+def describe(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        detail = error.reason or ""
+        try:
+            body = json.loads(error.body) if error.body else {}
+            detail = body.get("message", detail) if isinstance(body, dict) else detail
+        except (ValueError, TypeError):
+            pass
+        return f"HTTP {error.status}: {detail}"
+    return f"{type(error).__name__}: {error}"

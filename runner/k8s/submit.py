@@ -1,0 +1,450 @@
+"""Submit replay Jobs idempotently, and collect and verify their envelopes.
+
+A run ID names exactly one replay. The Job name is derived from tenant and run ID, so a
+retried create either creates the Job or meets ``409 AlreadyExists``; then the existing
+Job's ``spec-digest`` annotation decides: equal means attach to it, different means refuse.
+``generateName`` is never used: a retry after a lost response would start a second TEE.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import requests
+import structlog
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from attestation.envelope import Envelope
+from runner.errors import VerificationFailedError
+from runner.k8s import retry
+from runner.k8s.errors import (
+    EnvelopeMismatchError,
+    EnvelopeMissingError,
+    PodCannotRunError,
+    RunConflictError,
+    RunDeletedError,
+    RunFailedError,
+    RunNotFoundError,
+    WaitTimeoutError,
+)
+from runner.k8s.job import (
+    ANNOTATION_CORPUS,
+    ANNOTATION_PUBLISH_URL,
+    ANNOTATION_RUN_ID,
+    ANNOTATION_SPEC_DIGEST,
+    ANNOTATION_TENANT,
+    CONTAINER_NAME,
+    TRACKING_SELECTOR,
+    ReplaySpec,
+    build_job,
+)
+from runner.k8s.retry import RetryPolicy, read_json
+from runner.k8s.state import RunOutcome, RunStatus, job_outcome, job_status
+from runner.k8s.watch import INSTANCE_LABEL, JobTracker, ProgressCallback
+
+log = structlog.get_logger("attested-replay.k8s")
+
+VerifyEnvelope = Callable[[bytes], None]
+FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
+#: Upper bound on the pod log read for the framed line (an envelope is ~10 KB).
+MAX_LOG_BYTES: Final = 4 * 1024 * 1024
+MAX_ENVELOPE_BYTES: Final = 1024 * 1024
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    name: str
+    namespace: str
+    run_id: str
+    tenant: str
+    spec_digest: str
+    attached: bool
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.name,
+            "namespace": self.namespace,
+            "runId": self.run_id,
+            "tenant": self.tenant,
+            "specDigest": self.spec_digest,
+            "attached": self.attached,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TerminationReport:
+    """The pod's termination message: the digests it produced."""
+
+    run_id: str
+    envelope: str
+    result: str
+    corpus_checksum: str
+
+    @classmethod
+    def parse(cls, message: str, *, where: str) -> TerminationReport:
+        try:
+            data = json.loads(message)
+        except ValueError as exc:
+            raise EnvelopeMissingError(f"{where}: termination message is not JSON: {exc}") from exc
+        if not isinstance(data, dict) or data.get("v") != 1:
+            raise EnvelopeMissingError(f"{where}: termination message is not version 1: {data!r}")
+        fields = {}
+        for key in ("runId", "envelope", "result", "corpusChecksum"):
+            value = data.get(key)
+            if not isinstance(value, str) or (key != "runId" and not _DIGEST.match(value)):
+                raise EnvelopeMissingError(
+                    f"{where}: termination message field {key!r} is missing or malformed"
+                )
+            fields[key] = value
+        return cls(fields["runId"], fields["envelope"], fields["result"], fields["corpusChecksum"])
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedEnvelope:
+    name: str
+    run_id: str
+    tenant: str
+    envelope: bytes
+    digest: str
+    result_digest: str
+    source: Literal["publication", "pod-log"]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.name,
+            "runId": self.run_id,
+            "tenant": self.tenant,
+            "envelope": self.digest,
+            "result": self.result_digest,
+            "source": self.source,
+            "verified": True,
+        }
+
+
+class Submitter:
+    """Kubernetes operations of the operator CLI, on the official client."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespace: str,
+        retry_policy: RetryPolicy | None = None,
+        watch_timeout: int = 60,
+        http: requests.Session | None = None,
+        publish_token: str | None = None,
+    ) -> None:
+        self._api_client = api_client
+        self._batch = client.BatchV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self._retry = retry_policy or RetryPolicy()
+        self._watch_timeout = watch_timeout
+        self._http = http or _publication_session()
+        self._publish_token = publish_token
+
+    # -- submit ---------------------------------------------------------------------------
+
+    def submit(self, spec: ReplaySpec) -> Submission:
+        """Create the Job, or attach to an identical one; never a second run per run ID."""
+        if spec.namespace != self.namespace:
+            raise RunConflictError(
+                f"spec namespace {spec.namespace!r} differs from the submitter's {self.namespace!r}"
+            )
+        body = build_job(spec)
+        digest = body["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
+        name = body["metadata"]["name"]
+        try:
+            response: Any = retry.call(
+                self._retry,
+                "create job",
+                self._batch.create_namespaced_job,
+                self.namespace,
+                body,
+                _preload_content=False,
+            )
+            response.release_conn()
+            attached = False
+        except ApiException as exc:
+            if exc.status != 409:
+                raise RunFailedError(
+                    f"creating Job {name} was refused: {retry.describe(exc)}", reason="Rejected"
+                ) from exc
+            existing = self._read_job(name)
+            existing_digest = (existing["metadata"].get("annotations") or {}).get(
+                ANNOTATION_SPEC_DIGEST
+            )
+            if existing_digest != digest:
+                raise RunConflictError(
+                    f"run {spec.run_id!r} of tenant {spec.tenant!r} already exists as Job {name} "
+                    f"with a different spec (existing {existing_digest or 'no spec digest'}, "
+                    f"submitted {digest}); a run ID names one replay: use a new run ID"
+                ) from exc
+            attached = True
+        log.info("k8s_job_submitted", job=name, run_id=spec.run_id, attached=attached)
+        return Submission(name, self.namespace, spec.run_id, spec.tenant, digest, attached)
+
+    # -- wait -----------------------------------------------------------------------------
+
+    def wait(
+        self,
+        names: Iterable[str],
+        *,
+        timeout: float,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, RunOutcome]:
+        """Outcomes of all named Jobs, tracked with one Job watch and one Pod watch."""
+        tracker = JobTracker(
+            self._api_client,
+            self.namespace,
+            selector=TRACKING_SELECTOR,
+            watch_timeout=self._watch_timeout,
+            retry=self._retry,
+        )
+        return tracker.wait(names, timeout=timeout, on_progress=on_progress)
+
+    # -- collect --------------------------------------------------------------------------
+
+    def collect(
+        self,
+        name: str,
+        *,
+        verify_envelope: VerifyEnvelope,
+        publish_url: str | None = None,
+    ) -> CollectedEnvelope:
+        """The verified envelope of a completed Job; every mismatch is an error."""
+        job = self._read_job(name)
+        annotations = job["metadata"].get("annotations") or {}
+        run_id = annotations.get(ANNOTATION_RUN_ID)
+        tenant = annotations.get(ANNOTATION_TENANT)
+        checksum = annotations.get(ANNOTATION_CORPUS)
+        if not (run_id and tenant and checksum):
+            raise EnvelopeMissingError(f"Job {name} lacks the attested-replay annotations")
+        outcome = job_outcome(job)
+        if outcome is None or outcome.state != "succeeded":
+            state = "still running" if outcome is None else outcome.explain()
+            raise EnvelopeMissingError(f"Job {name} has not completed: {state}")
+        pod, report = self._termination_report(name)
+        if report.run_id != run_id:
+            raise EnvelopeMismatchError(
+                f"Job {name}: pod reports run ID {report.run_id!r}, the Job is {run_id!r}"
+            )
+        if report.corpus_checksum != checksum:
+            raise EnvelopeMismatchError(
+                f"Job {name}: pod verified corpus {report.corpus_checksum}, expected {checksum}"
+            )
+        base_url = publish_url or annotations.get(ANNOTATION_PUBLISH_URL)
+        if base_url:
+            envelope = self._from_publication(base_url, tenant, run_id)
+            source: Literal["publication", "pod-log"] = "publication"
+        else:
+            envelope = self._from_pod_log(pod)
+            source = "pod-log"
+        digest = "sha256:" + hashlib.sha256(envelope).hexdigest()
+        if digest != report.envelope:
+            raise EnvelopeMismatchError(
+                f"Job {name}: collected envelope is {digest}, the pod reported {report.envelope}"
+            )
+        _check_envelope_fields(envelope, run_id=run_id, tenant=tenant, report=report, name=name)
+        verify_envelope(envelope)
+        log.info("k8s_envelope_collected", job=name, envelope=digest, source=source)
+        return CollectedEnvelope(name, run_id, tenant, envelope, digest, report.result, source)
+
+    def _termination_report(self, name: str) -> tuple[str, TerminationReport]:
+        pods = read_json(
+            retry.call(
+                self._retry,
+                "list pods",
+                self._core.list_namespaced_pod,
+                self.namespace,
+                label_selector=f"{INSTANCE_LABEL}={name}",
+                _preload_content=False,
+            )
+        )
+        for pod in pods.get("items") or []:
+            if (pod.get("status") or {}).get("phase") != "Succeeded":
+                continue
+            for container in (pod.get("status") or {}).get("containerStatuses") or []:
+                terminated = (container.get("state") or {}).get("terminated") or {}
+                if container.get("name") == CONTAINER_NAME and terminated.get("exitCode") == 0:
+                    pod_name = str(pod["metadata"]["name"])
+                    message = terminated.get("message")
+                    if not message:
+                        raise EnvelopeMissingError(
+                            f"pod {pod_name} of Job {name} left no termination message"
+                        )
+                    return pod_name, TerminationReport.parse(message, where=f"pod {pod_name}")
+        raise EnvelopeMissingError(
+            f"Job {name} has no succeeded pod (it may have been removed by its TTL)"
+        )
+
+    def _from_pod_log(self, pod: str) -> bytes:
+        text = retry.call(
+            self._retry,
+            "read pod log",
+            self._core.read_namespaced_pod_log,
+            pod,
+            self.namespace,
+            container=CONTAINER_NAME,
+            limit_bytes=MAX_LOG_BYTES,
+        )
+        frames = {
+            line[len(FRAME_PREFIX) :].strip()
+            for line in str(text).splitlines()
+            if line.startswith(FRAME_PREFIX)
+        }
+        if len(frames) != 1:
+            raise EnvelopeMissingError(
+                f"pod {pod}: expected one {FRAME_PREFIX.strip()} line in the log, found "
+                f"{len(frames)} (a CoCo agent policy may block log reads; use --publish-url)"
+            )
+        try:
+            return base64.b64decode(frames.pop(), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise EnvelopeMissingError(f"pod {pod}: framed envelope is not base64: {exc}") from exc
+
+    def _from_publication(self, base_url: str, tenant: str, run_id: str) -> bytes:
+        url = f"{base_url.rstrip('/')}/v1/tenants/{tenant}/runs/{run_id}"
+        headers = {"Accept": "application/json"}
+        if self._publish_token is not None:
+            headers["Authorization"] = f"Bearer {self._publish_token}"
+        try:
+            response = self._http.get(url, headers=headers, timeout=(3.05, 30), stream=True)
+            body = response.raw.read(MAX_ENVELOPE_BYTES + 1, decode_content=True)
+        except requests.RequestException as exc:
+            raise EnvelopeMissingError(f"publication endpoint {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise EnvelopeMissingError(
+                f"publication endpoint {url} answered HTTP {response.status_code}"
+            )
+        if len(body) > MAX_ENVELOPE_BYTES:
+            raise EnvelopeMissingError(f"publication endpoint {url}: envelope exceeds 1 MiB")
+        return bytes(body)
+
+    # -- status, list, cancel -------------------------------------------------------------
+
+    def status(self, name: str) -> RunStatus:
+        return job_status(self._read_job(name))
+
+    def list_runs(self) -> list[RunStatus]:
+        listing = read_json(
+            retry.call(
+                self._retry,
+                "list jobs",
+                self._batch.list_namespaced_job,
+                self.namespace,
+                label_selector=TRACKING_SELECTOR,
+                _preload_content=False,
+            )
+        )
+        return sorted(
+            (job_status(job) for job in listing.get("items") or []),
+            key=lambda status: (status.tenant, status.run_id),
+        )
+
+    def cancel(self, name: str) -> None:
+        """Delete the Job and (in the background) its pods; the TEE is torn down."""
+        try:
+            response: Any = retry.call(
+                self._retry,
+                "delete job",
+                self._batch.delete_namespaced_job,
+                name,
+                self.namespace,
+                propagation_policy="Background",
+                _preload_content=False,
+            )
+            response.release_conn()
+        except ApiException as exc:
+            if exc.status == 404:
+                raise RunNotFoundError(f"no Job {name} in namespace {self.namespace}") from exc
+            raise
+
+    def _read_job(self, name: str) -> dict[str, Any]:
+        try:
+            return read_json(
+                retry.call(
+                    self._retry,
+                    "read job",
+                    self._batch.read_namespaced_job,
+                    name,
+                    self.namespace,
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise RunNotFoundError(f"no Job {name} in namespace {self.namespace}") from exc
+            raise RunFailedError(
+                f"reading Job {name} failed: {retry.describe(exc)}", reason="ApiError"
+            ) from exc
+
+
+def raise_for_outcome(outcome: RunOutcome) -> None:
+    """Turn a non-success outcome into its precise ``SubmitError``."""
+    if outcome.state == "succeeded":
+        return
+    message = outcome.explain()
+    if outcome.state == "cannot-run":
+        raise PodCannotRunError(message, reason=outcome.reason)
+    if outcome.state == "failed":
+        raise RunFailedError(message, reason=outcome.reason)
+    if outcome.state == "deleted":
+        raise RunDeletedError(message)
+    raise WaitTimeoutError(message)
+
+
+def _check_envelope_fields(
+    envelope: bytes, *, run_id: str, tenant: str, report: TerminationReport, name: str
+) -> None:
+    """The envelope must be about this run; full verification is the injected verifier's."""
+    try:
+        parsed = Envelope.model_validate_json(envelope)
+    except ValidationError as exc:
+        raise VerificationFailedError(
+            f"Job {name}: envelope does not parse: {exc.error_count()} errors, first: "
+            f"{exc.errors()[0]['msg']}",
+            verifier_exit_code=1,
+        ) from exc
+    checks = (
+        ("runId", parsed.run_id, run_id),
+        ("tenant", parsed.tenant, tenant),
+        ("binding.corpusChecksum", parsed.binding.corpus_checksum, report.corpus_checksum),
+        ("binding.resultDigest", parsed.binding.result_digest, report.result),
+    )
+    for field, actual, expected in checks:
+        if actual != expected:
+            raise EnvelopeMismatchError(
+                f"Job {name}: envelope {field} is {actual!r}, expected {expected!r}"
+            )
+
+
+def _publication_session() -> requests.Session:
+    session = requests.Session()
+    adapter = HTTPAdapter(
+        max_retries=Retry(
+            total=5,
+            connect=3,
+            read=3,
+            status=3,
+            backoff_factor=0.5,
+            status_forcelist=(429, 500, 502, 503, 504),
+            allowed_methods={"GET"},
+            raise_on_status=False,
+        )
+    )
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session

@@ -1,0 +1,351 @@
+"""The publisher: deliver an envelope to a ``dir://`` or ``https://`` target, spooling it first.
+
+Every envelope goes to the spool before delivery and leaves it only once the target has
+confirmed it, so a crash, an outage or a refusal never loses one. HTTP delivery is two
+idempotent PUTs (``docs/publishing.md``): the envelope under its digest, then the write-once
+``runs/{runId}`` pointer. urllib3 retries connection errors, 429 and 5xx with exponential
+backoff, honouring ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ipaddress
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import requests
+import structlog
+from pydantic import ValidationError
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from attestation.envelope import Envelope
+from runner.errors import InputError, PublishError, UsageError
+from runner.fsutil import atomic_write
+from runner.publish.checkpoint import CheckpointError, parse_signed_note
+from runner.publish.entries import RUN_ID_PATTERN, TENANT_PATTERN, LogEntry
+from runner.publish.merkle import leaf_hash, verify_inclusion
+from runner.publish.spool import Spool, SpoolItem, default_spool_dir
+
+log = structlog.get_logger("attested-replay.publish")
+
+Status = Literal["created", "already-present"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How hard one delivery tries before the envelope is left in the spool."""
+
+    total: int = 6
+    connect: int = 4
+    read: int = 3
+    status: int = 4
+    backoff_factor: float = 0.5
+    backoff_max: float = 30.0
+    connect_timeout: float = 3.05
+    read_timeout: float = 30.0
+
+    def retry(self) -> Retry:
+        return Retry(
+            total=self.total,
+            connect=self.connect,
+            read=self.read,
+            status=self.status,
+            other=0,
+            backoff_factor=self.backoff_factor,
+            backoff_max=self.backoff_max,
+            backoff_jitter=self.backoff_factor / 2,
+            status_forcelist=(429, 500, 502, 503, 504),
+            allowed_methods=frozenset({"GET", "HEAD", "PUT"}),
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    digest: str  # "sha256:<hex>" of the exact bytes published
+    status: Status
+    target: str
+    log_index: int | None = None
+    tree_size: int | None = None
+    checkpoint: str | None = None  # the C2SP signed note returned with the publish
+    inclusion_proof: tuple[str, ...] | None = None  # base64 hashes, RFC 9162 order
+
+
+class DeliveryError(Exception):
+    """One delivery attempt (with its retries) failed; the item stays spooled."""
+
+
+def new_session(token: str | None, policy: RetryPolicy) -> requests.Session:
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=policy.retry())
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    if token is not None:
+        session.headers["Authorization"] = f"Bearer {token}"
+    session.headers["User-Agent"] = "attested-replay-publisher/1"
+    return session
+
+
+def check_target(target: str) -> None:
+    """Refuse targets other than ``dir://``, ``https://`` and loopback ``http://``."""
+    parts = urlsplit(target)
+    if parts.scheme == "dir":
+        if not (parts.netloc + parts.path):
+            raise UsageError(f"target {target!r} names no directory")
+        return
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise UsageError(f"target {target!r} must be dir://PATH or https://HOST[/PREFIX]")
+    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        raise UsageError(f"plain http:// is allowed only for loopback hosts, not {parts.hostname}")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_envelope(envelope_bytes: bytes, tenant: str, run_id: str) -> None:
+    if not TENANT_PATTERN.fullmatch(tenant):
+        raise UsageError(f"tenant {tenant!r} is not a tenant id (a DNS label)")
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise UsageError(f"run id {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")
+    try:
+        envelope = Envelope.model_validate_json(envelope_bytes)
+    except ValidationError as exc:
+        raise InputError(f"not a valid attestation envelope: {exc}") from exc
+    if envelope.tenant != tenant or envelope.run_id != run_id:
+        raise InputError(
+            f"envelope is for tenant {envelope.tenant!r} run {envelope.run_id!r}, "
+            f"not tenant {tenant!r} run {run_id!r}"
+        )
+
+
+def publish_envelope(
+    target: str,
+    envelope_bytes: bytes,
+    *,
+    tenant: str,
+    run_id: str,
+    token: str | None,
+    spool_dir: Path | None = None,
+    retry: RetryPolicy | None = None,
+    session: requests.Session | None = None,
+) -> PublishOutcome:
+    """Publish one envelope; on failure it stays spooled and :class:`PublishError` says so."""
+    check_target(target)
+    _check_envelope(envelope_bytes, tenant, run_id)
+    if urlsplit(target).scheme != "dir" and token is None:
+        raise UsageError(f"publishing to {target} needs a token (--publish-token-file)")
+    spool = Spool(spool_dir or default_spool_dir())
+    item = spool.add(envelope_bytes, tenant=tenant, run_id=run_id, target=target)
+    try:
+        outcome = deliver(
+            item, envelope_bytes, target=target, token=token, retry=retry, session=session
+        )
+    except DeliveryError as exc:
+        raise PublishError(
+            f"could not publish {item.digest} to {target}: {exc}; the envelope is kept in the "
+            f"spool {spool.directory}; deliver it later with "
+            f"`attested-replay publish --flush --spool-dir {spool.directory} --token-file FILE`"
+        ) from exc
+    spool.remove(item.digest)
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class FlushReport:
+    delivered: tuple[PublishOutcome, ...]
+    failed: tuple[tuple[str, str], ...]  # (digest, reason)
+
+
+def flush_spool(
+    *,
+    spool_dir: Path | None = None,
+    target: str | None = None,
+    token: str | None,
+    retry: RetryPolicy | None = None,
+) -> FlushReport:
+    """Deliver every spooled envelope (to ``target`` when given, else to its recorded target).
+    Idempotent: already-present counts as delivered; only delivered items leave the spool."""
+    if target is not None:
+        check_target(target)
+    spool = Spool(spool_dir or default_spool_dir())
+    delivered: list[PublishOutcome] = []
+    failed: list[tuple[str, str]] = []
+    session = new_session(token, retry or RetryPolicy())
+    with session:
+        for item in spool.items():
+            destination = target or item.target
+            try:
+                check_target(destination)
+                outcome = deliver(
+                    item,
+                    item.envelope_bytes(),
+                    target=destination,
+                    token=token,
+                    retry=retry,
+                    session=session,
+                )
+            except (DeliveryError, UsageError, InputError) as exc:
+                log.warning("spool_item_not_delivered", digest=item.digest, error=str(exc))
+                failed.append((item.digest, str(exc)))
+                continue
+            spool.remove(item.digest)
+            delivered.append(outcome)
+    return FlushReport(tuple(delivered), tuple(failed))
+
+
+def deliver(
+    item: SpoolItem,
+    envelope_bytes: bytes,
+    *,
+    target: str,
+    token: str | None,
+    retry: RetryPolicy | None = None,
+    session: requests.Session | None = None,
+) -> PublishOutcome:
+    if urlsplit(target).scheme == "dir":
+        return _deliver_to_directory(item, envelope_bytes, target)
+    policy = retry or RetryPolicy()
+    if session is not None:
+        return _deliver_http(item, envelope_bytes, target, session, policy)
+    with new_session(token, policy) as own_session:
+        return _deliver_http(item, envelope_bytes, target, own_session, policy)
+
+
+def _directory_of(target: str) -> Path:
+    parts = urlsplit(target)
+    return Path(parts.netloc + parts.path)
+
+
+def _deliver_to_directory(item: SpoolItem, data: bytes, target: str) -> PublishOutcome:
+    """``<root>/<tenant>/envelopes/sha256-<hex>.json`` and ``<root>/<tenant>/runs/<runId>``."""
+    root = _directory_of(target) / item.tenant
+    path = root / "envelopes" / f"sha256-{item.digest.removeprefix('sha256:')}.json"
+    status: Status = "created"
+    if path.exists():
+        if path.read_bytes() != data:
+            raise DeliveryError(f"{path} exists with different bytes (corrupted store)")
+        status = "already-present"
+    else:
+        atomic_write(path, data)
+    run_path = root / "runs" / item.run_id
+    if run_path.exists():
+        existing = run_path.read_text(encoding="utf-8").strip()
+        if existing != item.digest:
+            raise DeliveryError(f"run {item.run_id!r} already points to {existing}")
+    else:
+        atomic_write(run_path, item.digest.encode() + b"\n")
+    return PublishOutcome(digest=item.digest, status=status, target=target)
+
+
+def _deliver_http(
+    item: SpoolItem,
+    data: bytes,
+    target: str,
+    session: requests.Session,
+    policy: RetryPolicy,
+) -> PublishOutcome:
+    base = target.rstrip("/") + f"/v1/tenants/{item.tenant}"
+    timeout = (policy.connect_timeout, policy.read_timeout)
+    content_digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    headers = {
+        "Content-Type": "application/json",
+        "If-None-Match": "*",
+        "Content-Digest": f"sha-256=:{content_digest}:",
+    }
+    try:
+        response = session.put(
+            f"{base}/envelopes/{item.digest}", data=data, headers=headers, timeout=timeout
+        )
+    except requests.RequestException as exc:
+        raise DeliveryError(f"envelope upload failed: {exc}") from exc
+    if response.status_code not in (200, 201, 412):
+        raise DeliveryError(f"envelope upload answered {_describe(response)}")
+    body = _json_or_empty(response)
+    status: Status = "created" if response.status_code == 201 else "already-present"
+    try:
+        pointer = session.put(
+            f"{base}/runs/{item.run_id}",
+            json={"envelope": item.digest},
+            timeout=timeout,
+        )
+    except requests.RequestException as exc:
+        raise DeliveryError(f"run pointer failed: {exc}") from exc
+    if pointer.status_code not in (200, 201):
+        raise DeliveryError(f"run pointer answered {_describe(pointer)}")
+    outcome = PublishOutcome(digest=item.digest, status=status, target=target)
+    if "logIndex" in body:
+        outcome = _with_log_receipt(outcome, item, body)
+    log.info("envelope_published", digest=item.digest, status=status, target=target)
+    return outcome
+
+
+def _with_log_receipt(
+    outcome: PublishOutcome, item: SpoolItem, body: dict[str, Any]
+) -> PublishOutcome:
+    """Check the returned inclusion proof against the returned checkpoint's root."""
+    try:
+        index = int(body["logIndex"])
+        size = int(body["treeSize"])
+        note = str(body["checkpoint"])
+        proof = tuple(str(h) for h in body["inclusionProof"])
+        checkpoint, _signatures = parse_signed_note(note)
+        hashes = [base64.b64decode(h, validate=True) for h in proof]
+    except (KeyError, TypeError, ValueError, binascii.Error, CheckpointError) as exc:
+        raise DeliveryError(f"the server's log receipt is malformed: {exc}") from exc
+    entry = LogEntry(tenant=item.tenant, run_id=item.run_id, envelope=item.digest).to_bytes()
+    if checkpoint.size != size or not verify_inclusion(
+        leaf_hash(entry), index, size, hashes, checkpoint.root
+    ):
+        raise DeliveryError("the server's inclusion proof does not match its checkpoint")
+    return PublishOutcome(
+        digest=outcome.digest,
+        status=outcome.status,
+        target=outcome.target,
+        log_index=index,
+        tree_size=size,
+        checkpoint=note,
+        inclusion_proof=proof,
+    )
+
+
+def _json_or_empty(response: requests.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _describe(response: requests.Response) -> str:
+    detail = _json_or_empty(response).get("error") or response.text[:200]
+    return f"HTTP {response.status_code}: {detail}"
+
+
+def receipt_json(outcome: PublishOutcome) -> str:
+    """The outcome as JSON, for the CLI and for storing beside the envelope."""
+    return json.dumps(
+        {
+            "digest": outcome.digest,
+            "status": outcome.status,
+            "target": outcome.target,
+            "logIndex": outcome.log_index,
+            "treeSize": outcome.tree_size,
+            "checkpoint": outcome.checkpoint,
+            "inclusionProof": list(outcome.inclusion_proof) if outcome.inclusion_proof else None,
+        },
+        indent=2,
+    )

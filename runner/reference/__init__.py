@@ -1,0 +1,1 @@
+"""Reference values a tenant computes before trusting a run: MEASUREMENT and HOST_DATA."""

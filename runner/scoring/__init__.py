@@ -1,0 +1,1 @@
+"""Exact-match scoring per the evaluation-design pack's method."""

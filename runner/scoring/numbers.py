@@ -1,0 +1,48 @@
+"""Exact rounding and JSON rendering of scores.
+
+Counts are integers and money is ``Decimal``, so every reported value is computed exactly
+and rounded once, half to even; JSON numbers are produced from those decimals, whose
+short digit strings survive the float round trip unchanged.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from typing import Final
+
+POINT_DECIMALS: Final = 3
+MONEY_DECIMALS: Final = 9  # nano-dollars: enough for per-case API prices
+
+
+def round_fraction(value: Fraction, decimals: int) -> Decimal:
+    """``value`` rounded half to even at ``decimals`` places, exactly."""
+    scaled = round(value * 10**decimals)  # Fraction.__round__ rounds half to even
+    return Decimal(scaled).scaleb(-decimals)
+
+
+def points(part: int, whole: int) -> Decimal | None:
+    """``100 * part / whole`` in points with three decimals; None for an empty whole."""
+    if whole == 0:
+        return None
+    return round_fraction(Fraction(100 * part, whole), POINT_DECIMALS)
+
+
+def money_per_case(total: Decimal, cases: int) -> Decimal:
+    return round_fraction(Fraction(total) / cases, MONEY_DECIMALS)
+
+
+def json_number(value: Decimal | None) -> float | None:
+    """A JSON number for a rounded decimal (at most 15 significant digits round-trip)."""
+    if value is None:
+        return None
+    return float(value)
+
+
+def text(value: Decimal | None, *, places: int | None = None) -> str:
+    """Human text for a value inside details and diagnoses."""
+    if value is None:
+        return "null"
+    if places is not None:
+        return f"{value:.{places}f}"
+    return f"{value.normalize():f}"

@@ -1,0 +1,185 @@
+"""coco-aa provider against a real HTTP server on loopback that speaks the agent's API."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import socket
+
+import pytest
+import requests
+from pytest_httpserver import HTTPServer
+
+from attestation.product import ProductLine
+from attestation.simulated import SimulatedAmd
+from runner.errors import EvidenceError, EvidenceUnavailableError
+from runner.evidence.coco_aa import CocoAgentProvider, parse_agent_version
+from runner.evidence.common import (
+    AgentAttestationDisabledError,
+    NoTeeError,
+    ReportDataMismatchError,
+)
+from runner.exit_codes import exit_code_for
+from tests.evidence.emulators import AgentEmulator, assert_chain_signs
+
+
+def _serve(server: HTTPServer, agent: AgentEmulator) -> CocoAgentProvider:
+    server.expect_request("/info").respond_with_handler(agent.info)
+    server.expect_request("/aa/evidence").respond_with_handler(agent.evidence)
+    return CocoAgentProvider(server.url_for("/").rstrip("/"), timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("v0.21.0", (0, 21, 0)), ("0.17.1-rc2", (0, 17, 1)), ("unknown", None)],
+)
+def test_parse_agent_version(text: str, version: tuple[int, int, int] | None) -> None:
+    assert parse_agent_version(text) == version
+
+
+def test_new_agent_gets_base64_sha512(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, version="v0.21.0")
+    evidence = _serve(httpserver, agent).obtain(binding)
+    digest = hashlib.sha512(binding).digest()
+    assert evidence.report_data_encoding == "sha512"
+    assert evidence.report[0x50:0x90] == digest
+    assert agent.requests == [
+        {
+            "runtime_data": base64.urlsafe_b64encode(digest).rstrip(b"=").decode(),
+            "encoding": "base64",
+        }
+    ]
+    assert evidence.cert_chain == ()  # the agent sent "cert_chain": null
+    assert evidence.provider == "coco-aa"
+
+
+def test_old_agent_gets_hex_text(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, version="v0.17.0")
+    evidence = _serve(httpserver, agent).obtain(binding)
+    hex_text = hashlib.sha256(binding).hexdigest()
+    assert evidence.report_data_encoding == "sha256-hex"
+    assert evidence.report[0x50:0x90] == hex_text.encode("ascii")
+    assert agent.requests == [{"runtime_data": hex_text}]
+
+
+def test_agent_without_info_gets_hex_text(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, version=None)
+    evidence = _serve(httpserver, agent).obtain(binding)
+    assert evidence.report_data_encoding == "sha256-hex"
+
+
+def test_forcing_base64_on_an_old_agent_fails_loudly(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    """An old agent ignores encoding=base64: the 86-character text is too long for it."""
+    agent = AgentEmulator(sim_amd, version="v0.17.0")
+    provider = _serve(httpserver, agent)
+    provider.encoding = "sha512"
+    with pytest.raises(EvidenceError, match="HTTP 500: SNP Attester: runtime data must be <= 64"):
+        provider.obtain(binding)
+
+
+def test_forced_hex_on_new_agent(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, version="v0.21.0")
+    provider = _serve(httpserver, agent)
+    provider.encoding = "sha256-hex"
+    assert provider.obtain(binding).report_data_encoding == "sha256-hex"
+
+
+@pytest.mark.parametrize("product", [ProductLine.MILAN, ProductLine.GENOA, ProductLine.TURIN])
+def test_full_cert_chain_is_returned_signer_first(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes, product: ProductLine
+) -> None:
+    agent = AgentEmulator(sim_amd, chain="full", product_line=product)
+    evidence = _serve(httpserver, agent).obtain(binding)
+    assert_chain_signs(evidence.report, evidence.cert_chain, sim_amd)
+
+
+def test_empty_cert_chain(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
+    agent = AgentEmulator(sim_amd, chain="empty")
+    assert _serve(httpserver, agent).obtain(binding).cert_chain == ()
+
+
+def test_feature_disabled_names_the_annotation(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, mode="disabled")
+    with pytest.raises(AgentAttestationDisabledError) as info:
+        _serve(httpserver, agent).obtain(binding)
+    message = str(info.value)
+    assert "Attestation Feature Not Enabled" in message
+    assert (
+        'io.katacontainers.config.hypervisor.kernel_params: "agent.guest_components_rest_api='
+        'attestation"' in message
+    )
+    assert isinstance(info.value, EvidenceUnavailableError)
+    assert exit_code_for(info.value) == 3
+
+
+def test_no_tee_sample_attester(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, mode="sample")
+    with pytest.raises(NoTeeError, match="no TEE.*kata-qemu-coco-dev"):
+        _serve(httpserver, agent).obtain(binding)
+
+
+def test_server_error(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
+    agent = AgentEmulator(sim_amd, mode="error500")
+    with pytest.raises(EvidenceError, match="answered HTTP 500: get evidence failed") as info:
+        _serve(httpserver, agent).obtain(binding)
+    assert not isinstance(info.value, EvidenceUnavailableError)
+
+
+def test_timeout(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
+    agent = AgentEmulator(sim_amd, mode="slow", slow_seconds=1.0)
+    provider = _serve(httpserver, agent)
+    provider.timeout = 0.2
+    with pytest.raises(EvidenceError, match=r"no answer from .* within 0\.2 s") as info:
+        provider.obtain(binding)
+    assert not isinstance(info.value, EvidenceUnavailableError)
+
+
+def test_malformed_json(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
+    agent = AgentEmulator(sim_amd, mode="malformed")
+    with pytest.raises(EvidenceError, match="evidence is not JSON"):
+        _serve(httpserver, agent).obtain(binding)
+
+
+def test_report_over_other_data_is_refused(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, mode="wrong-data")
+    with pytest.raises(ReportDataMismatchError, match="is not what was requested"):
+        _serve(httpserver, agent).obtain(binding)
+
+
+def test_forbidden(httpserver: HTTPServer, binding: bytes) -> None:
+    httpserver.expect_request("/aa/evidence").respond_with_data("Forbidden", status=403)
+    provider = CocoAgentProvider(httpserver.url_for("/").rstrip("/"), encoding="sha256-hex")
+    with pytest.raises(EvidenceError, match="403: the agent only serves requests from loopback"):
+        provider.obtain(binding)
+
+
+def free_loopback_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_no_agent_listening_is_unavailable(binding: bytes) -> None:
+    with requests.Session() as session:
+        url = f"http://127.0.0.1:{free_loopback_port()}"
+        provider = CocoAgentProvider(url, timeout=2, session=session)
+        with pytest.raises(EvidenceUnavailableError, match="no attestation agent at"):
+            provider.obtain(binding)

@@ -1,0 +1,117 @@
+"""configfs-tsm provider against the emulated kernel tree (see emulators.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from attestation.simulated import SimulatedAmd
+from runner.errors import EvidenceError, EvidenceUnavailableError
+from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
+from runner.evidence.configfs_tsm import ConfigfsTsmProvider
+from runner.evidence.sev_guest import PAGE_SIZE
+from runner.exit_codes import exit_code_for
+from tests.evidence.emulators import EmulatedConfigfs, assert_chain_signs
+
+
+def _provider(tmp_path: Path, fs: EmulatedConfigfs, attempts: int = 3) -> ConfigfsTsmProvider:
+    root = tmp_path / "tsm" / "report"
+    root.mkdir(parents=True)
+    return ConfigfsTsmProvider(root, attempts=attempts, access=fs)
+
+
+def test_report_over_sha512_of_binding_with_chain(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd)
+    evidence = _provider(tmp_path, fs).obtain(binding)
+    assert evidence.provider == "configfs-tsm"
+    assert evidence.report_data_encoding == "sha512"
+    assert evidence.report[0x50:0x90] == hashlib.sha512(binding).digest()
+    assert_chain_signs(evidence.report, evidence.cert_chain, sim_amd)
+    assert len(fs.removed) == 1
+    assert not fs.removed[0].exists()  # the entry was removed
+
+
+def test_generation_race_retries_with_a_fresh_entry(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd, concurrent_writes=1)
+    evidence = _provider(tmp_path, fs).obtain(binding)
+    assert evidence.report[0x50:0x90] == hashlib.sha512(binding).digest()
+    assert len(fs.removed) == 2  # first entry discarded, second used
+
+
+def test_generation_race_every_time_is_an_error(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd, concurrent_writes=5)
+    with pytest.raises(EvidenceError, match="during each of 2 attempts") as info:
+        _provider(tmp_path, fs, attempts=2).obtain(binding)
+    assert not isinstance(info.value, EvidenceUnavailableError)
+    assert exit_code_for(info.value) == 3
+    assert len(fs.removed) == 2
+
+
+def test_missing_tree_is_unavailable(tmp_path: Path, binding: bytes) -> None:
+    provider = ConfigfsTsmProvider(tmp_path / "absent")
+    with pytest.raises(EvidenceUnavailableError, match="does not exist"):
+        provider.obtain(binding)
+
+
+def test_no_provider_registered_is_unavailable(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd, register_provider=False)
+    with pytest.raises(EvidenceUnavailableError, match="no TSM provider registered"):
+        _provider(tmp_path, fs).obtain(binding)
+
+
+def test_wrong_provider_is_unavailable_and_entry_removed(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd, provider="tdx_guest")
+    with pytest.raises(EvidenceUnavailableError, match="provider is 'tdx_guest'"):
+        _provider(tmp_path, fs).obtain(binding)
+    assert len(fs.removed) == 1
+
+
+def test_empty_auxblob_gives_empty_chain(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd, certs=[])
+    assert _provider(tmp_path, fs).obtain(binding).cert_chain == ()
+
+
+def test_auxblob_table_with_page_padding(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    fs = EmulatedConfigfs(sim_amd, certs=[(GUID_ARK, b"ark"), (GUID_ASK, b"ask"), (GUID_VCEK, b"v")])
+    evidence = _provider(tmp_path, fs).obtain(binding)
+    assert evidence.cert_chain == (b"v", b"ask", b"ark")
+    assert PAGE_SIZE == 4096
+
+
+def test_malformed_auxblob_is_an_error(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    class BadAux(EmulatedConfigfs):
+        def read(self, path: Path) -> bytes:
+            data = super().read(path)
+            return b"\x01" * 30 if path.name == "auxblob" else data
+
+    with pytest.raises(EvidenceError, match="auxblob: certificate table"):
+        _provider(tmp_path, BadAux(sim_amd)).obtain(binding)
+
+
+def test_report_over_other_data_is_refused(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    class Liar(EmulatedConfigfs):
+        def write(self, path: Path, data: bytes) -> None:
+            super().write(path, bytes(64) if path.name == "inblob" else data)
+
+    with pytest.raises(EvidenceError, match="REPORT_DATA .* is not what was requested"):
+        _provider(tmp_path, Liar(sim_amd)).obtain(binding)

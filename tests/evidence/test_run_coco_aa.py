@@ -1,0 +1,145 @@
+"""`attested-replay run --evidence coco-aa` against the loopback agent, then the tenant's verifier."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from pytest_httpserver import HTTPServer
+
+from attestation.cli import main as verify_main
+from attestation.product import ProductLine
+from attestation.simulated import SimulatedAmd
+from runner.cli import main as runner_main
+from tests.evidence.emulators import AgentEmulator
+from tests.evidence.test_coco_aa import free_loopback_port
+
+EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
+
+
+def _expected(tmp_path: Path, run_id: str, amd: SimulatedAmd) -> Path:
+    expected = tmp_path / "expected.json"
+    code = runner_main(
+        [
+            "expected",
+            "--run-id",
+            run_id,
+            "--corpus",
+            str(EXAMPLE_CORPUS),
+            "--tenant",
+            "acme",
+            "--this-workload",
+            "--simulated-root",
+            amd.root_fingerprint,
+            "--out",
+            str(expected),
+        ]
+    )
+    assert code == 0
+    return expected
+
+
+#: Open integration point (runner/commands/run.py and runner/envelope_builder.py, the lead's):
+#: `run` pins the simulated root in its self-check only for --evidence simulated, and the
+#: envelope says platform "sev-snp" for every other provider, so an agent *emulation* signed
+#: by the simulated PKI is refused ("platform says 'sev-snp' but the evidence says
+#: 'simulated'"). Needed: platform from the endorsement chain's root, and an explicit opt-in
+#: for the self-check to pin this machine's simulated root. Strict: passes -> remove marker.
+EMULATION_GAP = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="run's self-check/platform field do not yet support a simulated-PKI agent emulation",
+)
+
+
+@EMULATION_GAP
+@pytest.mark.parametrize(
+    ("agent_version", "chain", "encoding"),
+    [("v0.21.0", "full", "sha512"), ("v0.17.0", "null", "sha256-hex")],
+)
+def test_run_with_agent_emulation_verifies(  # noqa: PLR0913 (fixtures)
+    httpserver: HTTPServer,
+    tmp_path: Path,
+    sim_state_dir: Path,
+    sim_amd: SimulatedAmd,
+    capsys: pytest.CaptureFixture[str],
+    agent_version: str,
+    chain: str,
+    encoding: str,
+) -> None:
+    agent = AgentEmulator(sim_amd, version=agent_version, chain=chain)  # type: ignore[arg-type]
+    httpserver.expect_request("/info").respond_with_handler(agent.info)
+    httpserver.expect_request("/aa/evidence").respond_with_handler(agent.evidence)
+    extra: list[str] = []
+    if chain == "null":  # the platform sends no certificates: the pod mounts a bundle
+        bundle = tmp_path / "endorsement.pem"
+        bundle.write_text(sim_amd.cert_chain_pem(ProductLine.MILAN))
+        extra = ["--endorsement-bundle", str(bundle)]
+    envelope = tmp_path / "envelope.json"
+    run_id = f"run-coco-{encoding}"
+    code = runner_main(
+        [
+            "run",
+            "--corpus",
+            str(EXAMPLE_CORPUS),
+            "--run-id",
+            run_id,
+            "--tenant",
+            "acme",
+            "--evidence",
+            "coco-aa",
+            "--agent-url",
+            httpserver.url_for("/").rstrip("/"),
+            "--state-dir",
+            str(sim_state_dir),
+            "--out",
+            str(envelope),
+            *extra,
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    document = json.loads(envelope.read_bytes())
+    assert document["evidence"]["provider"] == "coco-aa"
+    assert document["evidence"]["reportDataEncoding"] == encoding
+    capsys.readouterr()
+    verdict_code = verify_main(
+        ["--envelope", str(envelope), "--expected", str(_expected(tmp_path, run_id, sim_amd)), "--json"]
+    )
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict_code == 0, verdict
+    assert verdict["verified"] is True
+
+
+def test_run_auto_without_snp_lists_what_was_tried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if Path("/sys/kernel/config/tsm/report").exists() or Path("/dev/sev-guest").exists():
+        pytest.skip("this machine offers an SEV-SNP interface")
+    envelope = tmp_path / "envelope.json"
+    code = runner_main(
+        [
+            "run",
+            "--corpus",
+            str(EXAMPLE_CORPUS),
+            "--run-id",
+            "run-auto",
+            "--tenant",
+            "acme",
+            "--evidence",
+            "auto",
+            "--agent-url",
+            f"http://127.0.0.1:{free_loopback_port()}",
+            "--out",
+            str(envelope),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "tried configfs-tsm, sev-guest, coco-aa" in err
+    assert "- configfs-tsm: " in err
+    assert "- sev-guest: " in err
+    assert "- coco-aa: coco-aa: no attestation agent" in err
+    assert not envelope.exists()
+    assert list(tmp_path.iterdir()) == []

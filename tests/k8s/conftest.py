@@ -1,0 +1,236 @@
+"""Fixtures: a loopback Kubernetes API, real envelopes from genuine simulated runs, kubelet scripts.
+
+The "pod" output is produced by the real ``attested-replay run`` entrypoint with simulated
+evidence (framed stdout line, termination log), once per session; envelopes for many run IDs
+(the 200-run test) are built from the same replay outcome with the real simulated signer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attestation.envelope import Envelope
+from runner.cli import main as runner_main
+from runner.k8s.job import job_name
+from tests.k8s.apiserver import ApiServer, FakeCluster
+
+EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
+TENANT = "acme"
+RUN_ID = "run-1"
+IMAGE = "registry.example/attested-replay@sha256:" + "ab" * 32
+FRAME = "ATTESTED-ENVELOPE "
+
+
+@dataclass(frozen=True)
+class PodOutput:
+    """What the replay container left behind for one run."""
+
+    run_id: str
+    envelope: bytes
+    termination_message: str
+    log: str
+    expected: Path
+
+
+@dataclass
+class Pods:
+    state_dir: Path
+    directory: Path
+    base: PodOutput
+    checksum: str
+    _cache: dict[str, PodOutput]
+
+    def for_run(self, run_id: str) -> PodOutput:
+        """A genuine envelope for ``run_id``: same replay, new binding, new simulated report."""
+        if run_id in self._cache:
+            return self._cache[run_id]
+        from runner.envelope_builder import (
+            assemble_envelope,
+            certificates_to_pem,
+            envelope_json_bytes,
+        )
+        from runner.evidence.simulated import SimulatedProvider
+
+        base = Envelope.model_validate_json(self.base.envelope)
+        binding = base.binding.model_copy(update={"run_id": run_id})
+        evidence = SimulatedProvider(state_dir=self.state_dir).obtain(binding.canonical_bytes())
+        envelope = envelope_json_bytes(
+            assemble_envelope(
+                binding,
+                evidence,
+                endorsement_pem=certificates_to_pem(evidence.cert_chain),
+                result=base.result,
+            )
+        )
+        import hashlib
+
+        message = json.loads(self.base.termination_message)
+        message["runId"] = run_id
+        message["envelope"] = "sha256:" + hashlib.sha256(envelope).hexdigest()
+        expected = json.loads(self.base.expected.read_text())
+        expected["runId"] = run_id
+        expected_path = self.directory / f"{run_id}.json"
+        expected_path.write_text(json.dumps(expected))
+        import base64
+
+        output = PodOutput(
+            run_id,
+            envelope,
+            json.dumps(message, sort_keys=True),
+            f"replaying\n{FRAME}{base64.b64encode(envelope).decode()}\ndone\n",
+            expected_path,
+        )
+        self._cache[run_id] = output
+        return output
+
+
+@pytest.fixture(scope="session")
+def pods(tmp_path_factory: pytest.TempPathFactory) -> Pods:
+    work = tmp_path_factory.mktemp("pod")
+    state = work / "state"
+    termination = work / "termination-log"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = runner_main(
+            [
+                "run",
+                "--corpus",
+                str(EXAMPLE_CORPUS),
+                "--run-id",
+                RUN_ID,
+                "--tenant",
+                TENANT,
+                "--evidence",
+                "simulated",
+                "--state-dir",
+                str(state),
+                "--out",
+                str(work / "envelope.json"),
+                "--termination-log",
+                str(termination),
+                "--frame-envelope",
+            ]
+        )
+    assert code == 0
+    expected_dir = work / "expected"
+    expected_dir.mkdir()
+    expected = expected_dir / f"{RUN_ID}.json"
+    assert (
+        runner_main(
+            [
+                "expected",
+                "--run-id",
+                RUN_ID,
+                "--corpus",
+                str(EXAMPLE_CORPUS),
+                "--tenant",
+                TENANT,
+                "--this-workload",
+                "--trust-local-simulated-root",
+                "--state-dir",
+                str(state),
+                "--out",
+                str(expected),
+            ]
+        )
+        == 0
+    )
+    message = termination.read_text()
+    base = PodOutput(
+        RUN_ID, (work / "envelope.json").read_bytes(), message, stdout.getvalue(), expected
+    )
+    checksum = json.loads(message)["corpusChecksum"]
+    return Pods(state, expected_dir, base, checksum, {RUN_ID: base})
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def apiserver(cluster: FakeCluster) -> Iterator[ApiServer]:
+    with ApiServer(cluster) as server:
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(apiserver: ApiServer, tmp_path: Path) -> Path:
+    path: Path = apiserver.kubeconfig(tmp_path / "kubeconfig")
+    return path
+
+
+Script = Callable[[FakeCluster, dict[str, Any]], None]
+
+
+def run_id_of(job: dict[str, Any]) -> str:
+    return str(job["metadata"]["annotations"]["attested-replay.dev/run-id"])
+
+
+def succeed(pods: Pods) -> Script:
+    """Kubelet and controller: the pod runs the replay and the Job completes."""
+
+    def script(cluster: FakeCluster, job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        output = pods.for_run(run_id_of(job))
+        pod = cluster.start_pod(name)
+        cluster.pod_running(pod)
+        cluster.finish_pod(pod, exit_code=0, message=output.termination_message, log=output.log)
+        cluster.complete_job(name)
+
+    return script
+
+
+def cli(*argv: str) -> int:
+    return runner_main(list(argv))
+
+
+def submit_args(kubeconfig: Path, pods: Pods, *extra: str, run_id: str = RUN_ID) -> list[str]:
+    return [
+        "submit",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--watch-timeout",
+        "2",
+        "--api-retry-delay",
+        "0.01",
+        "--corpus",
+        "https://corpora.example/acme/corpus.tar.gz",
+        "--checksum",
+        pods.checksum,
+        "--run-id",
+        run_id,
+        "--tenant",
+        TENANT,
+        "--image",
+        IMAGE,
+        "--overlay",
+        "coco-dev",
+        *extra,
+    ]
+
+
+def name_of(run_id: str = RUN_ID) -> str:
+    return job_name(TENANT, run_id)
+
+
+def last_json(text: str) -> dict[str, Any]:
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def error_line(text: str) -> str:
+    match = re.search(r"^error: (.*)$", text, re.MULTILINE)
+    assert match is not None, text
+    return match.group(1)

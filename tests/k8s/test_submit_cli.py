@@ -1,0 +1,385 @@
+"""Operator scenarios through the CLI, on the official client, against the loopback API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.k8s.job import ANNOTATION_SPEC_DIGEST
+from tests.k8s.apiserver import Fault, FakeCluster
+from tests.k8s.conftest import (
+    IMAGE,
+    RUN_ID,
+    TENANT,
+    Pods,
+    cli,
+    error_line,
+    last_json,
+    name_of,
+    submit_args,
+    succeed,
+)
+
+SUBMIT_EXIT = 5
+VERIFY_EXIT = 4
+
+
+def wait_args(pods: Pods, *extra: str) -> list[str]:
+    return ["--wait", "--timeout", "30", "--expected", str(pods.base.expected), *extra]
+
+
+def test_happy_path_submits_waits_collects_and_verifies(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.on_job_created = succeed(pods)
+    out = tmp_path / "envelope.json"
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods, "--out", str(out)))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    first = json.loads(captured.out.splitlines()[0])
+    assert first["job"] == name_of()
+    assert first["attached"] is False
+    summary = last_json(captured.out)
+    assert summary["verified"] is True
+    assert summary["source"] == "pod-log"
+    assert summary["runId"] == RUN_ID
+    assert out.read_bytes() == pods.base.envelope
+    assert cluster.created[name_of()] == 1
+    job = cluster.jobs[("attested-replay", name_of())]
+    assert job["spec"]["template"]["spec"]["runtimeClassName"] == "kata-qemu-coco-dev"
+
+
+def test_resubmitting_the_same_spec_attaches_to_the_existing_job(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    cluster.on_job_created = succeed(pods)  # never called again: the Job exists
+    first_job = cluster.jobs[("attested-replay", name_of())]
+
+    def finish_later() -> None:
+        cluster.wait_until(lambda: cluster.requests["WATCH jobs"] >= 1)
+        succeed(pods)(cluster, first_job)
+
+    finisher = threading.Thread(target=finish_later)
+    finisher.start()
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    finisher.join()
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    submissions = [json.loads(line) for line in captured.out.splitlines() if '"attached"' in line]
+    assert [s["attached"] for s in submissions] == [False, True]
+    assert submissions[0]["specDigest"] == submissions[1]["specDigest"]
+    assert cluster.created[name_of()] == 1
+    assert len(cluster.jobs) == 1
+
+
+def test_resubmitting_a_different_spec_is_refused(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    existing = cluster.jobs[("attested-replay", name_of())]["metadata"]["annotations"][
+        ANNOTATION_SPEC_DIGEST
+    ]
+    code = cli(*submit_args(kubeconfig, pods, "--cpu", "4"))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    message = error_line(captured.err)
+    assert f"run '{RUN_ID}' of tenant '{TENANT}' already exists as Job {name_of()}" in message
+    assert f"existing {existing}" in message
+    assert "use a new run ID" in message
+    assert cluster.created[name_of()] == 1
+    job = cluster.jobs[("attested-replay", name_of())]
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
+
+
+def test_watch_410_relists_and_still_sees_completion(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        c.wait_until(lambda: c.requests["WATCH jobs"] >= 1 and c.requests["WATCH pods"] >= 1)
+        c.expire_watches()  # open watches get 410 Expired
+        succeed(pods)(c, job)
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert last_json(captured.out)["verified"] is True
+    assert cluster.requests["GET jobs"] >= 2  # the initial list and the re-list after 410
+    assert cluster.created[name_of()] == 1
+
+
+def test_api_5xx_and_dropped_connections_are_retried(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.faults = [
+        # The create reaches the server, but the answer is lost: the retry meets 409 and
+        # attaches by spec digest instead of starting a second run.
+        Fault("POST", r"/jobs$", "commit-then-500"),
+        Fault("POST", r"/jobs$", "drop"),
+        Fault("GET", r"/jobs$", 503, times=2),
+        Fault("GET", r"/pods$", "drop", times=2),
+        Fault("GET", r"/jobs/[^/]+$", 500),
+        Fault("GET", r"/log$", 502),
+    ]
+    cluster.on_job_created = succeed(pods)
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out.splitlines()[0])["attached"] is True
+    assert last_json(captured.out)["verified"] is True
+    assert all(fault.hits == fault.times for fault in cluster.faults), cluster.faults
+    assert cluster.created[name_of()] == 1
+    assert '"k8s_api_retry"' in captured.err
+
+
+def test_api_that_keeps_failing_ends_with_a_clear_error(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.faults = [Fault("POST", r"/jobs$", 503, times=100)]
+    code = cli(*submit_args(kubeconfig, pods))
+    assert code == SUBMIT_EXIT
+    message = error_line(capsys.readouterr().err)
+    assert message.startswith("Kubernetes API call create job failed 6 times; last error: HTTP 503")
+    assert cluster.created[name_of()] == 0
+
+
+@pytest.mark.parametrize(
+    ("blocker", "reason", "detail"),
+    [
+        ("unschedulable", "Unschedulable", "0/3 nodes are available: 3 node(s) didn't match"),
+        ("waiting", "ImagePullBackOff", "Back-off pulling image"),
+        ("waiting", "ErrImagePull", "manifest unknown"),
+        ("waiting", "CreateContainerConfigError", 'secret "publish-token" not found'),
+    ],
+)
+def test_pods_that_cannot_run_fail_early_with_the_reason(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    capsys: pytest.CaptureFixture[str],
+    blocker: str,
+    reason: str,
+    detail: str,
+) -> None:
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        pod = c.start_pod(job["metadata"]["name"])
+        if blocker == "unschedulable":
+            c.pod_unschedulable(pod, detail + " Pod's node affinity/selector.")
+        else:
+            c.pod_waiting(pod, reason, detail)
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    message = error_line(captured.err)
+    assert message.startswith(f"Job {name_of()}: cannot-run ({reason}): {detail}")
+    assert cluster.created[name_of()] == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("DeadlineExceeded", "Job was active longer than specified deadline"),
+        ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+        ("PodFailurePolicy", "Container replay for pod x failed with exit code 2 matching FailJob rule at index 0"),
+    ],
+)
+def test_failed_jobs_end_with_their_reason(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    capsys: pytest.CaptureFixture[str],
+    reason: str,
+    message: str,
+) -> None:
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        pod = c.start_pod(job["metadata"]["name"])
+        c.pod_running(pod)
+        c.fail_job(job["metadata"]["name"], reason, message)
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert error_line(captured.err).startswith(f"Job {name_of()}: failed ({reason}): {message}")
+
+
+def test_job_deleted_during_the_watch(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        c.start_pod(job["metadata"]["name"])
+        c.wait_until(lambda: c.requests["WATCH jobs"] >= 1)
+        c.delete_job("attested-replay", job["metadata"]["name"], "Background")
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: deleted (JobDeleted): the Job was deleted while waiting"
+    )
+    assert cluster.jobs == {}
+    assert cluster.pods == {}
+
+
+def test_wait_times_out_with_a_clear_error(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli(*submit_args(kubeconfig, pods), "--wait", "--timeout", "1", "--expected", str(pods.base.expected))
+    assert code == SUBMIT_EXIT
+    assert error_line(capsys.readouterr().err) == (
+        f"Job {name_of()}: timeout (Timeout): not finished after 1 s"
+    )
+
+
+def test_tampered_envelope_in_the_log_is_rejected(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import base64
+
+    other = pods.for_run("run-other").envelope
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        pod = c.start_pod(name)
+        log = f"ATTESTED-ENVELOPE {base64.b64encode(other).decode()}\n"
+        c.finish_pod(pod, exit_code=0, message=pods.base.termination_message, log=log)
+        c.complete_job(name)
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert "collected envelope is sha256:" in error_line(captured.err)
+    assert f"the pod reported {json.loads(pods.base.termination_message)['envelope']}" in captured.err
+
+
+def test_envelope_that_fails_the_tenant_verifier_exits_4(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.on_job_created = succeed(pods)
+    expected = json.loads(pods.base.expected.read_text())
+    expected["workloadDigest"] = "sha256:" + "0" * 64
+    wrong = tmp_path / "expected.json"
+    wrong.write_text(json.dumps(expected))
+    code = cli(*submit_args(kubeconfig, pods), "--wait", "--timeout", "30", "--expected", str(wrong))
+    captured = capsys.readouterr()
+    assert code == VERIFY_EXIT
+    assert error_line(captured.err).startswith("envelope rejected")
+
+
+def test_status_list_collect_and_cancel(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    common = ["--kubeconfig", str(kubeconfig)]
+    assert cli("status", RUN_ID, "--tenant", TENANT, *common) == 0
+    assert last_json(capsys.readouterr().out) == {
+        "job": name_of(),
+        "runId": RUN_ID,
+        "tenant": TENANT,
+        "phase": "pending",
+        "reason": "",
+        "created": "2026-11-29T12:00:00Z",
+    }
+    job = cluster.jobs[("attested-replay", name_of())]
+    assert cli("collect", RUN_ID, "--tenant", TENANT, "--expected", str(pods.base.expected), *common) == 5
+    assert "has not completed: still running" in error_line(capsys.readouterr().err)
+    succeed(pods)(cluster, job)
+    out = tmp_path / "collected.json"
+    assert cli("collect", RUN_ID, "--tenant", TENANT, "--expected", str(pods.base.expected), "--out", str(out), *common) == 0
+    assert out.read_bytes() == pods.base.envelope
+    capsys.readouterr()
+    assert cli("list", *common) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["runId"], r["phase"], r["reason"]) for r in listed] == [(RUN_ID, "succeeded", "Complete")]
+    assert cli("cancel", RUN_ID, "--tenant", TENANT, *common) == 0
+    assert cluster.jobs == {}
+    assert cluster.pods == {}
+    assert cli("cancel", RUN_ID, "--tenant", TENANT, *common) == 5
+    assert error_line(capsys.readouterr().err) == f"no Job {name_of()} in namespace attested-replay"
+    assert cli("status", RUN_ID, "--tenant", TENANT, *common) == 5
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--cpu", "1.5", "--cpu '1.5': give a whole number of vCPUs"),
+        ("--cpu", "500m", "--cpu '500m': give a whole number of vCPUs"),
+        ("--image", "registry.example/attested-replay:latest", "image must be pinned by digest"),
+        ("--checksum", "sha256:abc", "checksum must be sha256:<64 lowercase hex>"),
+        ("--corpus", "/data/corpus", "give an https:// URL, or a path with --corpus-claim"),
+        ("--run-id", "bad/run", "run ID 'bad/run' must match"),
+    ],
+)
+def test_bad_submissions_are_usage_errors_before_any_request(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+    fragment: str,
+) -> None:
+    args = submit_args(kubeconfig, pods)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    assert cli(*args) == 9
+    assert fragment in error_line(capsys.readouterr().err)
+    assert cluster.requests["total"] == 0
+
+
+def test_wait_without_expected_values_is_refused(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(*submit_args(kubeconfig, pods), "--wait") == 9
+    assert "give --expected" in error_line(capsys.readouterr().err)
+    assert cluster.requests["total"] == 0
+
+
+def test_namespace_comes_from_the_kubeconfig_context(
+    apiserver: Any, cluster: FakeCluster, pods: Pods, tmp_path: Path
+) -> None:
+    kubeconfig = apiserver.kubeconfig(tmp_path / "kc", namespace="replays-a")
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    assert ("replays-a", name_of()) in cluster.jobs
+
+
+def test_kubeconfig_from_environment(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    args = submit_args(kubeconfig, pods)
+    del args[1:3]  # no --kubeconfig
+    assert cli(*args) == 0
+    assert cluster.created[name_of()] == 1
+
+
+def test_no_cluster_configuration_is_a_usage_error(
+    pods: Pods, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = submit_args(tmp_path / "unused", pods)
+    del args[1:3]
+    assert cli(*args) == 9
+    assert "no Kubernetes configuration" in error_line(capsys.readouterr().err)
+
+
+def test_image_reference_is_exactly_the_submitted_digest(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods
+) -> None:
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    container = cluster.jobs[("attested-replay", name_of())]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == IMAGE
+    assert container["imagePullPolicy"] == "Always"

@@ -1,0 +1,103 @@
+"""The Merkle tree against RFC 6962 test vectors and the independent pymerkle implementation."""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pymerkle import InmemoryTree
+
+from runner.publish.merkle import (
+    EMPTY_ROOT,
+    MerkleTree,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
+
+# The eight leaves of the certificate-transparency reference test data (merkle_tree_test.cc),
+# with the published roots and the 1 -> 8 consistency proof.
+CT_LEAVES = [
+    b"",
+    b"\x00",
+    b"\x10",
+    b"\x20\x21",
+    b"\x30\x31",
+    b"\x40\x41\x42\x43",
+    bytes(range(0x50, 0x58)),
+    bytes(range(0x60, 0x70)),
+]
+CT_ROOT_1 = "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
+CT_ROOT_8 = "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328"
+CT_CONSISTENCY_1_8 = [
+    "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+]
+
+
+def _tree(entries: list[bytes]) -> MerkleTree:
+    tree = MerkleTree()
+    for entry in entries:
+        tree.append_entry(entry)
+    return tree
+
+
+def test_rfc6962_vectors() -> None:
+    tree = _tree(CT_LEAVES)
+    assert tree.root(0) == EMPTY_ROOT == hashlib.sha256(b"").digest()
+    assert tree.root(1).hex() == CT_ROOT_1
+    assert tree.root(8).hex() == CT_ROOT_8
+    proof = tree.consistency_proof(1, 8)
+    assert [h.hex() for h in proof] == CT_CONSISTENCY_1_8
+    assert verify_consistency(1, 8, proof, tree.root(1), tree.root(8))
+
+
+def test_leaf_and_node_prefixes() -> None:
+    assert leaf_hash(b"abc") == hashlib.sha256(b"\x00abc").digest()
+    tree = _tree([b"a", b"b"])
+    assert tree.root() == hashlib.sha256(b"\x01" + leaf_hash(b"a") + leaf_hash(b"b")).digest()
+
+
+@given(st.lists(st.binary(max_size=16), min_size=1, max_size=70))
+def test_roots_and_inclusion_paths_equal_pymerkle(entries: list[bytes]) -> None:
+    tree = _tree(entries)
+    reference = InmemoryTree(algorithm="sha256")
+    for entry in entries:
+        reference.append_entry(entry)
+    for size in range(1, len(entries) + 1):
+        assert tree.root(size) == reference.get_root(size)
+    size = len(entries)
+    for index in range(size):
+        path = reference.prove_inclusion(index + 1, size).serialize()["path"]
+        # pymerkle's path starts with the leaf itself; the rest is the RFC 6962 audit path.
+        assert tree.inclusion_proof(index, size) == [bytes.fromhex(h) for h in path[1:]]
+
+
+@given(st.integers(min_value=1, max_value=300), st.data())
+def test_proofs_verify_and_reject_tampering(size: int, data: st.DataObject) -> None:
+    tree = _tree([i.to_bytes(4, "big") for i in range(size)])
+    index = data.draw(st.integers(min_value=0, max_value=size - 1))
+    old = data.draw(st.integers(min_value=0, max_value=size))
+    root = tree.root()
+    proof = tree.inclusion_proof(index, size)
+    assert verify_inclusion(tree.leaf_hash_at(index), index, size, proof, root)
+    assert not verify_inclusion(leaf_hash(b"other"), index, size, proof, root)
+    if size > 1:
+        assert not verify_inclusion(tree.leaf_hash_at(index), (index + 1) % size, size, proof, root)
+    consistency = tree.consistency_proof(old, size)
+    assert verify_consistency(old, size, consistency, tree.root(old), root)
+    if 0 < old < size:
+        forged = [bytes([consistency[0][0] ^ 1]) + consistency[0][1:], *consistency[1:]]
+        assert not verify_consistency(old, size, forged, tree.root(old), root)
+        assert not verify_consistency(old, size, consistency, leaf_hash(b"fork"), root)
+        assert not verify_consistency(old, size, consistency[:-1], tree.root(old), root)
+
+
+def test_reordered_log_is_not_consistent() -> None:
+    entries = [bytes([i]) for i in range(10)]
+    original = _tree(entries)
+    swapped = _tree([entries[1], entries[0], *entries[2:], b"new"])
+    proof = swapped.consistency_proof(10, 11)
+    assert not verify_consistency(10, 11, proof, original.root(10), swapped.root(11))

@@ -1,0 +1,257 @@
+"""The publication service over HTTP on loopback, with SQLite and PostgreSQL storage."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import requests
+
+from runner.publish.checkpoint import verify_signed_checkpoint
+from runner.publish.entries import LogEntry
+from runner.publish.merkle import leaf_hash, verify_consistency, verify_inclusion
+
+EnvelopeFor = Callable[..., bytes]
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _put(
+    service: Any,
+    tenant: str,
+    data: bytes,
+    *,
+    token: str | None,
+    name: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> requests.Response:
+    content_digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    sent = {"Content-Digest": f"sha-256=:{content_digest}:", "If-None-Match": "*"}
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    sent.update(headers or {})
+    return requests.put(
+        f"{service.url}/v1/tenants/{tenant}/envelopes/{name or _digest(data)}",
+        data=data,
+        headers=sent,
+        timeout=10,
+    )
+
+
+def _get(service: Any, path: str, token: str, **params: int) -> requests.Response:
+    return requests.get(
+        f"{service.url}{path}",
+        params=params,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+
+
+def test_publish_returns_verifiable_receipt_and_is_idempotent(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    operator = service.token("acme")
+    first = envelope_for("acme", "run-1", 1)
+    second = envelope_for("acme", "run-2", 2)
+    created = _put(service, "acme", first, token=operator)
+    assert created.status_code == 201
+    body = created.json()
+    assert (body["digest"], body["status"], body["logIndex"], body["treeSize"]) == (
+        _digest(first),
+        "created",
+        0,
+        1,
+    )
+    assert _put(service, "acme", second, token=operator).json()["logIndex"] == 1
+    again = _put(service, "acme", first, token=operator)
+    assert again.status_code == 412
+    assert (again.json()["status"], again.json()["logIndex"], again.json()["treeSize"]) == (
+        "already-present",
+        0,
+        2,
+    )
+    without_precondition = _put(
+        service, "acme", first, token=operator, headers={"If-None-Match": ""}
+    )
+    assert without_precondition.status_code == 200
+    checkpoint = verify_signed_checkpoint(
+        again.json()["checkpoint"], service.verifier_key, origin="publish.test/t/acme"
+    )
+    assert checkpoint.size == 2
+    entry = LogEntry(tenant="acme", run_id="run-1", envelope=_digest(first)).to_bytes()
+    assert entry == (
+        b'{"envelope":"' + _digest(first).encode() + b'","runId":"run-1","tenant":"acme","v":"1"}'
+    )
+    proof = [base64.b64decode(h) for h in again.json()["inclusionProof"]]
+    assert verify_inclusion(leaf_hash(entry), 0, 2, proof, checkpoint.root)
+
+
+def test_reads_by_digest_run_and_listing(service: Any, envelope_for: EnvelopeFor) -> None:
+    operator, reader = service.token("acme"), service.token("acme", "tenant")
+    data = envelope_for("acme", "run-7", 7)
+    assert _put(service, "acme", data, token=operator).status_code == 201
+    pointer = requests.put(
+        f"{service.url}/v1/tenants/acme/runs/run-7",
+        json={"envelope": _digest(data)},
+        headers={"Authorization": f"Bearer {operator}"},
+        timeout=10,
+    )
+    assert pointer.status_code == 201
+    assert pointer.json()["status"] == "created"
+    by_digest = _get(service, f"/v1/tenants/acme/envelopes/{_digest(data)}", reader)
+    assert by_digest.status_code == 200
+    assert by_digest.content == data
+    assert by_digest.headers["ETag"] == f'"{_digest(data)}"'
+    by_run = _get(service, "/v1/tenants/acme/runs/run-7", reader)
+    assert (by_run.status_code, by_run.content) == (200, data)
+    listing = _get(service, "/v1/tenants/acme/envelopes", reader)
+    assert listing.json() == {
+        "envelopes": [{"logIndex": 0, "digest": _digest(data), "runId": "run-7"}],
+        "next": None,
+    }
+    assert _get(service, "/v1/tenants/acme/runs/run-8", reader).status_code == 404
+
+
+def test_run_pointer_is_write_once(service: Any, envelope_for: EnvelopeFor) -> None:
+    operator = service.token("acme")
+    first, retry = envelope_for("acme", "run-1", 1), envelope_for("acme", "run-1", 2)
+    other_run = envelope_for("acme", "run-9", 3)
+    for data in (first, retry, other_run):
+        assert _put(service, "acme", data, token=operator).status_code == 201
+
+    def point(run_id: str, data: bytes) -> requests.Response:
+        return requests.put(
+            f"{service.url}/v1/tenants/acme/runs/{run_id}",
+            json={"envelope": _digest(data)},
+            headers={"Authorization": f"Bearer {operator}"},
+            timeout=10,
+        )
+
+    assert point("run-1", first).status_code == 201
+    assert point("run-1", first).status_code == 200
+    conflict = point("run-1", retry)
+    assert conflict.status_code == 409
+    assert conflict.json() == {"error": "run 'run-1' already points to a different envelope"}
+    assert point("run-1", other_run).status_code == 422  # the envelope is for another run
+    unknown = point("run-5", b"never published")
+    assert unknown.status_code == 422
+    assert "is not published for this tenant" in unknown.json()["error"]
+
+
+def test_cross_tenant_access_answers_404(service: Any, envelope_for: EnvelopeFor) -> None:
+    acme_data = envelope_for("acme", "run-1", 1)
+    assert _put(service, "acme", acme_data, token=service.token("acme")).status_code == 201
+    for role in ("operator", "tenant"):
+        globex = service.token("globex", role)
+        for path in (
+            f"/v1/tenants/acme/envelopes/{_digest(acme_data)}",
+            "/v1/tenants/acme/envelopes",
+            "/v1/tenants/acme/runs/run-1",
+            "/v1/tenants/acme/log/checkpoint",
+            "/v1/tenants/acme/log/entries?start=0&end=1",
+            "/v1/tenants/acme/log/proof/inclusion?index=0&size=1",
+            "/v1/tenants/acme/log/proof/consistency?from=0&to=1",
+        ):
+            response = _get(service, path, globex)
+            assert (path, response.status_code) == (path, 404)
+            assert response.json() == {"error": "not found"}
+    # A globex operator cannot write into acme, even a valid acme envelope.
+    intruder = _put(
+        service, "acme", envelope_for("acme", "run-2", 2), token=service.token("globex")
+    )
+    assert intruder.status_code == 404
+    assert _get(service, "/v1/tenants/acme/envelopes", service.token("acme", "tenant")).json()[
+        "envelopes"
+    ] == [{"logIndex": 0, "digest": _digest(acme_data), "runId": "run-1"}]
+
+
+def test_authentication_and_roles(service: Any, envelope_for: EnvelopeFor) -> None:
+    data = envelope_for("acme", "run-1", 1)
+    missing = _put(service, "acme", data, token=None)
+    assert missing.status_code == 401
+    assert missing.headers["WWW-Authenticate"] == "Bearer"
+    assert _put(service, "acme", data, token="arp_not-a-token").status_code == 401
+    reader = _put(service, "acme", data, token=service.token("acme", "tenant"))
+    assert reader.status_code == 403
+    assert _get(service, "/v1/tenants/acme/envelopes", service.token("acme")).status_code == 200
+
+
+def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> None:
+    operator = service.token("acme")
+    data = envelope_for("acme", "run-1", 1)
+    oversized = b"{" + b" " * (1024 * 1024) + b"}"
+    too_big = _put(service, "acme", oversized, token=operator)
+    assert too_big.status_code == 413
+    wrong_path = _put(service, "acme", data, token=operator, name=_digest(b"something else"))
+    assert wrong_path.status_code == 422
+    assert "does not match the path" in wrong_path.json()["error"]
+    wrong_header = _put(
+        service,
+        "acme",
+        data,
+        token=operator,
+        headers={"Content-Digest": "sha-256=:" + base64.b64encode(bytes(32)).decode() + ":"},
+    )
+    assert wrong_header.status_code == 422
+    assert wrong_header.json() == {"error": "Content-Digest does not match the body"}
+    assert (
+        _put(service, "acme", data, token=operator, headers={"Content-Digest": ""}).status_code
+        == 400
+    )
+    assert (
+        _put(
+            service, "acme", data, token=operator, headers={"Content-Encoding": "gzip"}
+        ).status_code
+        == 415
+    )
+    not_envelope = json.dumps({"apiVersion": "attested-replay.dev/v1"}).encode()
+    schema = _put(service, "acme", not_envelope, token=operator)
+    assert schema.status_code == 422
+    assert schema.json()["error"].startswith("not a valid envelope")
+    other_tenant = envelope_for("globex", "run-1", 1)
+    mismatch = _put(service, "acme", other_tenant, token=operator)
+    assert mismatch.status_code == 422
+    assert mismatch.json() == {"error": "envelope tenant 'globex' is not 'acme'"}
+    assert _put(service, "acme", data, token=operator, name="sha256:ABC").status_code == 400
+    assert service.storage.log_size("acme") == 0
+
+
+def test_consistency_and_inclusion_proofs_served(service: Any, envelope_for: EnvelopeFor) -> None:
+    operator, reader = service.token("acme"), service.token("acme", "tenant")
+    notes = [
+        _put(service, "acme", envelope_for("acme", f"run-{seed}", seed), token=operator).json()[
+            "checkpoint"
+        ]
+        for seed in range(7)
+    ]
+    key = service.verifier_key
+    checkpoints = [verify_signed_checkpoint(n, key, origin="publish.test/t/acme") for n in notes]
+    latest = _get(service, "/v1/tenants/acme/log/checkpoint", reader)
+    assert latest.headers["content-type"].startswith("text/plain")
+    assert latest.text == notes[-1]
+    for old in checkpoints:
+        proof = _get(
+            service, "/v1/tenants/acme/log/proof/consistency", reader, **{"from": old.size, "to": 7}
+        ).json()
+        hashes = [base64.b64decode(h) for h in proof["hashes"]]
+        assert verify_consistency(old.size, 7, hashes, old.root, checkpoints[-1].root)
+    entries = _get(service, "/v1/tenants/acme/log/entries", reader, start=0, end=7).json()[
+        "entries"
+    ]
+    for index, encoded in enumerate(entries):
+        proof = _get(
+            service, "/v1/tenants/acme/log/proof/inclusion", reader, index=index, size=7
+        ).json()
+        hashes = [base64.b64decode(h) for h in proof["hashes"]]
+        assert verify_inclusion(
+            leaf_hash(base64.b64decode(encoded)), index, 7, hashes, checkpoints[-1].root
+        )
+    assert (
+        _get(service, "/v1/tenants/acme/log/proof/inclusion", reader, index=7, size=8).status_code
+        == 400
+    )

@@ -1,0 +1,274 @@
+"""`attested-replay tenant fetch`: verified incremental downloads and tampering detection."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from runner.cli import main
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.client import RetryPolicy, publish_envelope
+from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
+
+FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)
+TAMPERING = 7
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _sql(storage: Storage, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run SQL behind the service's back, as an operator with database access could."""
+    if isinstance(storage, SqliteStorage):
+        with sqlite3.connect(storage.path) as db:
+            return db.execute(statement, params).fetchall()
+    assert isinstance(storage, PostgresStorage)
+    with psycopg.connect(storage._dsn) as db:
+        cursor = db.execute(statement.replace("?", "%s"), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _rewrite_log(storage: Storage, tenant: str, entries: list[bytes]) -> None:
+    _sql(storage, "DELETE FROM log_entries WHERE tenant = ?", (tenant,))
+    for index, entry in enumerate(entries):
+        _sql(
+            storage,
+            "INSERT INTO log_entries (tenant, log_index, entry) VALUES (?, ?, ?)",
+            (tenant, index, entry),
+        )
+
+
+class Tenant:
+    """Drives the CLI as the tenant `acme` would."""
+
+    def __init__(self, tmp_path: Path, token: str, key: str) -> None:
+        self.out = tmp_path / "acme-store"
+        self.token_file = tmp_path / "acme.token"
+        self.token_file.write_text(token + "\n")
+        self.key = key
+
+    def fetch(self, url: str, *extra: str, pin: bool = True) -> int:
+        argv = [
+            "tenant",
+            "fetch",
+            "--server",
+            url,
+            "--token-file",
+            str(self.token_file),
+            "--tenant",
+            "acme",
+            "--out",
+            str(self.out),
+        ]
+        if pin:
+            argv += ["--log-key", self.key]
+        return main([*argv, *extra])
+
+    def stored(self) -> list[str]:
+        return sorted(p.name for p in (self.out / "envelopes").iterdir())
+
+
+@pytest.fixture
+def world(
+    storage: Storage,
+    signer: CheckpointSigner,
+    serve: Any,
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+) -> dict[str, Any]:
+    """A service with five published acme envelopes and a tenant that fetched them once."""
+    spool = tmp_path / "spool"
+
+    def publish(service: Any, seeds: range) -> list[bytes]:
+        published = []
+        for seed in seeds:
+            data = envelope_for("acme", f"run-{seed}", seed)
+            publish_envelope(
+                service.url,
+                data,
+                tenant="acme",
+                run_id=f"run-{seed}",
+                token=service.token("acme"),
+                spool_dir=spool,
+                retry=FAST,
+            )
+            published.append(data)
+        return published
+
+    with serve(storage, signer) as service:
+        first = publish(service, range(5))
+        tenant = Tenant(tmp_path, service.token("acme", "tenant"), signer.verifier_key.encode())
+        assert tenant.fetch(service.url) == 0
+        assert tenant.stored() == sorted(f"sha256-{_digest(d)[7:]}.json" for d in first)
+        tokens = dict(service.tokens)
+
+    def restart(
+        *, with_signer: CheckpointSigner | None = None, on: Storage | None = None
+    ) -> AbstractContextManager[Any]:
+        running: AbstractContextManager[Any] = serve(on or storage, with_signer or signer)
+        return running
+
+    return {
+        "storage": storage,
+        "tenant": tenant,
+        "restart": restart,
+        "publish": publish,
+        "first": first,
+        "tokens": tokens,
+    }
+
+
+def _restarted(world: dict[str, Any], **kwargs: Any) -> AbstractContextManager[Any]:
+    restart: Callable[..., AbstractContextManager[Any]] = world["restart"]
+    return restart(**kwargs)
+
+
+def test_incremental_fetch_stores_envelopes_and_checkpoint(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tenant: Tenant = world["tenant"]
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        later = world["publish"](service, range(5, 8))
+        capsys.readouterr()
+        assert tenant.fetch(service.url, pin=False) == 0  # the key pinned on the first fetch
+        assert capsys.readouterr().out.startswith(
+            "verified log of 8 entries (was 5); 3 new envelope(s)"
+        )
+        assert tenant.fetch(service.url) == 0
+    assert len(tenant.stored()) == 8
+    assert (tenant.out / "checkpoint").read_text().startswith("publish.test/t/acme\n8\n")
+    index = json.loads((tenant.out / "index.json").read_text())
+    assert index["7"] == {"digest": _digest(later[2]), "runId": "run-7"}
+    for name in tenant.stored():
+        data = (tenant.out / "envelopes" / name).read_bytes()
+        assert name == f"sha256-{hashlib.sha256(data).hexdigest()}.json"
+
+
+def test_first_fetch_needs_a_pinned_key(
+    world: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tenant: Tenant = world["tenant"]
+    tenant.out = tmp_path / "fresh"
+    with _restarted(world) as service:
+        assert tenant.fetch(service.url, pin=False) == 9
+        assert "no pinned log key" in capsys.readouterr().err
+
+
+def _expect_tampering(
+    tenant: Tenant, url: str, capsys: pytest.CaptureFixture[str], message: str
+) -> None:
+    before = (tenant.out / "checkpoint").read_text()
+    capsys.readouterr()
+    assert tenant.fetch(url) == TAMPERING
+    assert message in capsys.readouterr().err
+    assert (tenant.out / "checkpoint").read_text() == before  # the kept checkpoint is unchanged
+
+
+def test_removed_entry_is_tampering(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = world["storage"]
+    entries = storage.log_entries("acme", 0, 5)
+    _rewrite_log(storage, "acme", entries[:2] + entries[3:])
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        _expect_tampering(
+            world["tenant"], service.url, capsys, "the log shrank from 5 to 4 entries"
+        )
+        world["publish"](service, range(5, 7))  # growing past the old size does not hide it
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            "is not consistent with the kept checkpoint of size 5",
+        )
+
+
+def test_reordered_entries_are_tampering(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = world["storage"]
+    entries = storage.log_entries("acme", 0, 5)
+    _rewrite_log(storage, "acme", [entries[1], entries[0], *entries[2:]])
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        world["publish"](service, range(5, 6))
+        _expect_tampering(
+            world["tenant"], service.url, capsys, "checkpoint of size 6 is not consistent"
+        )
+
+
+def test_rewritten_entry_is_tampering(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = world["storage"]
+    replacement = envelope_for("acme", "run-3", 333)
+    entries = storage.log_entries("acme", 0, 5)
+    entries[3] = entries[3].replace(
+        _digest(world["first"][3]).encode(), _digest(replacement).encode()
+    )
+    _rewrite_log(storage, "acme", entries)
+    _sql(
+        storage,
+        "UPDATE envelopes SET digest = ?, data = ? WHERE tenant = 'acme' AND log_index = 3",
+        (_digest(replacement), replacement),
+    )
+    with _restarted(world) as service:
+        _expect_tampering(
+            world["tenant"], service.url, capsys, "checkpoint of size 5 is not consistent"
+        )
+
+
+def test_rewritten_envelope_bytes_are_tampering(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = world["storage"]
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        (fresh,) = world["publish"](service, range(5, 6))
+    _sql(
+        storage,
+        "UPDATE envelopes SET data = ? WHERE tenant = 'acme' AND digest = ?",
+        (fresh.replace(b"run-5", b"run-6"), _digest(fresh)),
+    )
+    with _restarted(world) as service:
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"envelope {_digest(fresh)} (entry 5) has other bytes",
+        )
+
+
+def test_forked_checkpoint_is_tampering(
+    world: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The operator starts over on an empty database with the same key and publishes five
+    # other envelopes: a checkpoint of the same size with another root, validly signed.
+    other = SqliteStorage(tmp_path / "fork.sqlite3")
+    other.initialize()
+    with _restarted(world, on=other) as service:
+        tenant_token = world["tenant"].token_file.read_text().strip()
+        other.add_token(hashlib.sha256(tenant_token.encode()).hexdigest(), "acme", Role.TENANT)
+        world["publish"](service, range(100, 105))
+        _expect_tampering(
+            world["tenant"], service.url, capsys, "checkpoint of size 5 is not consistent"
+        )
+
+
+def test_bad_signature_is_tampering(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    impostor = CheckpointSigner("publish.test", Ed25519PrivateKey.generate())
+    with _restarted(world, with_signer=impostor) as service:
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            "no valid signature by the pinned key 'publish.test'",
+        )

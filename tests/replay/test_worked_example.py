@@ -1,0 +1,111 @@
+"""The pack's worked example through ``attested-replay score`` (issue #3's first done-when)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+WORKED = Path(__file__).resolve().parents[1] / "assets" / "worked-example.json"
+
+
+def test_worked_example_equals_expected_exactly(
+    run_cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    code, out, err = run_cli("score", str(WORKED))
+    assert (code, err) == (0, "")
+    expected = json.loads(WORKED.read_text())["expected"]
+    printed = json.loads(out)
+    assert printed == expected
+    assert printed["marks"] == {
+        "M1": "met",
+        "M2": "met",
+        "M3": "missed",
+        "M4": "met",
+        "M5": "unknown",
+    }
+    assert printed["metrics"]["A1-2"]["errors"] == 1
+    assert printed["metrics"]["A1-2"]["cost_per_case_usd"] is None
+    # Same JSON types as the pack: points are numbers with a fraction, errors an integer.
+    for run in printed["metrics"].values():
+        assert isinstance(run["recall_points"], float)
+        assert isinstance(run["errors"], int)
+
+
+def test_scoring_twice_is_byte_identical(run_cli: Callable[..., tuple[int, str, str]]) -> None:
+    first = run_cli("score", str(WORKED))
+    second = run_cli("score", str(WORKED))
+    assert first == second
+
+
+def test_expected_key_is_ignored(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    data = json.loads(WORKED.read_text())
+    original = run_cli("score", str(WORKED))[1]
+    data["expected"] = {"metrics": {}, "marks": {"M1": "missed"}}
+    altered = tmp_path / "altered.json"
+    altered.write_text(json.dumps(data))
+    assert run_cli("score", str(altered))[1] == original
+    del data["expected"]
+    altered.write_text(json.dumps(data))
+    assert run_cli("score", str(altered))[1] == original
+
+
+def test_changed_prediction_changes_result(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    data = json.loads(WORKED.read_text())
+    data["runs"][3]["predictions"]["case-08"] = "flag"
+    data["runs"][3]["cost_usd"]["case-08"] = 0.01
+    path = tmp_path / "fixed.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = run_cli("score", str(path))
+    printed = json.loads(out)
+    assert code == 0
+    assert printed["marks"] == {
+        "M1": "met",
+        "M2": "met",
+        "M3": "met",
+        "M4": "missed",  # A1's net is now 75 then 100: a spread of 25
+        "M5": "met",
+    }
+    assert printed["metrics"]["A1-2"] == {
+        "arm": "A1",
+        "recall_points": 100.0,
+        "twin_fp_points": 0.0,
+        "net_points": 100.0,
+        "errors": 0,
+        "cost_per_case_usd": 0.01,
+    }
+
+
+def test_unknown_key_and_unknown_metric_exit_1(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    data = json.loads(WORKED.read_text())
+    data["surprise"] = 1
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli("score", str(path))
+    assert (code, out) == (1, "")
+    assert "bad.json: field 'surprise': unknown key" in err
+
+    data = json.loads(WORKED.read_text())
+    data["pass_marks"][0]["metric"] = "vibes"
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli("score", str(path))
+    assert code == 1
+    assert "field 'pass_marks.0': field 'metric': unknown mark metric 'vibes'" in err
+
+
+def test_missing_prediction_is_an_error(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    data = json.loads(WORKED.read_text())
+    del data["runs"][0]["predictions"]["case-03"]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli("score", str(path))
+    assert code == 1
+    assert "field 'runs.0.predictions': missing case 'case-03'" in err
