@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from attestation import der
-from attestation.endorsement import Endorsement
+from attestation.endorsement import PARSE_ERRORS, Endorsement, require_fully_parseable
 from attestation.errors import MalformedError, UntrustedChainError, UsageError
 from attestation.product import ProductLine, SignerKind
 from attestation.trust import SIMULATED_ORGANIZATION, TrustStore, fingerprint
@@ -49,6 +49,7 @@ PSS_SALT_LENGTH = 48
 AMD_RSA_KEY_BITS = 4096
 
 _VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
+_VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, *PARSE_ERRORS)
 _HANDLED_CRITICAL = frozenset(
     {x509.BasicConstraints.oid.dotted_string, x509.KeyUsage.oid.dotted_string}
 )
@@ -85,9 +86,10 @@ def verify_chain(
     if now.tzinfo is None or now.utcoffset() is None:
         raise UsageError("verification time `now` must be timezone-aware")
     leaf_label = endorsement.signer_kind.value.upper()
-    ark, intermediate, simulated = _find_path(
-        endorsement, product_line, trust, tuple(intermediates)
-    )
+    supplied = tuple(intermediates)
+    for index, certificate in enumerate(supplied, start=1):
+        require_fully_parseable(certificate, f"supplied certificate {index}")
+    ark, intermediate, simulated = _find_path(endorsement, product_line, trust, supplied)
     intermediate_label = f"{_intermediate_kind(endorsement.signer_kind)} {_cn(intermediate)!r}"
     ark_label = f"{'simulated ARK' if simulated else f'{product_line.value} ARK'} {_cn(ark)!r}"
     for certificate, label in (
@@ -122,7 +124,11 @@ def require_amd_signature_algorithm(signed_der: bytes, what: str) -> None:
     try:
         outer = der.read_single(signed_der, what=what, tag=der.TAG_SEQUENCE)
         parts = der.read_all(outer.content, what=what)
-        tbs, algorithm, _signature = parts
+        tbs, algorithm, signature = parts
+        if signature.tag != der.TAG_BIT_STRING or signature.content[:1] != b"\0":
+            raise UntrustedChainError(
+                f"{what}: the signature is not a BIT STRING with 0 unused bits"
+            )
         tbs_parts = der.read_all(tbs.content, what=what)
         # Certificate TBS: [0] version, serial, signature...; CRL TBS: version, signature...
         index = next(i for i, part in enumerate(tbs_parts) if part.tag == der.TAG_SEQUENCE)
@@ -332,7 +338,7 @@ def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
         return False
     try:
         child.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
+    except _VERIFY_ERRORS:
         return False
     return True
 
@@ -353,7 +359,7 @@ def _require_validity(certificate: x509.Certificate, label: str, now: dt.datetim
 def _require_no_unknown_critical_extensions(certificate: x509.Certificate, label: str) -> None:
     try:
         extensions = list(certificate.extensions)
-    except ValueError as exc:
+    except PARSE_ERRORS as exc:
         raise UntrustedChainError(f"{label} extensions cannot be parsed: {exc}") from exc
     unknown = [
         e.oid.dotted_string

@@ -5,6 +5,14 @@ Raw-report mode::
     verify-attested-run --report R.bin --endorsement VCEK.pem [--policy POLICY.json]
         [--now RFC3339] [--crl CRL.der] [--simulated-root ROOT.pem] [--json]
 
+Envelope mode (every raw-report check, then the binding (7), then the expectations (8))::
+
+    verify-attested-run --envelope ENVELOPE.json --expected EXPECTED.json [--now RFC3339]
+        [--crl CRL.der] [--json]
+
+In envelope mode the policy keys and the accepted simulated roots come from the
+expected-values file only.
+
 The exit code is the public table in :mod:`attestation.exit_codes` (0 verified, 1-8 the first
 failing class, 9 usage/IO/internal). argparse errors, ``--help``, unreadable files and any
 unexpected exception exit 9: nothing but a completed verification ever exits 0.
@@ -16,6 +24,7 @@ Modes are a required mutually exclusive group; a new mode adds its option to the
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import traceback
@@ -26,8 +35,11 @@ from pathlib import Path
 from typing import Final, NoReturn, TextIO
 
 from attestation.checks import Check, VerificationResult
+from attestation.envelope import MAX_ENVELOPE_BYTES
+from attestation.envelope_verify import verify_envelope
 from attestation.errors import AttestationError, FailureClass, MalformedError, UsageError
 from attestation.exit_codes import EXIT_CODES, exit_code_for
+from attestation.expected import MAX_EXPECTED_BYTES, load_expected
 from attestation.policy import MAX_POLICY_BYTES, Policy, load_policy
 from attestation.trust import TrustStore
 from attestation.verify import Verifier
@@ -62,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--report", type=Path, help="raw 1184-byte SNP attestation report")
+    mode.add_argument("--envelope", type=Path, help="attestation envelope (JSON) of a replay")
+    parser.add_argument(
+        "--expected",
+        type=Path,
+        help="the tenant's expected-values file (envelope mode; docs/envelope.md)",
+    )
     parser.add_argument(
         "--endorsement",
         type=Path,
@@ -138,13 +156,42 @@ def _run_report(args: argparse.Namespace) -> VerificationResult:
     return verifier.verify(report, endorsement, now=parse_now(args.now))
 
 
+def _run_envelope(args: argparse.Namespace) -> VerificationResult:
+    if args.expected is None:
+        raise UsageError("--envelope needs --expected")
+    for option, value in (
+        ("--endorsement", args.endorsement),
+        ("--policy", args.policy),
+        ("--simulated-root", args.simulated_root),
+    ):
+        if value is not None:
+            raise UsageError(
+                f"{option} does not apply to --envelope: the envelope carries its endorsement "
+                "and the expected-values file holds the policy and any simulatedRoots"
+            )
+    envelope = read_input(args.envelope, MAX_ENVELOPE_BYTES, "envelope")
+    expected = load_expected(read_input(args.expected, MAX_EXPECTED_BYTES, "expected-values file"))
+    crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL")
+    return verify_envelope(envelope, expected, now=parse_now(args.now), crl=crl)
+
+
 def run_mode(args: argparse.Namespace) -> VerificationResult:
     """Dispatch to the selected mode (the options of the required mutually exclusive group)."""
+    if args.envelope is not None:
+        return _run_envelope(args)
+    if args.expected is not None:
+        raise UsageError("--expected applies only to --envelope")
     return _run_report(args)
 
 
 def _input_failure(error: AttestationError) -> VerificationResult:
     return VerificationResult.from_checks([Check.from_error("input", error)])
+
+
+def _text(result: VerificationResult) -> str:
+    buffer = io.StringIO()
+    render_text(result, buffer)
+    return buffer.getvalue()
 
 
 def render_text(result: VerificationResult, out: TextIO) -> None:
@@ -174,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("ignore", message=_SERIAL_ZERO_WARNING)
             args = build_parser().parse_args(argv)
             result = run_mode(args)
+            output = (
+                json.dumps(result.to_json_dict(), indent=2) + "\n" if args.json else _text(result)
+            )
     except AttestationError as error:
         code = exit_code_for(error)
         if want_json and code != EXIT_CODES[FailureClass.USAGE]:
@@ -183,10 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - any unexpected failure is "could not decide" (9), never 0
         sys.stderr.write(f"{PROG}: internal error\n{traceback.format_exc()}")
         return EXIT_CODES[FailureClass.USAGE]
-    if args.json:
-        print(json.dumps(result.to_json_dict(), indent=2))
-    else:
-        render_text(result, sys.stdout)
+    sys.stdout.write(output)
     return result.exit_code
 
 

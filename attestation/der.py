@@ -13,6 +13,7 @@ from typing import NamedTuple
 from attestation.errors import MalformedError
 
 TAG_INTEGER = 0x02
+TAG_BIT_STRING = 0x03
 TAG_OCTET_STRING = 0x04
 TAG_NULL = 0x05
 TAG_OID = 0x06

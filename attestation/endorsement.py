@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -78,20 +79,55 @@ class Endorsement:
     public_key: ec.EllipticCurvePublicKey
 
 
+#: What ``cryptography`` raises for certificates it loaded but cannot decode a part of
+#: (names, extensions and keys are decoded lazily, on first access).
+PARSE_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    UnsupportedAlgorithm,
+    x509.DuplicateExtension,
+    x509.InvalidVersion,
+    x509.UnsupportedGeneralNameType,
+)
+
+
 def load_certificates(data: bytes) -> tuple[x509.Certificate, ...]:
-    """Every certificate of a PEM bundle (in order), or the single certificate of a DER blob."""
+    """Every certificate of a PEM bundle (in order), or the single certificate of a DER blob.
+
+    Each certificate is decoded completely here (names, validity, extensions, public key), so
+    later code never meets a lazily raised parse error.
+    """
     if not data:
         raise MalformedError("certificate input is empty")
     if _PEM_MARKER in data:
         try:
-            certificates = x509.load_pem_x509_certificates(data)
-        except ValueError as exc:
+            certificates = tuple(x509.load_pem_x509_certificates(data))
+        except PARSE_ERRORS as exc:
             raise MalformedError(f"certificate PEM cannot be parsed: {exc}") from exc
-        return tuple(certificates)
-    try:
-        return (x509.load_der_x509_certificate(data),)
-    except ValueError as exc:
-        raise MalformedError(f"certificate is neither PEM nor valid DER X.509: {exc}") from exc
+    else:
+        try:
+            certificates = (x509.load_der_x509_certificate(data),)
+        except PARSE_ERRORS as exc:
+            raise MalformedError(f"certificate is neither PEM nor valid DER X.509: {exc}") from exc
+    for index, certificate in enumerate(certificates, start=1):
+        require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
+    return certificates
+
+
+def require_fully_parseable(certificate: x509.Certificate, what: str) -> None:
+    """Decode every part of ``certificate`` now; MalformedError names the part that fails."""
+    parts = (
+        ("subject", lambda: certificate.subject),
+        ("issuer", lambda: certificate.issuer),
+        ("validity", lambda: (certificate.not_valid_before_utc, certificate.not_valid_after_utc)),
+        ("extensions", lambda: list(certificate.extensions)),
+        ("public key", certificate.public_key),
+    )
+    for part, decode in parts:
+        try:
+            decode()
+        except PARSE_ERRORS as exc:
+            raise MalformedError(f"{what}: {part} cannot be decoded: {exc}") from exc
 
 
 def load_endorsement(data: bytes) -> Endorsement:
@@ -101,13 +137,9 @@ def load_endorsement(data: bytes) -> Endorsement:
 
 def endorsement_from_certificate(certificate: x509.Certificate) -> Endorsement:
     """Decode the signer kind, public key and AMD extensions of a VCEK/VLEK certificate."""
+    require_fully_parseable(certificate, "endorsement certificate")
     signer_kind = _signer_kind(certificate)
-    try:
-        public_key = certificate.public_key()
-    except (ValueError, TypeError) as exc:  # e.g. a point that is not on the curve
-        raise MalformedError(
-            f"{signer_kind.value.upper()} public key cannot be decoded: {exc}"
-        ) from exc
+    public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(
         public_key.curve, ec.SECP384R1
     ):
@@ -165,12 +197,8 @@ def _signer_kind(certificate: x509.Certificate) -> SignerKind:
 
 
 def _amd_extension_values(certificate: x509.Certificate) -> dict[str, bytes]:
-    try:
-        extensions = certificate.extensions
-    except ValueError as exc:  # duplicate or undecodable standard extensions
-        raise MalformedError(f"certificate extensions cannot be parsed: {exc}") from exc
     values: dict[str, bytes] = {}
-    for extension in extensions:
+    for extension in certificate.extensions:  # decoded by require_fully_parseable
         oid = extension.oid.dotted_string
         if not oid.startswith(f"{AMD_KDS_ARC}."):
             continue

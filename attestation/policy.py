@@ -244,15 +244,19 @@ def _provisional(report: AttestationReport, policy: Policy, product: ProductLine
     name = "policy.provisional-firmware"
     current_fw = (report.current_major, report.current_minor, report.current_build)
     committed_fw = (report.committed_major, report.committed_minor, report.committed_build)
+    if report.committed_tcb == report.current_tcb and committed_fw == current_fw:
+        return Check.passed(
+            name,
+            _PLATFORM,
+            f"COMMITTED_TCB == CURRENT_TCB ({report.current_tcb:#018x}), "
+            f"firmware {_firmware(*current_fw)}",
+        )
     current = report.tcb("current", product)
     committed = report.tcb("committed", product)
-    same = report.committed_tcb == report.current_tcb and committed_fw == current_fw
     describe = (
         f"COMMITTED_TCB {committed.components()} firmware {_firmware(*committed_fw)}, "
         f"CURRENT_TCB {current.components()} firmware {_firmware(*current_fw)}"
     )
-    if same:
-        return Check.passed(name, _PLATFORM, f"committed equals current: {describe}")
     if not policy.allow_provisional_firmware:
         return Check.failed(name, _PLATFORM, f"provisional firmware not allowed: {describe}")
     if current.dominates(committed) and current_fw >= committed_fw:

@@ -16,9 +16,9 @@ Building a report (the simulated signer)::
 
     template = unsigned_template(ProductLine.GENOA)          # version 5, policy 0x30000, ...
     body = dataclasses.replace(template, report_data=..., measurement=..., vmpl=0)
-    digest = hashlib.sha384(body.signed_bytes()).digest()     # sign this with the VCEK
-    signed = body.with_signature(r, s)                        # R, S as integers
-    raw = serialize_report(signed)
+    der = vcek_key.sign(body.signed_bytes(), ec.ECDSA(hashes.SHA384()))
+    r, s = decode_dss_signature(der)                           # R, S as integers
+    raw = serialize_report(body.with_signature(r, s))          # or signature.sign_report_bytes
 
 :class:`AttestationReport` validates on construction, so a builder cannot produce a report
 the parser would reject: sizes of byte fields, reserved flags, policy bits and CPUID product.
@@ -185,6 +185,8 @@ class GuestPolicy:
     @classmethod
     def from_raw(cls, raw: int) -> GuestPolicy:
         """Decode POLICY. Raises MalformedError if bit 17 is clear or bits 63:26 are set."""
+        if not 0 <= raw < 1 << 64:
+            raise MalformedError(f"policy [0x008:0x010] must be a u64, got {raw:#x}")
         hex_bytes = raw.to_bytes(8, "little").hex()
         if not raw & cls._RESERVED_ONE:
             raise MalformedError(f"policy [0x008:0x010] reserved bit 17 must be 1: {hex_bytes}")
@@ -242,6 +244,8 @@ class PlatformInfo:
 
     @classmethod
     def from_raw(cls, raw: int) -> PlatformInfo:
+        if not 0 <= raw < 1 << 64:
+            raise MalformedError(f"platform_info [0x040:0x048] must be a u64, got {raw:#x}")
         flags = {name: bool(raw >> bit & 1) for name, bit in cls._BITS}
         return cls(unknown_bits=raw & ~cls._KNOWN_MASK, **flags)
 
@@ -339,6 +343,12 @@ class AttestationReport:
             raise MalformedError(
                 f"{FIELDS['version'].describe()} unsupported version {self.version} "
                 f"(supported: 2..5)"
+            )
+        if not isinstance(self.policy, GuestPolicy):
+            raise MalformedError("policy must be a GuestPolicy (GuestPolicy.from_raw(int))")
+        if not isinstance(self.platform_info, PlatformInfo):
+            raise MalformedError(
+                "platform_info must be a PlatformInfo (PlatformInfo.from_raw(int))"
             )
         for name in _BYTES_FIELDS:
             value = getattr(self, name)
@@ -506,9 +516,13 @@ class AttestationReport:
         return out
 
 
+#: Precomputed slices: parsing is on the verifier's hot path (benchmarks/verify.py).
+_SLICES: Final = {spec.name: slice(spec.offset, spec.end) for spec in LAYOUT}
+_RESERVED_SPECS: Final = tuple((spec, _SLICES[spec.name]) for spec in LAYOUT if spec.reserved)
+
+
 def _slice(data: bytes, name: str) -> bytes:
-    spec = FIELDS[name]
-    return data[spec.offset : spec.end]
+    return data[_SLICES[name]]
 
 
 def _uint(data: bytes, name: str) -> int:
@@ -549,9 +563,9 @@ def parse_report(data: bytes) -> AttestationReport:
     signing_key = flags >> 2 & 0b111
     if signing_key not in (SIGNING_KEY_VCEK, SIGNING_KEY_VLEK, SIGNING_KEY_NONE):
         raise _mbz_error(FIELDS["flags"], _slice(data, "flags"), "SIGNING_KEY reserved value")
-    for spec in LAYOUT:
-        if spec.reserved:
-            _require_zero(data, spec.name)
+    for spec, where in _RESERVED_SPECS:
+        if any(data[where]):
+            raise _mbz_error(spec, data[where])
     if version < 3:
         for name in _CPUID_FIELDS:
             _require_zero(data, name, "reserved in version 2, not zero")

@@ -217,11 +217,29 @@ class SimulatedAmd:
     @classmethod
     def generate(cls, *, now: dt.datetime | None = None) -> SimulatedAmd:
         """A fresh hierarchy (three RSA-4096 keys: about a second; do it once)."""
+        return cls.from_keys(
+            ark_key=rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS),
+            ask_key=rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS),
+            asvk_key=rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS),
+            now=now,
+        )
+
+    @classmethod
+    def from_keys(
+        cls,
+        *,
+        ark_key: rsa.RSAPrivateKey,
+        ask_key: rsa.RSAPrivateKey,
+        asvk_key: rsa.RSAPrivateKey,
+        vek_seed: bytes | None = None,
+        now: dt.datetime | None = None,
+    ) -> SimulatedAmd:
+        """A hierarchy with new certificates over existing RSA-4096 keys (tests reuse keys)."""
+        for name, key in (("ark", ark_key), ("ask", ask_key), ("asvk", asvk_key)):
+            if key.key_size != _RSA_BITS:
+                raise ValueError(f"{name} key must be RSA-4096, got {key.key_size} bits")
         now = _now() if now is None else now
-        ark_key = rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS)
         ark = _authority(ARK_COMMON_NAME, ark_key, None, ark_key, now)
-        ask_key = rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS)
-        asvk_key = rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS)
         return cls(
             ark_key=ark_key,
             ark_certificate=ark,
@@ -229,7 +247,7 @@ class SimulatedAmd:
             ask_certificate=_authority(ASK_COMMON_NAME, ask_key, ark, ark_key, now),
             asvk_key=asvk_key,
             asvk_certificate=_authority(ASVK_COMMON_NAME, asvk_key, ark, ark_key, now),
-            vek_seed=os.urandom(_SEED_SIZE),
+            vek_seed=os.urandom(_SEED_SIZE) if vek_seed is None else vek_seed,
         )
 
     def to_state(self) -> dict[str, str]:

@@ -1,13 +1,15 @@
 """Corpus checksum throughput and memory against ``sha256sum`` over the same bytes.
 
-    python benchmarks/corpus.py [--cases 1000000] [--repeat 3] [--keep DIR]
+    python benchmarks/corpus.py [--cases 1000000] [--small 100000] [--repeat 3]
 
 Builds an already-canonical, sorted corpus in a temporary directory (so ``cases.jsonl``
 *is* the byte stream the checksum hashes; the script checks that ``sha256sum`` prints the
 same digest), then reports the median wall time of ``compute_checksum`` (the code behind
 ``attested-replay corpus checksum``) and of ``sha256sum`` and their ratio (goal: <= 6). Peak
-memory (``ru_maxrss``) of a fresh process computing the checksum is measured for 100,000 and
-for the full size; a process that only imports the module is the baseline.
+RSS (``ru_maxrss``) and the Python heap peak (``tracemalloc``) while checksumming are
+measured in a fresh process for 100,000 cases and for the full size; a process that only
+imports the module is the RSS baseline. The slow path (valid but not canonical lines) is
+timed on the smaller size.
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ REPO = Path(__file__).resolve().parent.parent
 TOPICS = (b"invoice", b"login", b"refund", b"shipping", b"password", b"upgrade")
 
 _MEASURE = """
-import resource, sys, time
+import resource, sys, tracemalloc
 from pathlib import Path
 from runner.corpus.checksum import compute_checksum
-start = time.perf_counter()
-value = compute_checksum(Path(sys.argv[1])) if len(sys.argv) > 1 else ""
-elapsed = time.perf_counter() - start
-print(value, elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+mode, corpus = sys.argv[1], sys.argv[2:]
+if mode == "heap":
+    tracemalloc.start()
+if corpus:
+    compute_checksum(Path(corpus[0]))
+if mode == "heap":
+    print(tracemalloc.get_traced_memory()[1])
+else:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
@@ -63,21 +70,24 @@ def build_cases(path: Path, count: int, *, canonical: bool = True) -> None:
         out.write(b"".join(batch))
 
 
-def run_measure(corpus: Path | None) -> tuple[str, float, int]:
-    argv = [sys.executable, "-c", _MEASURE]
+def run_measure(mode: str, corpus: Path | None) -> int:
+    """In a fresh process: ``rss`` = peak RSS in KiB, ``heap`` = Python heap peak in bytes
+    while checksumming (tracemalloc; measured separately because it inflates RSS)."""
+    argv = [sys.executable, "-c", _MEASURE, mode]
     if corpus is not None:
         argv.append(str(corpus))
     done = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO)
-    parts = done.stdout.split()
-    if corpus is None:
-        return "", 0.0, int(parts[-1])
-    return parts[0], float(parts[1]), int(parts[2])
+    return int(done.stdout.strip())
 
 
 def time_sha256sum(path: Path) -> tuple[str, float]:
     start = time.perf_counter()
     done = subprocess.run(["sha256sum", str(path)], check=True, capture_output=True, text=True)
     return done.stdout.split()[0], time.perf_counter() - start
+
+
+def machine() -> str:
+    return f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,14 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         if slow_checksum != compute_checksum(small):
             raise SystemExit("slow and fast paths disagree")
 
-        _, _, baseline_rss = run_measure(None)
-        _, _, small_rss = run_measure(small)
-        _, _, big_rss = run_measure(big)
+        baseline_rss = run_measure("rss", None)
+        small_rss = run_measure("rss", small)
+        big_rss = run_measure("rss", big)
+        small_heap = run_measure("heap", small)
+        big_heap = run_measure("heap", big)
 
     ours_median = statistics.median(ours)
     theirs_median = statistics.median(theirs)
     report = {
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "cases": args.cases,
         "cases_jsonl_bytes": size,
         "checksum_seconds_median": round(ours_median, 3),
@@ -138,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_kib_import_only": baseline_rss,
         f"peak_rss_kib_{args.small}_cases": small_rss,
         f"peak_rss_kib_{args.cases}_cases": big_rss,
+        f"checksum_heap_peak_bytes_{args.small}_cases": small_heap,
+        f"checksum_heap_peak_bytes_{args.cases}_cases": big_heap,
     }
     print(json.dumps(report, indent=2))
     return 0

@@ -46,6 +46,10 @@ def median_time(action: object, repeat: int) -> float:
     return statistics.median(times)
 
 
+def machine() -> str:
+    return f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100_000)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = outcome.case_count
     results = cases * runs
     report = {
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "cases": cases,
         "run_records": runs,
         "runs_jsonl_bytes": runs_bytes,

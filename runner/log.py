@@ -9,6 +9,21 @@ from typing import TextIO
 import structlog
 
 
+class _CurrentStderrLogger:
+    """Writes to whatever ``sys.stderr`` is at the time of the call, not at configuration
+    time: a long-lived process (or a test run) may replace stderr after logging is set up."""
+
+    def msg(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+    log = debug = info = warning = warn = error = err = critical = fatal = exception = msg
+
+
+def _current_stderr_logger(*_args: object) -> _CurrentStderrLogger:
+    return _CurrentStderrLogger()
+
+
 def configure_logging(*, level: str = "info", stream: TextIO | None = None) -> None:
     """JSON lines on stderr when it is not a terminal, a readable console otherwise."""
     output = stream if stream is not None else sys.stderr
@@ -28,6 +43,10 @@ def configure_logging(*, level: str = "info", stream: TextIO | None = None) -> N
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=output),
+        logger_factory=(
+            structlog.PrintLoggerFactory(file=stream)
+            if stream is not None
+            else _current_stderr_logger
+        ),
         cache_logger_on_first_use=False,
     )

@@ -40,6 +40,13 @@ def _register_serve(subparsers: Any) -> None:  # noqa: ANN401  # as above
     parser.add_argument("--db", help="SQLite file or postgresql:// DSN (default: in state dir)")
     parser.add_argument("--log-signing-key", type=Path, help="Ed25519 PKCS#8 PEM key file")
     parser.add_argument("--log-name", help="log and key name (checkpoint origin prefix)")
+    parser.add_argument(
+        "--sqlite-synchronous",
+        choices=["full", "normal"],
+        default="full",
+        help="full (default): every acknowledged envelope survives power loss; normal: "
+        "survives process crashes only, for disposable stores",
+    )
     parser.add_argument("--tls-cert", type=Path)
     parser.add_argument("--tls-key", type=Path)
     parser.set_defaults(handler=_serve)
@@ -143,6 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
         database=args.db,
         signing_key=args.log_signing_key,
         log_name=args.log_name or os.environ.get("ATTESTED_REPLAY_LOG_NAME") or DEFAULT_LOG_NAME,
+        sqlite_synchronous=args.sqlite_synchronous.upper(),
     )
     storage, signer = open_service(config)
     print(f"log verifier key (tenants pin this): {signer.verifier_key.encode()}", flush=True)

@@ -26,7 +26,7 @@ from runner.corpus.jsonio import MAX_CASE_LINE_BYTES, open_corpus_file, parse_li
 from runner.corpus.models import Case, validate_record
 
 CASES_FILE: Final = "cases.jsonl"
-CHUNK_BYTES: Final = 1 << 22
+CHUNK_BYTES: Final = 1 << 20
 
 Progress = Callable[[int, int | None], None]
 

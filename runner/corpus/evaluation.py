@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from attestation.canonical import CanonicalizationError, canonicalize
 from runner.corpus.errors import CorpusError, CorpusOrderError
@@ -24,6 +23,7 @@ from runner.corpus.jsonio import (
     iter_lines,
     open_corpus_file,
     parse_line,
+    parse_line_with_number_check,
     read_small_json,
 )
 from runner.corpus.models import PassMarks, Plan, RunRecord, validate_record
@@ -95,23 +95,17 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
     )
 
 
-# Where Python's JSON output and RFC 8785 can differ for an ASCII line: exponents, floats
-# with an integral value ("1.0" vs "1") and integers beyond +-(2**53-1). Such lines, and
-# strings that merely look like them, take the exact path.
-_MAYBE_NOT_JCS: Final = re.compile(rb"[0-9][eE][-+]?[0-9]|[0-9]\.0(?![0-9])|[0-9]{16}")
-
-
-def is_canonical_line(line: bytes, data: object) -> bool:
+def is_canonical_line(line: bytes, data: object, *, numbers_safe: bool) -> bool:
     """True when ``line`` is provably the RFC 8785 form of ``data`` (parsed from it).
 
-    For ASCII text, sorted-key compact ``json.dumps`` (C-accelerated) escapes strings
-    and orders keys exactly as RFC 8785 does; only number formatting can differ, and the
-    pattern above sends every such line to ``canonicalize``.
+    For ASCII text, sorted-key compact ``json.dumps`` (C-accelerated) escapes strings and
+    orders keys exactly as RFC 8785 does; numbers can differ only where ``numbers_safe``
+    (from ``parse_line_with_number_check``) is False, and those lines are canonicalized.
     """
-    if not line.isascii() or _MAYBE_NOT_JCS.search(line) is not None:
+    if not numbers_safe or not line.isascii():
         return False
     rendered = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return rendered.encode("ascii") == line
+    return rendered.encode("utf-8", "surrogatepass") == line
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +125,9 @@ def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
     previous: tuple[str, int] | None = None
     with open_corpus_file(corpus_dir / RUNS_FILE) as handle:
         for number, line in iter_lines(handle, RUNS_FILE, MAX_RUN_LINE_BYTES):
-            data: dict[str, Any] = parse_line(line, RUNS_FILE, number, decimal=False)
-            if is_canonical_line(line, data):
-                canonical = line  # one parse; floats are exact (see models._int_to_decimal)
+            data, numbers_safe = parse_line_with_number_check(line, RUNS_FILE, number)
+            if is_canonical_line(line, data, numbers_safe=numbers_safe):
+                canonical = line  # one parse; floats are exact (see models._exact_number)
             else:
                 canonical = _canonical(data, RUNS_FILE, number)
                 data = parse_line(line, RUNS_FILE, number, decimal=True)

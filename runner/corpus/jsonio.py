@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from attestation.canonical import MAX_SAFE_INTEGER
 from runner.corpus.errors import CorpusError
 
 #: One case line; a case is a label and a modest input, never a document.
@@ -71,6 +72,40 @@ def parse_line(line: bytes, file: str, number: int, *, decimal: bool) -> dict[st
     if not isinstance(value, dict):
         raise CorpusError(file, "a line must be a JSON object", line=number)
     return value
+
+
+def parse_line_with_number_check(
+    line: bytes, file: str, number: int
+) -> tuple[dict[str, Any], bool]:
+    """Parse a line with floats; also say whether every number literal in it is written
+    the way both ``repr()`` and RFC 8785 write it (no exponent, no integral ``.0``, integers
+    within +-(2**53-1)), so that comparing against ``json.dumps`` output is conclusive."""
+    suspicious: list[str] = []
+
+    def parse_float(literal: str) -> float:
+        if "e" in literal or "E" in literal or literal.endswith(".0"):
+            suspicious.append(literal)
+        return float(literal)
+
+    def parse_int(literal: str) -> int:
+        value = int(literal)
+        if abs(value) > MAX_SAFE_INTEGER:
+            suspicious.append(literal)
+        return value
+
+    try:
+        value = json.loads(
+            line,
+            parse_float=parse_float,
+            parse_int=parse_int,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_unique_pairs,
+        )
+    except (ValueError, RecursionError) as exc:
+        raise CorpusError(file, f"invalid JSON: {exc}", line=number) from exc
+    if not isinstance(value, dict):
+        raise CorpusError(file, "a line must be a JSON object", line=number)
+    return value, not suspicious
 
 
 def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:

@@ -12,7 +12,6 @@ temporary directory whose emulator reacts to writes the way the kernel does.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import secrets
@@ -148,15 +147,11 @@ class ConfigfsTsmProvider:
             raise EvidenceError(f"configfs-tsm: reading {path.name} failed: {exc}") from exc
 
     def _read_optional(self, path: Path) -> bytes:
-        with contextlib.suppress(FileNotFoundError):
-            return self._read_raw(path)
-        return b""
-
-    def _read_raw(self, path: Path) -> bytes:
+        """An attribute older kernels may lack (``auxblob``): absent means empty."""
         try:
             return self.access.read(path)
         except FileNotFoundError:
-            raise
+            return b""
         except OSError as exc:
             raise EvidenceError(f"configfs-tsm: reading {path.name} failed: {exc}") from exc
 

@@ -67,12 +67,21 @@ class _ResourceWatcher(threading.Thread):
         self._current: watch.Watch | None = None
         self.relists = 0
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop and wait up to ``grace`` seconds for the thread to end.
+
+        ``Watch.stop`` closes the socket of an open stream, but a stream that is still
+        opening resets the flag and has no socket yet, so stopping is repeated until the
+        thread ends (or the server-side timeout ends the stream).
+        """
         with self._lock:
             self._stopped.set()
+        deadline = time.monotonic() + grace
+        while self.is_alive() and time.monotonic() < deadline:
             current = self._current
-        if current is not None:
-            current.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is untyped
+            if current is not None:
+                current.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is untyped
+            self.join(0.02)
 
     def run(self) -> None:
         failures = 0
@@ -224,10 +233,6 @@ class JobTracker:
         finally:
             for watcher in watchers:
                 watcher.stop()
-            for watcher in watchers:
-                # A stream that was opening as stop() ran ends at its timeout; the daemon
-                # thread then sees the stop flag, so waiting briefly is enough.
-                watcher.join(timeout=1)
             self.relists = sum(watcher.relists for watcher in watchers)
         for name in sorted(pending):
             outcomes[name] = RunOutcome(

@@ -1,7 +1,8 @@
 """The publisher: deliver an envelope to a ``dir://`` or ``https://`` target, spooling it first.
 
-Every envelope goes to the spool before delivery and leaves it only once the target has
-confirmed it, so a crash, an outage or a refusal never loses one. HTTP delivery is two
+An envelope that could not be delivered (an outage after all retries, a refusal, an exception)
+is written to the spool before the error propagates; ``publish --flush`` delivers the spool
+later and removes an item only once its target confirmed it. HTTP delivery is two
 idempotent PUTs (``docs/publishing.md``): the envelope under its digest, then the write-once
 ``runs/{runId}`` pointer. urllib3 retries connection errors, 429 and 5xx with exponential
 backoff, honouring ``Retry-After``.
@@ -149,19 +150,23 @@ def publish_envelope(
     if urlsplit(target).scheme != "dir" and token is None:
         raise UsageError(f"publishing to {target} needs a token (--publish-token-file)")
     spool = Spool(spool_dir or default_spool_dir())
-    item = spool.add(envelope_bytes, tenant=tenant, run_id=run_id, target=target)
+    digest = "sha256:" + hashlib.sha256(envelope_bytes).hexdigest()
+    item = SpoolItem(digest, tenant, run_id, target, spool.envelope_path(digest))
     try:
-        outcome = deliver(
+        return deliver(
             item, envelope_bytes, target=target, token=token, retry=retry, session=session
         )
     except DeliveryError as exc:
+        spool.add(envelope_bytes, tenant=tenant, run_id=run_id, target=target)
         raise PublishError(
-            f"could not publish {item.digest} to {target}: {exc}; the envelope is kept in the "
+            f"could not publish {digest} to {target}: {exc}; the envelope is kept in the "
             f"spool {spool.directory}; deliver it later with "
             f"`attested-replay publish --flush --spool-dir {spool.directory} --token-file FILE`"
         ) from exc
-    spool.remove(item.digest)
-    return outcome
+    except BaseException:
+        # Anything else (a bug, Ctrl-C) must not lose the envelope either.
+        spool.add(envelope_bytes, tenant=tenant, run_id=run_id, target=target)
+        raise
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,14 +18,14 @@ import anyio.to_thread
 import structlog
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attestation.envelope import Envelope
 from runner.publish.checkpoint import Checkpoint, CheckpointSigner
 from runner.publish.entries import DIGEST_PATTERN, RUN_ID_PATTERN, TENANT_PATTERN, LogEntry
 from runner.publish.merkle import MerkleTree, leaf_hash
 from runner.publish.storage import DigestCollisionError, Role, RunPointer, Storage
-from runner.publish.tokens import authenticate
+from runner.publish.tokens import authenticate, hash_token
 
 MAX_ENVELOPE_BYTES = 1024 * 1024
 MAX_RUN_BODY_BYTES = 4096
@@ -33,6 +33,13 @@ MAX_PAGE = 1000
 CONTENT_DIGEST = re.compile(r"^\s*sha-256=:([A-Za-z0-9+/=]+):\s*$")
 
 log = structlog.get_logger("attested-replay.serve")
+
+
+class RunPointerBody(BaseModel):
+    """Body of ``PUT runs/{runId}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    envelope: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
 class ApiError(Exception):
@@ -134,8 +141,10 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         if write and role is not Role.OPERATOR:
             raise ApiError(403, "this token may read, not publish")
 
-    async def authorize_async(request: Request, tenant: str, *, write: bool) -> None:
+    async def authorize_async(request: Request, tenant: str, *, write: bool) -> str:
+        """Authorize in a worker thread; return the token hash prefix for the audit log."""
         await anyio.to_thread.run_sync(lambda: authorize(request, tenant, write=write))
+        return hash_token(_bearer(request) or "")[:12]
 
     def checked_digest(digest: str) -> str:
         if not DIGEST_PATTERN.fullmatch(digest):
@@ -162,7 +171,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
 
     @app.put("/v1/tenants/{tenant}/envelopes/{digest}")
     async def put_envelope(request: Request, tenant: str, digest: str) -> Response:
-        await authorize_async(request, tenant, write=True)
+        token_id = await authorize_async(request, tenant, write=True)
         checked_digest(digest)
         body = await read_body(request, MAX_ENVELOPE_BYTES)
         actual = hashlib.sha256(body).digest()
@@ -191,6 +200,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         created, proof = await anyio.to_thread.run_sync(store)
         log.info(
             "envelope_put",
+            token=token_id,
             tenant=tenant,
             digest=digest,
             created=created,
@@ -335,11 +345,3 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         return {"from": old_size, "to": new_size, "hashes": _b64_list(proof)}
 
     return app
-
-
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
-
-
-class RunPointerBody(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    envelope: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]

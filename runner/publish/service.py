@@ -28,6 +28,7 @@ class ServiceConfig:
     database: str | None = None  # SQLite path or postgresql:// DSN; default: state_dir file
     signing_key: Path | None = None  # default: state_dir/log-signing-key.pem, made on first start
     log_name: str = DEFAULT_LOG_NAME
+    sqlite_synchronous: str = "FULL"
 
     def storage_location(self) -> str:
         return self.database or str(self.state_dir / DATABASE_FILE)
@@ -44,4 +45,6 @@ def open_service(config: ServiceConfig) -> tuple[Storage, CheckpointSigner]:
     except CheckpointError as exc:
         raise UsageError(str(exc)) from exc
     atomic_write_text(config.state_dir / PUBLIC_KEY_FILE, signer.verifier_key.encode() + "\n")
-    return open_storage(config.storage_location()), signer
+    return open_storage(
+        config.storage_location(), sqlite_synchronous=config.sqlite_synchronous
+    ), signer

@@ -59,6 +59,9 @@ class Spool:
             self.directory / f"{hex_digest}.meta.json",
         )
 
+    def envelope_path(self, digest: str) -> Path:
+        return self._paths(digest)[0]
+
     def add(self, envelope: bytes, *, tenant: str, run_id: str, target: str) -> SpoolItem:
         digest = "sha256:" + hashlib.sha256(envelope).hexdigest()
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)

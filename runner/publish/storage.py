@@ -100,8 +100,13 @@ def _existing(stored: bytes, log_index: int, data: bytes, digest: str) -> Append
 class SqliteStorage:
     """One SQLite file in WAL mode; ``BEGIN IMMEDIATE`` serializes writers."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"SQLite synchronous mode must be FULL or NORMAL, not {synchronous!r}")
         self.path = path
+        # FULL fsyncs the WAL on every commit: an acknowledged envelope survives power loss.
+        # NORMAL survives process crashes only; a throughput knob for disposable stores.
+        self._synchronous = synchronous
         # Writers of this process queue here instead of in SQLite's busy handler, which sleeps
         # in steps of up to 100 ms; BEGIN IMMEDIATE still serializes other processes.
         self._write_lock = threading.Lock()
@@ -119,6 +124,7 @@ class SqliteStorage:
                 self.path, timeout=60, isolation_level=None, check_same_thread=False
             )
             connection.execute("PRAGMA busy_timeout = 60000")
+            connection.execute(f"PRAGMA synchronous = {self._synchronous}")
             self._local.connection = connection
             with self._all_lock:
                 self._all.append(connection)
@@ -355,11 +361,11 @@ class PostgresStorage:
                 return
 
 
-def open_storage(location: str) -> Storage:
+def open_storage(location: str, *, sqlite_synchronous: str = "FULL") -> Storage:
     """A ``postgresql://`` or ``postgres://`` DSN opens PostgreSQL; anything else is SQLite."""
     if location.startswith(("postgresql://", "postgres://")):
         storage: Storage = PostgresStorage(location)
     else:
-        storage = SqliteStorage(Path(location))
+        storage = SqliteStorage(Path(location), synchronous=sqlite_synchronous)
     storage.initialize()
     return storage

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -11,6 +12,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attestation.chain import verify_chain
 from attestation.endorsement import (
@@ -153,12 +156,54 @@ def test_a_tampered_certificate_byte_breaks_the_chain(where: str) -> None:
         verify_chain(tampered, ProductLine.MILAN, trust=AMD, now=CASE_NOW)
 
 
+@pytest.mark.parametrize(
+    ("name", "line", "when"),
+    [
+        ("azure-milan-v3-vcek.der", ProductLine.MILAN, CASE_NOW),
+        (
+            "aws-milan-v3-vlek-vmpl1-vlek.der",
+            ProductLine.MILAN,
+            dt.datetime(2025, 6, 1, tzinfo=dt.UTC),
+        ),
+        ("oak-turin-v5-vcek.der", ProductLine.TURIN, CASE_NOW),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Attribute's length must be:UserWarning")  # a flipped C=US
+def test_every_single_bit_flip_of_a_real_certificate_is_rejected(
+    name: str, line: ProductLine, when: dt.datetime
+) -> None:
+    original = (REAL / name).read_bytes()
+    verify_chain(load_endorsement(original), line, trust=AMD, now=when)
+    outcomes = {"malformed": 0, "untrusted": 0}
+    for offset in range(len(original)):
+        for mask in (0x01, 0x80):
+            tampered = bytearray(original)
+            tampered[offset] ^= mask
+            try:
+                verify_chain(load_endorsement(bytes(tampered)), line, trust=AMD, now=when)
+            except MalformedError:
+                outcomes["malformed"] += 1
+            except UntrustedChainError:
+                outcomes["untrusted"] += 1
+            else:
+                pytest.fail(f"flipping bit mask {mask:#x} of byte {offset} still verifies")
+    assert sum(outcomes.values()) == 2 * len(original)
+    assert min(outcomes.values()) > 0
+
+
+@pytest.mark.filterwarnings("ignore:Attribute's length must be:UserWarning")
+@given(st.binary(max_size=2048))
+def test_arbitrary_bytes_are_malformed_or_an_endorsement(data: bytes) -> None:
+    with contextlib.suppress(MalformedError):
+        load_endorsement(data)
+
+
 def test_a_tampered_public_key_is_malformed() -> None:
     original = (REAL / "azure-milan-v3-vcek.der").read_bytes()
     point = load_endorsement(original).public_key.public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
-    with pytest.raises(MalformedError, match=r"^VCEK public key cannot be decoded"):
+    with pytest.raises(MalformedError, match=r"^certificate 1 of 1: public key cannot be decoded"):
         load_endorsement(_flip(original, original.index(point) + 40))
 
 
@@ -261,7 +306,12 @@ def test_a_simulated_leaf_without_its_intermediate_does_not_verify(
 def test_another_simulated_pki_is_not_trusted(
     simulated_amd: SimulatedAmd, pinned: TrustStore
 ) -> None:
-    stranger = SimulatedAmd.generate()
+    # Same key material in other roles: a different root, so a different PKI.
+    stranger = SimulatedAmd.from_keys(
+        ark_key=simulated_amd.asvk_key,
+        ask_key=simulated_amd.ark_key,
+        asvk_key=simulated_amd.ask_key,
+    )
     endorsement, supplied = sim_chain(stranger, ProductLine.GENOA)
     with pytest.raises(
         UntrustedChainError,
@@ -495,3 +545,14 @@ def test_a_crl_that_is_not_der_is_malformed(
 ) -> None:
     with pytest.raises(MalformedError, match=r"CRL is not a DER X\.509 CRL"):
         _verify_with_crl(simulated_amd, pinned, b"\x30\x03garbage")
+
+
+def test_a_pinned_simulated_root_must_be_self_signed(simulated_amd: SimulatedAmd) -> None:
+    not_a_root = AMD.with_simulated_root(simulated_amd.ask_certificate)
+    endorsement, supplied = sim_chain(simulated_amd, ProductLine.MILAN)
+    with pytest.raises(
+        UntrustedChainError, match=r"simulated ARK 'SEV-Simulated' is not validly self-signed"
+    ):
+        verify_chain(
+            endorsement, ProductLine.MILAN, trust=not_a_root, now=now(), intermediates=supplied
+        )

@@ -30,7 +30,6 @@ CRYPTO_ONLY = {
     "allowProvisionalFirmware": True,
 }
 NOW = "2026-11-29T00:00:00Z"
-NOW_DT = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 
 #: cases.json verdict -> exit code. "endorsement_mismatch_or_signature" is the Turin report
 #: with a genuine Milan VCEK: the certificate chains (to AMD's Milan root), so the first
@@ -316,9 +315,10 @@ def test_unexpected_exception_exits_9(
     assert "RuntimeError: boom" in err
 
 
-@pytest.fixture(scope="module")
-def sim() -> SimulatedAmd:
-    return SimulatedAmd.generate(now=NOW_DT - dt.timedelta(days=30))
+@pytest.fixture
+def sim(simulated_amd: SimulatedAmd) -> SimulatedAmd:
+    """The session's simulated PKI (tests/conftest.py); it issues certificates at real time."""
+    return simulated_amd
 
 
 @pytest.fixture
@@ -339,8 +339,6 @@ def test_simulated_root_needs_the_opt_in(
         sim_files["report"],
         "--endorsement",
         sim_files["chain"],
-        "--now",
-        NOW,
     ]
     code, out, _ = run(capsys, *base)
     assert code == 2
@@ -375,9 +373,9 @@ def test_crl_is_checked(
         "--report", sim_files["report"],
         "--endorsement", sim_files["chain"],
         "--simulated-root", sim_files["root"],
-        "--now", NOW,
     ]  # fmt: skip
-    this_update = NOW_DT - dt.timedelta(days=1)
+    # Simulated certificates are issued at the real time, so --now stays the default (now).
+    this_update = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
     clean = write(tmp_path / "clean.crl", sim.crl(this_update=this_update))
     assert run(capsys, *base, "--crl", clean)[0] == 0
     revoked = write(

@@ -380,6 +380,8 @@ def test_with_signature_stores_little_endian_72_byte_values() -> None:
         ({"cpuid_fam_id": None}, "carry CPUID bytes"),
         ({"cpuid_fam_id": 0x17}, "no known SEV-SNP product"),
         ({"launch_mit_vector": None}, "must be a u64 in v5"),
+        ({"policy": 0x30000}, "policy must be a GuestPolicy"),
+        ({"platform_info": 0x1}, "platform_info must be a PlatformInfo"),
     ],
 )
 def test_the_model_validates_on_construction(update: dict[str, object], message: str) -> None:
@@ -417,3 +419,12 @@ def test_to_json_dict_decodes_fields() -> None:
     platform = decoded["platformInfo"]
     assert isinstance(platform, dict)
     assert platform["unknownBits"] == [6]
+
+
+def test_policy_and_platform_info_must_be_u64() -> None:
+    with pytest.raises(MalformedError, match="must be a u64"):
+        GuestPolicy.from_raw(1 << 64 | 0x30000)
+    with pytest.raises(MalformedError, match="must be a u64"):
+        PlatformInfo.from_raw(-1)
+    assert GuestPolicy.from_raw(0x3001F).raw == 0x3001F
+    assert PlatformInfo.from_raw(0x67).raw == 0x67

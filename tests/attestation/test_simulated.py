@@ -10,6 +10,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509.oid import NameOID
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attestation.chain import verify_chain
 from attestation.endorsement import load_certificates, load_endorsement
@@ -281,3 +283,54 @@ def test_crls_are_signed_by_the_simulated_ark(simulated_amd: SimulatedAmd) -> No
     assert crl.issuer == simulated_amd.ark_certificate.subject
     assert crl.is_signature_valid(simulated_amd.ark_key.public_key())
     assert sorted(entry.serial_number for entry in crl) == [5, 6]
+
+
+def test_from_keys_requires_rsa_4096(simulated_amd: SimulatedAmd) -> None:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    small = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    with pytest.raises(ValueError, match="ask key must be RSA-4096, got 1024 bits"):
+        SimulatedAmd.from_keys(
+            ark_key=simulated_amd.ark_key, ask_key=small, asvk_key=simulated_amd.asvk_key
+        )
+
+
+@settings(max_examples=25)
+@given(
+    report_data=st.binary(min_size=64, max_size=64),
+    measurement=st.binary(min_size=48, max_size=48),
+    host_data=st.binary(min_size=32, max_size=32),
+    vmpl=st.integers(min_value=0, max_value=3),
+    line=st.sampled_from(list(ProductLine)),
+    signer=st.sampled_from(list(SignerKind)),
+    version=st.sampled_from([3, 5]),
+)
+def test_any_chosen_fields_round_trip_and_verify(
+    simulated_amd: SimulatedAmd,
+    *,
+    report_data: bytes,
+    measurement: bytes,
+    host_data: bytes,
+    vmpl: int,
+    line: ProductLine,
+    signer: SignerKind,
+    version: int,
+) -> None:
+    report = simulated_amd.sign_report(
+        report_data=report_data,
+        measurement=measurement,
+        host_data=host_data,
+        vmpl=vmpl,
+        product_line=line,
+        signer=signer,
+        version=version,
+    )
+    parsed = parse_report(report)
+    assert serialize_report(parsed) == report
+    assert (parsed.report_data, parsed.measurement, parsed.host_data, parsed.vmpl) == (
+        report_data,
+        measurement,
+        host_data,
+        vmpl,
+    )
+    verify_signature(report, simulated_amd.endorsement_pem(report))

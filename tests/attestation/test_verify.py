@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +22,7 @@ from attestation.policy import CRYPTO_ONLY, Policy
 from attestation.product import ProductLine, SignerKind
 from attestation.report import (
     LAYOUT,
+    REPORT_SIZE,
     SIGNED_REGION_END,
     AttestationReport,
     parse_report,
@@ -29,6 +33,8 @@ from attestation.verify import Verifier, endorsement_checks, verify_report
 
 REAL = Path(__file__).parents[1] / "assets" / "real"
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+#: Simulated certificates are issued at the real current time (valid from a day before).
+SIM_NOW = dt.datetime.now(dt.UTC)
 AMD = TrustStore.amd()
 CHIP_A = bytes(range(1, 65))
 CHIP_B = bytes(range(101, 165))
@@ -42,12 +48,13 @@ def code(name: str) -> int:
     return EXIT_CODES[FailureClass(name)]
 
 
-@pytest.fixture(scope="module")
-def sim() -> SimulatedAmd:
-    return SimulatedAmd.generate(now=NOW - dt.timedelta(days=30))
+@pytest.fixture
+def sim(simulated_amd: SimulatedAmd) -> SimulatedAmd:
+    """The session's simulated PKI (tests/conftest.py); it issues certificates at real time."""
+    return simulated_amd
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pinned(sim: SimulatedAmd) -> TrustStore:
     return AMD.with_simulated_root(sim.ark_certificate)
 
@@ -178,14 +185,15 @@ def flip(data: bytes, bit: int) -> bytes:
 RESERVED_BYTES = {i for s in LAYOUT if s.reserved for i in range(s.offset, s.end)}
 
 
-def test_every_single_bit_flip_of_the_signed_region_and_r_s_fails() -> None:
+def test_every_single_bit_flip_of_a_real_report_fails() -> None:
+    """All 9472 bits: the signed region and R/S (caught by parse or signature), the tail (MBZ)."""
     data = real("azure-milan-v3-report.bin")
     verifier = Verifier(AMD, policy=CRYPTO_ONLY)
     cert = load_endorsement(real("azure-milan-v3-vcek.der"))
     assert verifier.verify(data, cert, now=NOW).exit_code == 0
     r_s_end = SIGNED_REGION_END + 2 * 72
     outcomes: dict[int, int] = {}
-    for bit in range(r_s_end * 8):
+    for bit in range(REPORT_SIZE * 8):
         flipped = flip(data, bit)
         result = verifier.verify(flipped, cert, now=NOW)
         outcomes[bit] = result.exit_code
@@ -199,10 +207,12 @@ def test_every_single_bit_flip_of_the_signed_region_and_r_s_fails() -> None:
             assert result.exit_code == 3, bit
         if bit // 8 in RESERVED_BYTES:
             assert result.exit_code == 1, bit
-    assert len(outcomes) == (0x2A0 + 144) * 8 == 6528
+    assert len(outcomes) == 0x4A0 * 8 == 9472
     assert set(outcomes.values()) == {1, 3}
     # R and S are never parsed for meaning: all their flips reach the signature check.
     assert all(outcomes[bit] == 3 for bit in range(SIGNED_REGION_END * 8, r_s_end * 8))
+    # The 368-byte tail after S must be zero.
+    assert all(outcomes[bit] == 1 for bit in range(r_s_end * 8, REPORT_SIZE * 8))
 
 
 FLIP_PAIRS = [
@@ -242,26 +252,39 @@ def test_simulated_evidence_verifies_only_with_its_root_pinned(
 ) -> None:
     report = sim.sign_report(report_data=b"\x11" * 64, product_line=ProductLine.GENOA)
     bundle = sim.endorsement_pem(report).encode()
-    rejected = verify_report(report, bundle, policy=Policy(), trust=AMD, now=NOW)
+    rejected = verify_report(report, bundle, policy=Policy(), trust=AMD, now=SIM_NOW)
     assert rejected.exit_code == 2
     assert names(rejected.failed_checks) == ["endorsement.chain"]
-    accepted = verify_report(report, bundle, policy=Policy(), trust=pinned, now=NOW)
+    accepted = verify_report(report, bundle, policy=Policy(), trust=pinned, now=SIM_NOW)
     assert accepted.exit_code == 0, accepted.failed_checks
 
 
-def test_another_simulated_root_is_not_trusted(sim: SimulatedAmd, pinned: TrustStore) -> None:
-    stranger = SimulatedAmd.generate(now=NOW - dt.timedelta(days=30))
-    report = stranger.sign_report(report_data=bytes(64))
-    bundle = stranger.endorsement_pem(report).encode()
-    result = verify_report(report, bundle, policy=Policy(), trust=pinned, now=NOW)
+def test_pinning_another_root_does_not_trust_this_simulated_chain(sim: SimulatedAmd) -> None:
+    other_key = ec.generate_private_key(ec.SECP384R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ARK-Other-Simulated")])
+    other_root = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(other_key.public_key())
+        .serial_number(1)
+        .not_valid_before(SIM_NOW - dt.timedelta(days=1))
+        .not_valid_after(SIM_NOW + dt.timedelta(days=1))
+        .sign(other_key, hashes.SHA384())
+    )
+    report = sim.sign_report(report_data=bytes(64))
+    bundle = sim.endorsement_pem(report).encode()
+    trust = AMD.with_simulated_root(other_root)
+    result = verify_report(report, bundle, policy=Policy(), trust=trust, now=SIM_NOW)
     assert result.exit_code == 2
+    assert names(result.failed_checks) == ["endorsement.chain"]
 
 
 @pytest.mark.parametrize(
     ("not_before", "not_after", "word"),
     [
-        (NOW - dt.timedelta(days=400), NOW - dt.timedelta(days=1), "expired"),
-        (NOW + dt.timedelta(days=1), NOW + dt.timedelta(days=400), "not yet valid"),
+        (SIM_NOW - dt.timedelta(days=400), SIM_NOW - dt.timedelta(days=1), "expired"),
+        (SIM_NOW + dt.timedelta(days=1), SIM_NOW + dt.timedelta(days=400), "not yet valid"),
     ],
     ids=["expired", "not-yet-valid"],
 )
@@ -277,7 +300,7 @@ def test_certificate_validity_is_checked_at_now(
         product_line=ProductLine.MILAN, chip_id=CHIP_A, not_before=not_before, not_after=not_after
     )
     result = verify_report(
-        report, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        report, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 2
     assert word in result.failed_checks[0].detail
@@ -289,7 +312,7 @@ def test_a_vlek_issued_by_the_ask_is_untrusted(sim: SimulatedAmd, pinned: TrustS
         product_line=ProductLine.MILAN, signer=SignerKind.VLEK, issued_by=SignerKind.VCEK
     )
     result = verify_report(
-        report, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        report, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 2
 
@@ -319,7 +342,7 @@ def test_another_chips_certificate_fails_the_signature(
     report = sim.sign_report(report_data=bytes(64), chip_id=CHIP_A)
     leaf = sim.issue_endorsement(product_line=ProductLine.MILAN, chip_id=CHIP_B)
     result = verify_report(
-        report, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        report, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 3
 
@@ -330,7 +353,7 @@ def test_hwid_not_matching_chip_id_is_an_endorsement_mismatch(
     report = base(sim)
     raw, leaf = resign(sim, report, product_line=ProductLine.MILAN, chip_id=CHIP_B)
     result = verify_report(
-        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 4
     assert names(result.failed_checks) == ["endorsement.chip-id"]
@@ -341,7 +364,7 @@ def test_masked_chip_id_cannot_bind_a_vcek(sim: SimulatedAmd, pinned: TrustStore
     report = dataclasses.replace(base(sim), chip_id=bytes(64))
     raw, leaf = resign(sim, report, product_line=ProductLine.MILAN, chip_id=CHIP_A)
     result = verify_report(
-        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 4
     assert "masked" in result.failed_checks[0].detail
@@ -354,12 +377,12 @@ def test_turin_chip_id_must_have_a_zero_tail(sim: SimulatedAmd, pinned: TrustSto
     )
     raw_good, leaf = resign(sim, good, product_line=ProductLine.TURIN, chip_id=turin_chip)
     assert verify_report(
-        raw_good, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw_good, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     ).ok
     bad = dataclasses.replace(good, chip_id=turin_chip[:8] + b"\x01" + bytes(55))
     raw_bad, leaf = resign(sim, bad, product_line=ProductLine.TURIN, chip_id=turin_chip)
     result = verify_report(
-        raw_bad, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw_bad, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 4
     assert names(result.failed_checks) == ["endorsement.chip-id"]
@@ -373,7 +396,7 @@ def test_certificate_tcb_must_equal_reported_tcb(sim: SimulatedAmd, pinned: Trus
         sim, report, product_line=ProductLine.MILAN, chip_id=CHIP_A, reported_tcb=other
     )
     result = verify_report(
-        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 4
     assert result.failed_checks[0].detail == (
@@ -393,7 +416,7 @@ def test_another_product_line_certificate_is_an_endorsement_mismatch(
         reported_tcb=report.reported_tcb,
     )
     result = verify_report(
-        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 4
     failed = result.failed_checks
@@ -410,7 +433,7 @@ def test_other_signer_kind_is_an_endorsement_mismatch(
     report = dataclasses.replace(base(sim), signing_key=1)
     raw, leaf = resign(sim, report, product_line=ProductLine.MILAN, chip_id=CHIP_A)
     result = verify_report(
-        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 4
     assert names(result.failed_checks) == ["endorsement.signer-kind"]
@@ -423,7 +446,7 @@ def test_unsigned_report_is_a_bad_signature(sim: SimulatedAmd, pinned: TrustStor
     report = dataclasses.replace(base(sim), signing_key=7)
     raw, leaf = resign(sim, report, product_line=ProductLine.MILAN, chip_id=CHIP_A)
     result = verify_report(
-        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=NOW
+        raw, chain(sim, leaf, SignerKind.VCEK), policy=Policy(), trust=pinned, now=SIM_NOW
     )
     assert result.exit_code == 3
     assert "unsigned" in result.failed_checks[0].detail

@@ -112,7 +112,7 @@ class AgentEmulator:
         if self.mode == "sample":
             body = {"svn": "1", "report_data": base64.b64encode(data).decode()}
             return Response(json.dumps(body), content_type="application/octet-stream")
-        if len(data) > 64:  # noqa: PLR2004 (the SNP attester's limit)
+        if len(data) > 64:
             return Response("SNP Attester: runtime data must be <= 64 bytes", status=500)
         report_data = data.ljust(64, b"\0")
         if self.mode == "wrong-data":
@@ -158,7 +158,7 @@ class EmulatedConfigfs(ConfigfsAccess):
 
     def write(self, path: Path, data: bytes) -> None:
         if path.name == "inblob":
-            if self.provider == "sev_guest" and len(data) != 64:  # noqa: PLR2004
+            if self.provider == "sev_guest" and len(data) != 64:
                 raise OSError(errno.EINVAL, "Invalid argument")
             super().write(path, data)
             self.inblobs[path.parent] = data
@@ -183,7 +183,9 @@ class EmulatedConfigfs(ConfigfsAccess):
                 (entry / "auxblob").write_bytes(build_cert_table(self.certs))
             else:
                 chain = signed_chain(self.amd, report)
-                table = build_cert_table(list(zip((GUID_VCEK, GUID_ASK, GUID_ARK), chain, strict=True)))
+                table = build_cert_table(
+                    list(zip((GUID_VCEK, GUID_ASK, GUID_ARK), chain, strict=True))
+                )
                 (entry / "auxblob").write_bytes(table)
         return super().read(path)
 
@@ -249,10 +251,10 @@ class IoctlEmulator:
 
 def assert_chain_signs(report: bytes, chain: tuple[bytes, ...], amd: SimulatedAmd) -> None:
     """``chain`` is leaf, ASK, ARK of the simulated PKI and its leaf verifies ``report``."""
-    from attestation.report import parse_report  # noqa: PLC0415
-    from attestation.signature import verify_report_signature  # noqa: PLC0415
+    from attestation.report import parse_report
+    from attestation.signature import verify_report_signature
 
-    assert len(chain) == 3  # noqa: PLR2004
+    assert len(chain) == 3
     expected = signed_chain(amd, report)
     assert chain[1:] == tuple(expected[1:])
     leaf_key = x509.load_der_x509_certificate(chain[0]).public_key()

@@ -84,7 +84,7 @@ def test_firmware_version_bytes_are_build_minor_major() -> None:
 def _report_strategy() -> st.SearchStrategy[bytes]:
     """Random v5 Genoa-shaped reports with zero reserved bytes."""
 
-    def build(payload: bytes, legacy_tcbs: bool) -> bytes:  # noqa: FBT001
+    def build(payload: bytes, legacy_tcbs: bool) -> bytes:
         raw = bytearray(REPORT_SIZE)
         cursor = 0
         for spec in FIELDS:
@@ -172,7 +172,9 @@ def test_cert_chain_entries_are_ordered_signer_first_and_non_certificates_droppe
     evidence = parse_agent_evidence(json.dumps(doc))
     assert evidence.certificates == (b"\x01", b"\x02", b"\x03")
     assert evidence.cert_chain is not None
-    assert evidence.cert_chain[2] == AgentCertEntry("OTHER:00000000-0000-0000-0000-000000000001", b"\x08")
+    assert evidence.cert_chain[2] == AgentCertEntry(
+        "OTHER:00000000-0000-0000-0000-000000000001", b"\x08"
+    )
     # and the emulator-side serialiser writes the OTHER form back
     text = evidence_to_agent_json(evidence.report, list(evidence.cert_chain))
     assert json.loads(text)["cert_chain"][2]["cert_type"] == {

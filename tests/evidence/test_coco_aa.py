@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import socket
 
 import pytest
 import requests
+from cryptography import x509
 from pytest_httpserver import HTTPServer
 
+from attestation.binding import report_data_from_canonical
+from attestation.policy import CRYPTO_ONLY
 from attestation.product import ProductLine
 from attestation.simulated import SimulatedAmd
+from attestation.trust import TrustStore
+from attestation.verify import verify_report
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.coco_aa import CocoAgentProvider, parse_agent_version
 from runner.evidence.common import (
@@ -128,7 +134,7 @@ def test_no_tee_sample_attester(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
     agent = AgentEmulator(sim_amd, mode="sample")
-    with pytest.raises(NoTeeError, match="no TEE.*kata-qemu-coco-dev"):
+    with pytest.raises(NoTeeError, match=r"no TEE.*kata-qemu-coco-dev"):
         _serve(httpserver, agent).obtain(binding)
 
 
@@ -183,3 +189,30 @@ def test_no_agent_listening_is_unavailable(binding: bytes) -> None:
         provider = CocoAgentProvider(url, timeout=2, session=session)
         with pytest.raises(EvidenceUnavailableError, match="no attestation agent at"):
             provider.obtain(binding)
+
+
+@pytest.mark.parametrize(
+    ("version", "encoding"), [("v0.21.0", "sha512"), ("v0.17.0", "sha256-hex")]
+)
+def test_agent_evidence_verifies_with_the_simulated_root_pinned(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes, version: str, encoding: str
+) -> None:
+    """The rebuilt report passes the tenant's report verifier (signature, chain, TCB)."""
+    agent = AgentEmulator(sim_amd, version=version, chain="full")
+    evidence = _serve(httpserver, agent).obtain(binding)
+    assert evidence.report_data_encoding == encoding
+    assert evidence.report[0x50:0x90] == report_data_from_canonical(binding, encoding)
+    certificates = [x509.load_der_x509_certificate(der) for der in evidence.cert_chain]
+    trust = TrustStore.amd().with_simulated_root(sim_amd.ark_pem.encode())
+    result = verify_report(
+        evidence.report, certificates, policy=CRYPTO_ONLY, trust=trust, now=dt.datetime.now(dt.UTC)
+    )
+    assert result.ok, [c.to_json_dict() for c in result.failed_checks]
+    untrusting = verify_report(
+        evidence.report,
+        certificates,
+        policy=CRYPTO_ONLY,
+        trust=TrustStore.amd(),
+        now=dt.datetime.now(dt.UTC),
+    )
+    assert not untrusting.ok  # without pinning, simulated evidence never verifies

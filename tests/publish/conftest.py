@@ -226,6 +226,9 @@ def subprocess_service(storage: Storage, database: str, state_dir: Path) -> Iter
         str(state_dir),
         "--log-name",
         LOG_NAME,
+        # Locking, not durability, is under test here; an fsync per commit would dominate.
+        "--sqlite-synchronous",
+        "normal",
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -48,15 +48,13 @@ class FaultInjector:
         with self._lock:
             fault = self.plan.pop(0) if self.plan else None
         if fault is None:
-            status: list[int] = []
 
             async def recording_send(message: Any) -> None:
-                if message["type"] == "http.response.start":
-                    status.append(message["status"])
+                if message["type"] == "http.response.start":  # recorded before the client sees it
+                    self.seen.append((scope["path"], message["status"], time.monotonic()))
                 await send(message)
 
             await self.app(scope, receive, recording_send)
-            self.seen.append((scope["path"], status[0], time.monotonic()))
             return
         if fault.after_app:
 

@@ -1,0 +1,243 @@
+"""The pure Job builder: names, digests, security settings, and refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import replace
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attestation.canonical import canonicalize
+from runner.errors import UsageError
+from runner.k8s.job import (
+    ANNOTATION_SPEC_DIGEST,
+    CorpusUrl,
+    CorpusVolume,
+    ReplaySpec,
+    build_job,
+    job_name,
+    spec_digest,
+)
+from runner.k8s.state import job_outcome, pod_blocker
+
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+TENANTS = st.from_regex(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", fullmatch=True)
+RUN_IDS = st.from_regex(r"^[A-Za-z0-9._-]{1,128}$", fullmatch=True)
+
+
+def spec(**changes: Any) -> ReplaySpec:
+    base = ReplaySpec(
+        tenant="acme",
+        run_id="Run_2026.11.29",
+        corpus=CorpusUrl("https://corpora.example/acme.tar.gz"),
+        checksum="sha256:" + "1" * 64,
+        image="registry.example/attested-replay@sha256:" + "2" * 64,
+        overlay="snp",
+    )
+    return replace(base, **changes)
+
+
+@given(TENANTS, RUN_IDS)
+def test_job_names_are_dns_labels_of_at_most_63_chars_with_a_hash(tenant: str, run_id: str) -> None:
+    name = job_name(tenant, run_id)
+    assert len(name) <= 63
+    assert DNS_1123_LABEL.match(name)
+    assert name.endswith("-" + hashlib.sha256(f"{tenant}/{run_id}".encode()).hexdigest()[:10])
+    assert job_name(tenant, run_id) == name
+
+
+def test_names_that_sanitise_or_join_alike_still_differ() -> None:
+    assert job_name("acme", "A.b") != job_name("acme", "a-b")
+    assert job_name("a-b", "c") != job_name("a", "b-c")
+    assert job_name("acme", "run-1") == "acme-run-1-865eaba9b6"
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.34"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"overlay": "coco-dev"},
+        {"overlay": "peer-pods", "runtime_class": "kata-remote-custom"},
+        {"corpus": CorpusVolume("corpora", "acme/2026-11")},
+        {"publish_url": "https://publish.example", "publish_token_secret": "acme-publish"},
+        {"init_data_toml": b'version = "0.1.0"\n'},
+    ],
+)
+def test_built_jobs_validate_strictly(changes: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(build_job(spec(**changes)), version, strict=True)
+
+
+def test_spec_digest_is_sha256_of_the_canonical_job_spec() -> None:
+    job = build_job(spec())
+    expected = "sha256:" + hashlib.sha256(canonicalize(job["spec"])).hexdigest()
+    assert (
+        job["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
+        == expected
+        == spec_digest(job["spec"])
+    )
+    assert build_job(spec()) == job
+    assert build_job(spec(cpu=4))["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST] != expected
+
+
+def test_pod_security_resources_and_failure_policy() -> None:
+    job = build_job(spec(cpu=3, memory="6Gi"))
+    job_spec = job["spec"]
+    pod = job_spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["restartPolicy"] == "Never"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "3", "memory": "6Gi"},
+        "limits": {"cpu": "3", "memory": "6Gi"},
+    }
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/work/out", "/tmp"}
+    assert container["imagePullPolicy"] == "Always"
+    assert container["terminationMessagePolicy"] == "File"
+    assert job_spec["podReplacementPolicy"] == "Failed"
+    assert job_spec["backoffLimit"] == 2
+    assert job_spec["activeDeadlineSeconds"] == 7200
+    assert job_spec["ttlSecondsAfterFinished"] == 86400
+    assert job_spec["podFailurePolicy"]["rules"] == [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "replay", "operator": "In", "values": [1, 2, 3, 4, 9]},
+        },
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    assert container["args"] == [
+        "run",
+        "--corpus",
+        "https://corpora.example/acme.tar.gz",
+        "--run-id",
+        "Run_2026.11.29",
+        "--tenant",
+        "acme",
+        "--evidence",
+        "coco-aa",
+        "--out",
+        "/work/out/envelope.json",
+        "--expect-checksum",
+        "sha256:" + "1" * 64,
+        "--termination-log",
+        "/dev/termination-log",
+        "--frame-envelope",
+    ]
+
+
+def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() -> None:
+    job = build_job(spec(corpus=CorpusVolume("corpora", "acme/2026-11")))
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {
+        "name": "corpus",
+        "persistentVolumeClaim": {"claimName": "corpora", "readOnly": True},
+    } in pod["volumes"]
+    assert {"name": "corpus", "mountPath": "/work/corpus", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    args = container["args"]
+    assert args[args.index("--corpus") + 1] == "/work/corpus/acme/2026-11"
+    assert args[args.index("--expect-checksum") + 1] == "sha256:" + "1" * 64
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"image": "registry.example/attested-replay:v1"}, "image must be pinned by digest"),
+        (
+            {"image": "registry.example/attested-replay@sha256:abc"},
+            "image must be pinned by digest",
+        ),
+        ({"cpu": 0}, "cpu must be a whole number of vCPUs from 1 to 64"),
+        ({"cpu": 1.5}, "cpu must be a whole number of vCPUs from 1 to 64"),
+        ({"cpu": True}, "cpu must be a whole number of vCPUs from 1 to 64"),
+        ({"memory": "4G"}, "memory must look like 4Gi or 512Mi"),
+        ({"checksum": "sha256:" + "A" * 64}, "checksum must be sha256:<64 lowercase hex>"),
+        ({"tenant": "Acme"}, "tenant 'Acme' must be a DNS label"),
+        ({"run_id": "a" * 129}, "must match"),
+        ({"overlay": "tdx"}, "unknown overlay 'tdx'"),
+        ({"active_deadline_seconds": 0}, "active_deadline_seconds must be an integer >= 1"),
+        ({"publish_token_secret": "tok"}, "a publish token secret needs a publish URL"),
+        ({"namespace": "Bad_NS"}, "is not a DNS-1123 label"),
+    ],
+)
+def test_invalid_specs_are_refused_with_the_reason(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        spec(**changes)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["http://corpora.example/a.tar.gz", "file:///etc/passwd", "https://x/a b.tar.gz"],
+)
+def test_corpus_urls_must_be_https(value: str) -> None:
+    with pytest.raises(UsageError, match="corpus URL must be an https:// URL"):
+        CorpusUrl(value)
+
+
+@pytest.mark.parametrize("path", ["../etc", "a/../b", "/abs", "a//b", ""])
+def test_corpus_volume_paths_stay_inside_the_claim(path: str) -> None:
+    with pytest.raises(UsageError, match="must be a relative path inside the claim"):
+        CorpusVolume("corpora", path)
+
+
+def condition(kind: str, status: str = "True", reason: str | None = None) -> dict[str, Any]:
+    result = {"type": kind, "status": status}
+    if reason:
+        result["reason"] = reason
+    return result
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        ([], None),
+        ([condition("SuccessCriteriaMet")], None),
+        ([condition("Complete", "False")], None),
+        ([condition("SuccessCriteriaMet"), condition("Complete")], ("succeeded", "Complete")),
+        ([condition("Failed", reason="DeadlineExceeded")], ("failed", "DeadlineExceeded")),
+        ([condition("FailureTarget", reason="PodFailurePolicy")], ("failed", "PodFailurePolicy")),
+        ([condition("Failed")], ("failed", "Failed")),
+    ],
+)
+def test_job_outcome_from_conditions(
+    conditions: list[dict[str, Any]], expected: tuple[str, str] | None
+) -> None:
+    outcome = job_outcome({"metadata": {"name": "j"}, "status": {"conditions": conditions}})
+    assert (None if outcome is None else (outcome.state, outcome.reason)) == expected
+
+
+def test_pod_blockers() -> None:
+    running = {"status": {"phase": "Running"}}
+    assert pod_blocker(running) is None
+    creating = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
+        }
+    }
+    assert pod_blocker(creating) is None
+    pulling = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"state": {"waiting": {"reason": "ErrImagePull", "message": "m"}}}
+            ],
+        }
+    }
+    assert pod_blocker(pulling) == ("ErrImagePull", "m")
