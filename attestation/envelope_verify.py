@@ -7,6 +7,7 @@ is listed in the tenant's ``simulatedRoots``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from cryptography import x509
@@ -16,12 +17,13 @@ from attestation.binding import report_data_for, report_data_matches, result_dig
 from attestation.chain import verify_chain
 from attestation.checks import Check, VerificationResult
 from attestation.endorsement import endorsement_from_certificate, load_certificates
-from attestation.envelope import MAX_ENVELOPE_BYTES, Envelope
+from attestation.envelope import MAX_ENVELOPE_BYTES, Envelope, Platform
 from attestation.errors import AttestationError, FailureClass
 from attestation.expected import ExpectedValues
+from attestation.product import ProductLine
 from attestation.report import AttestationReport
 from attestation.trust import TrustStore, fingerprint
-from attestation.verify import ReportChecks, Verifier
+from attestation.verify import Verifier
 
 _MALFORMED = FailureClass.MALFORMED
 _BINDING = FailureClass.BINDING
@@ -82,8 +84,8 @@ def verify_envelope(
         checks.extend(_not_run_later("the report is not authentic"))
         return VerificationResult.from_checks(checks, raw.report, raw.product_line)
 
-    simulated = not _chains_to_amd(raw, certificates, base, now)
-    binding_checks = _binding_checks(envelope, raw.report, simulated=simulated)
+    platform = platform_of_chain(certificates, now=now)
+    binding_checks = _binding_checks(envelope, raw.report, platform=platform)
     checks.extend(binding_checks)
     if any(check.ok is False for check in binding_checks):
         checks.extend(
@@ -137,27 +139,29 @@ def _with_pinned_simulated_root(
     return base
 
 
-def _chains_to_amd(
-    raw: ReportChecks, certificates: tuple[x509.Certificate, ...], amd: TrustStore, now: datetime
-) -> bool:
-    """Whether the (already verified) endorsement chains to AMD's roots, not a simulated one."""
-    if raw.endorsement is None or raw.product_line is None:
-        return False
+def platform_of_chain(certificates: Sequence[x509.Certificate], *, now: datetime) -> Platform:
+    """``sev-snp`` when the endorsement chains to AMD's pinned roots at ``now``, else
+    ``simulated``. Only an AMD chain may ever be labelled real hardware."""
+    if not certificates:
+        return "simulated"
     try:
-        verify_chain(
-            endorsement_from_certificate(certificates[0]),
-            raw.product_line,
-            trust=TrustStore(amd.amd_certificates()),
-            now=now,
-            intermediates=certificates[1:],
-        )
+        leaf = endorsement_from_certificate(certificates[0])
     except AttestationError:
-        return False
-    return True
+        return "simulated"
+    lines = [leaf.product_line] if leaf.product_line is not None else list(ProductLine)
+    for line in lines:
+        try:
+            verify_chain(
+                leaf, line, trust=TrustStore.amd(), now=now, intermediates=certificates[1:]
+            )
+        except AttestationError:
+            continue
+        return "sev-snp"
+    return "simulated"
 
 
 def _binding_checks(
-    envelope: Envelope, report: AttestationReport, *, simulated: bool
+    envelope: Envelope, report: AttestationReport, *, platform: Platform
 ) -> list[Check]:
     binding = envelope.binding
     encoding = envelope.evidence.report_data_encoding
@@ -188,7 +192,7 @@ def _binding_checks(
         "hostData": (envelope.host_data, report.host_data.hex()),
         "runId": (envelope.run_id, binding.run_id),
         "tenant": (envelope.tenant, binding.tenant),
-        "platform": (envelope.platform, "simulated" if simulated else "sev-snp"),
+        "platform": (envelope.platform, platform),
     }
     for key, (claimed, actual) in pairs.items():
         if claimed != actual:
@@ -276,4 +280,3 @@ def _not_run_later(why: str) -> list[Check]:
     return [Check.not_run(name, _BINDING, why) for name in _BINDING_CHECKS] + [
         Check.not_run(name, _EXPECTATION, why) for name in _EXPECTATION_CHECKS
     ]
-

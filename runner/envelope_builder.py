@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -18,6 +19,7 @@ from attestation.envelope import (
     Evidence,
     Workload,
 )
+from attestation.envelope_verify import platform_of_chain
 from attestation.errors import AttestationError
 from attestation.report import parse_report
 from runner.errors import EvidenceError
@@ -66,7 +68,8 @@ def assemble_envelope(
     endorsement_pem: str,
     result: dict[str, JsonValue] | None,
 ) -> Envelope:
-    """The envelope for ``binding``; convenience fields are copied from the report itself."""
+    """The envelope for ``binding``; convenience fields are copied from the report itself,
+    and ``platform`` says ``sev-snp`` only when the endorsement chains to AMD's roots."""
     try:
         report = parse_report(evidence.report)
     except AttestationError as exc:
@@ -79,6 +82,8 @@ def assemble_envelope(
             "--endorsement-bundle (VCEK or VLEK with ASK/ASVK and ARK) or fetch one with "
             "`attested-replay vcek fetch`"
         )
+    certificates = x509.load_pem_x509_certificates(endorsement_pem.encode("ascii"))
+    platform = platform_of_chain(certificates, now=datetime.now(UTC))
     return Envelope(
         api_version=API_VERSION,
         kind=ENVELOPE_KIND,
@@ -88,7 +93,7 @@ def assemble_envelope(
         report_data=report.report_data.hex(),
         measurement=report.measurement.hex(),
         host_data=report.host_data.hex(),
-        platform="simulated" if evidence.provider == "simulated" else "sev-snp",
+        platform=platform,
         evidence=Evidence(
             report=base64.b64encode(evidence.report).decode("ascii"),
             provider=evidence.provider,

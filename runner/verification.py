@@ -56,9 +56,7 @@ def load_expected_file(path: Path) -> ExpectedValues:
         raise InputError(f"{path}: {exc}") from exc
 
 
-def envelope_verifier(
-    expected_path: Path, now: datetime | None = None
-) -> Callable[[bytes], None]:
+def envelope_verifier(expected_path: Path, now: datetime | None = None) -> Callable[[bytes], None]:
     """A function that verifies envelope bytes against a tenant's expected-values file and
     raises :class:`VerificationFailedError` (carrying the verifier's exit code) on failure."""
     expected = load_expected_file(expected_path)

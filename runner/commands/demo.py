@@ -15,22 +15,25 @@ import copy
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from attestation import cli as verifier_cli
-from attestation.exit_codes import EXIT_CODES
 from attestation.errors import FailureClass
+from attestation.exit_codes import EXIT_CODES
 from runner.commands.run import perform_run
 from runner.errors import VerificationFailedError
 from runner.fsutil import atomic_write_text
 from runner.simulated_state import load_or_create_simulated_amd
 from runner.workload import current_workload
 
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
+
 DEMO_RUN_ID: Final = "demo-example-1"
 DEMO_TENANT: Final = "demo"
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="simulated attested replay of the bundled example, verified, then tampered",
@@ -65,6 +68,8 @@ def handle(args: argparse.Namespace) -> int:
             endorsement_bundle=None,
             state_dir=args.state_dir,
             agent_url=None,
+            agent_encoding="auto",
+            trust_simulated_root=False,
             omit_result=False,
             publish=None,
             publish_token_file=None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attestation.errors import AttestationError
 from attestation.expected import ExpectedValues, load_expected
@@ -20,8 +20,11 @@ from runner.fsutil import atomic_write_text
 from runner.replay import compute_checksum
 from runner.workload import current_workload
 
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "expected",
         help="write an expected-values file for verify-attested-run",

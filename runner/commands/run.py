@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -28,21 +28,24 @@ from runner.envelope_builder import (
     certificates_to_pem,
     envelope_json_bytes,
 )
-from runner.errors import ChecksumMismatchError, EvidenceError, UsageError
-from runner.evidence import EVIDENCE_CHOICES, get_provider
+from runner.errors import ChecksumMismatchError, UsageError
+from runner.evidence import EVIDENCE_CHOICES, get_provider, load_endorsement_bundle
 from runner.evidence.simulated import SIMULATED_PROVIDER
-from runner.fsutil import atomic_write, atomic_write_text
+from runner.fsutil import atomic_write
 from runner.replay import ReplayOutcome, compute_checksum, replay_corpus
 from runner.simulated_state import load_or_create_simulated_amd
 from runner.verification import self_verify
 from runner.workload import current_workload
+
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
 log = structlog.get_logger("attested-replay.run")
 
 FRAME_PREFIX = "ATTESTED-ENVELOPE "
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "run",
         help="replay a corpus and write its attestation envelope",
@@ -81,7 +84,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--state-dir", type=Path, help="state directory of the simulated PKI")
     parser.add_argument(
+        "--trust-simulated-root",
+        action="store_true",
+        help="let the run's own check accept this machine's simulated root (emulators, tests); "
+        "implied by --evidence simulated. The envelope still says platform 'simulated'",
+    )
+    parser.add_argument(
         "--agent-url", default="http://127.0.0.1:8006", help="attestation-agent base URL (coco-aa)"
+    )
+    parser.add_argument(
+        "--agent-encoding",
+        choices=["auto", "sha512", "sha256-hex"],
+        default="auto",
+        help="REPORT_DATA encoding for coco-aa (auto: from the agent's /info version)",
     )
     parser.add_argument(
         "--omit-result",
@@ -124,14 +139,18 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
     """The whole run for parsed ``run`` arguments (also used by ``demo``)."""
     structlog.contextvars.bind_contextvars(run_id=args.run_id, tenant=args.tenant)
     # Selecting the provider first fails early, before any work, when it does not exist here.
-    provider = get_provider(args.evidence, state_dir=args.state_dir, agent_url=args.agent_url)
+    options: dict[str, object] = {"state_dir": args.state_dir}
+    if args.evidence in {"coco-aa", "auto"}:
+        options.update(agent_url=args.agent_url, agent_encoding=args.agent_encoding)
+    provider = get_provider(args.evidence, **options)
     with temporary_workdir() as workdir:
         corpus_dir = _resolve_corpus(args.corpus, Path(workdir))
         if args.expect_checksum:
             actual = compute_checksum(corpus_dir)
             if actual != args.expect_checksum:
                 raise ChecksumMismatchError(
-                    f"corpus checksum is {actual}, expected {args.expect_checksum}; refusing to replay"
+                    f"corpus checksum is {actual}, expected {args.expect_checksum}; "
+                    "refusing to replay"
                 )
         with _progress_reporter() as progress:
             outcome = replay_corpus(corpus_dir, progress=progress)
@@ -152,9 +171,10 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
     # The report is requested after scoring, so the result digest is hardware-bound.
     evidence = provider.obtain(binding.canonical_bytes())
     log.info("evidence_obtained", provider=evidence.provider, certificates=len(evidence.cert_chain))
-    endorsement = certificates_to_pem(evidence.cert_chain)
-    if not evidence.cert_chain and args.endorsement_bundle:
-        endorsement = _read_bundle(args.endorsement_bundle)
+    chain = evidence.cert_chain
+    if not chain and args.endorsement_bundle:
+        chain = load_endorsement_bundle(args.endorsement_bundle)
+    endorsement = certificates_to_pem(chain)
     envelope = assemble_envelope(
         binding,
         evidence,
@@ -164,7 +184,7 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
     envelope_bytes = envelope_json_bytes(envelope)
     # The tenant's own verifier runs before anything is written or published.
     simulated_root = None
-    if evidence.provider == SIMULATED_PROVIDER:
+    if evidence.provider == SIMULATED_PROVIDER or args.trust_simulated_root:
         simulated_root = load_or_create_simulated_amd(args.state_dir).root_fingerprint
     self_verify(envelope_bytes, binding=binding, simulated_root=simulated_root)
 
@@ -195,13 +215,6 @@ def _resolve_corpus(source: str, workdir: Path) -> Path:
     if not path.is_dir():
         raise UsageError(f"--corpus {source}: not a directory or an https:// URL")
     return path
-
-
-def _read_bundle(path: Path) -> str:
-    try:
-        return path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvidenceError(f"cannot read endorsement bundle {path}: {exc}") from exc
 
 
 def _write_termination_log(

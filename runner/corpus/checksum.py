@@ -22,7 +22,12 @@ from typing import Final
 
 from attestation.canonical import CanonicalizationError, canonicalize
 from runner.corpus.errors import CorpusError, CorpusOrderError
-from runner.corpus.jsonio import MAX_CASE_LINE_BYTES, open_corpus_file, parse_line
+from runner.corpus.jsonio import (
+    MAX_CASE_LINE_BYTES,
+    open_corpus_file,
+    parse_line,
+    require_corpus_dir,
+)
 from runner.corpus.models import Case, validate_record
 
 CASES_FILE: Final = "cases.jsonl"
@@ -145,6 +150,7 @@ def scan_cases(
     corpus_dir: Path, *, collect_labels: bool = False, progress: Progress | None = None
 ) -> CaseScan:
     """Validate ``cases.jsonl`` and compute the corpus checksum in one streaming pass."""
+    require_corpus_dir(corpus_dir)
     scanner = _Scanner(collect_labels=collect_labels)
     rest = b""
     with open_corpus_file(corpus_dir / CASES_FILE) as handle:

@@ -25,6 +25,7 @@ from runner.corpus.jsonio import (
     parse_line,
     parse_line_with_number_check,
     read_small_json,
+    require_corpus_dir,
 )
 from runner.corpus.models import PassMarks, Plan, RunRecord, validate_record
 from runner.scoring.marks import mark_definition_error
@@ -62,6 +63,7 @@ def _canonical(value: object, file: str, line: int | None = None) -> bytes:
 
 
 def load_evaluation(corpus_dir: Path) -> Evaluation:
+    require_corpus_dir(corpus_dir)
     plan_raw = read_small_json(corpus_dir / PLAN_FILE, decimal=True)
     plan = validate_record(Plan, plan_raw, PLAN_FILE)
     marks_raw = read_small_json(corpus_dir / MARKS_FILE, decimal=True)
@@ -118,8 +120,9 @@ class RunLine:
 def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
     """Validated run records in file order; checks arms, indices and their order.
 
-    Each record is one line and is held in memory (twice parsed: as doubles for its
-    canonical bytes, with exact decimals for scoring) while it is processed.
+    Each record is one line and is held in memory while it is processed. A line that is
+    already canonical is parsed once; any other line is parsed as doubles for its RFC 8785
+    bytes and again with exact decimals for scoring.
     """
     arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
     previous: tuple[str, int] | None = None

@@ -129,6 +129,13 @@ def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:
     return value
 
 
+def require_corpus_dir(corpus_dir: Path) -> None:
+    if not corpus_dir.is_dir():
+        raise CorpusError(
+            str(corpus_dir), "not a corpus directory (it does not exist or is a file)"
+        )
+
+
 def open_corpus_file(path: Path) -> BinaryIO:
     try:
         return path.open("rb")

@@ -12,6 +12,8 @@ from pydantic import (
     Field,
     JsonValue,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -46,10 +48,12 @@ class FrozenModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
-def _no_explicit_null(model: BaseModel, names: tuple[str, ...]) -> None:
-    for name in names:
-        if name in model.model_fields_set and getattr(model, name) is None:
-            raise ValueError(f"field {name!r} may be omitted but not null")
+def _present_not_null(value: object, info: ValidationInfo) -> object:
+    # Runs only for keys that are present (defaults are not validated): an optional field
+    # may be omitted, but an explicit null is an error rather than a silent "absent".
+    if value is None:
+        raise ValueError(f"field {info.field_name!r} may be omitted but not null")
+    return value
 
 
 class Case(FrozenModel):
@@ -61,10 +65,7 @@ class Case(FrozenModel):
     split: Split | None = None
     group: str | None = Field(default=None, min_length=1, max_length=60)
 
-    @model_validator(mode="after")
-    def _optional_not_null(self) -> Case:
-        _no_explicit_null(self, ("split", "group"))
-        return self
+    _not_null = field_validator("split", "group", mode="before")(_present_not_null)
 
 
 class RunCase(FrozenModel):
@@ -76,10 +77,7 @@ class RunCase(FrozenModel):
     cost_usd: ExactNumber | None = Field(ge=0)
     latency_ms: ExactNumber | None = Field(ge=0)
 
-    @model_validator(mode="after")
-    def _checks(self) -> RunCase:
-        _no_explicit_null(self, ("error",))
-        return self
+    _not_null = field_validator("error", mode="before")(_present_not_null)
 
 
 class Usage(FrozenModel):

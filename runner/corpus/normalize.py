@@ -28,6 +28,7 @@ from runner.corpus.jsonio import (
     open_corpus_file,
     parse_line,
     read_small_json,
+    require_corpus_dir,
 )
 from runner.corpus.models import Case, RunRecord, validate_record
 from runner.errors import UsageError
@@ -50,6 +51,7 @@ class NormalizeResult:
 def normalize_corpus(
     source: Path, target: Path, *, memory_budget: int = DEFAULT_MEMORY_BUDGET
 ) -> NormalizeResult:
+    require_corpus_dir(source)
     if memory_budget <= 0:
         raise UsageError("--memory-budget must be positive")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):

@@ -75,6 +75,18 @@ def read_json(response: object) -> dict[str, Any]:
     return data
 
 
+def discard(response: object) -> None:
+    """Read and drop a raw response's body so its keep-alive connection can be reused.
+
+    Releasing an unread response would leave its body on the pooled connection, where the
+    next request would read it as the start of its own answer.
+    """
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        raise TypeError(f"expected a raw HTTP response, got {type(response).__name__}")
+    response.drain_conn()
+    response.release_conn()
+
+
 def describe(error: BaseException) -> str:
     if isinstance(error, ApiException):
         detail = error.reason or ""

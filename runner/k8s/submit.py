@@ -175,7 +175,7 @@ class Submitter:
                 body,
                 _preload_content=False,
             )
-            response.release_conn()
+            retry.discard(response)
             attached = False
         except ApiException as exc:
             if exc.status != 409:
@@ -366,7 +366,7 @@ class Submitter:
                 propagation_policy="Background",
                 _preload_content=False,
             )
-            response.release_conn()
+            retry.discard(response)
         except ApiException as exc:
             if exc.status == 404:
                 raise RunNotFoundError(f"no Job {name} in namespace {self.namespace}") from exc

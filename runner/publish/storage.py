@@ -163,7 +163,8 @@ class SqliteStorage:
                     db.execute("ROLLBACK")
                     return _existing(row[0], row[1], data, digest)
                 (size,) = db.execute(
-                    "SELECT COUNT(*) FROM log_entries WHERE tenant = ?", (tenant,)
+                    "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = ?",
+                    (tenant,),
                 ).fetchone()
                 db.execute(
                     "INSERT INTO log_entries (tenant, log_index, entry) VALUES (?, ?, ?)",
@@ -223,7 +224,8 @@ class SqliteStorage:
     def log_size(self, tenant: str) -> int:
         with self._connect() as db:
             (size,) = db.execute(
-                "SELECT COUNT(*) FROM log_entries WHERE tenant = ?", (tenant,)
+                "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = ?",
+                (tenant,),
             ).fetchone()
         return int(size)
 
@@ -294,9 +296,10 @@ class PostgresStorage:
                     raise DigestCollisionError(digest)
                 return AppendResult(created=False, log_index=int(row[1]))  # type: ignore[call-overload]  # BIGINT
             count_row = db.execute(
-                "SELECT COUNT(*) FROM log_entries WHERE tenant = %s", (tenant,)
+                "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = %s",
+                (tenant,),
             ).fetchone()
-            size = int(count_row[0]) if count_row else 0  # type: ignore[call-overload]  # COUNT is int
+            size = int(count_row[0]) if count_row else 0  # type: ignore[call-overload]  # BIGINT
             db.execute(
                 "INSERT INTO log_entries (tenant, log_index, entry) VALUES (%s, %s, %s)",
                 (tenant, size, entry),
@@ -349,9 +352,10 @@ class PostgresStorage:
     def log_size(self, tenant: str) -> int:
         with self._connect() as db:
             row = db.execute(
-                "SELECT COUNT(*) FROM log_entries WHERE tenant = %s", (tenant,)
+                "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = %s",
+                (tenant,),
             ).fetchone()
-        return int(row[0]) if row else 0  # type: ignore[call-overload]  # COUNT is int
+        return int(row[0]) if row else 0  # type: ignore[call-overload]  # BIGINT
 
     def close(self) -> None:
         while True:

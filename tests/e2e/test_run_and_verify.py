@@ -28,7 +28,9 @@ def _write(path: Path, document: object) -> Path:
     return path
 
 
-def test_genuine_envelope_verifies(genuine_run: GenuineRun, capsys: pytest.CaptureFixture[str]) -> None:
+def test_genuine_envelope_verifies(
+    genuine_run: GenuineRun, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert _verify(genuine_run.envelope, genuine_run.expected, "--json") == 0
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["verified"] is True
@@ -99,7 +101,12 @@ def test_report_moved_from_another_envelope_fails_with_binding_class(
 ) -> None:
     other = tmp_path / "other.json"
     args = ["run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "run-e2e-other", "--tenant", "acme"]
-    assert runner_main([*args, "--evidence", "simulated", "--state-dir", str(state_dir), "--out", str(other)]) == 0
+    assert (
+        runner_main(
+            [*args, "--evidence", "simulated", "--state-dir", str(state_dir), "--out", str(other)]
+        )
+        == 0
+    )
     moved = copy.deepcopy(genuine_run.envelope_json)
     moved["evidence"] = json.loads(other.read_bytes())["evidence"]
     assert _verify(_write(tmp_path / "moved.json", moved), genuine_run.expected) == 7
@@ -149,7 +156,9 @@ def test_workload_identity_policy_applies_in_envelope_mode(
     [b"", b"{not json", b'{"apiVersion": "attested-replay.dev/v2"}', b"[]"],
     ids=["empty", "garbage", "wrong-version", "not-an-object"],
 )
-def test_malformed_envelope_exits_1(genuine_run: GenuineRun, tmp_path: Path, content: bytes) -> None:
+def test_malformed_envelope_exits_1(
+    genuine_run: GenuineRun, tmp_path: Path, content: bytes
+) -> None:
     envelope = tmp_path / "bad.json"
     envelope.write_bytes(content)
     assert _verify(envelope, genuine_run.expected) == 1
@@ -167,13 +176,17 @@ def test_missing_files_exit_9(genuine_run: GenuineRun, tmp_path: Path) -> None:
     assert _verify(genuine_run.envelope, tmp_path / "absent.json") == 9
 
 
-def test_unknown_key_in_expected_values_is_malformed(genuine_run: GenuineRun, tmp_path: Path) -> None:
+def test_unknown_key_in_expected_values_is_malformed(
+    genuine_run: GenuineRun, tmp_path: Path
+) -> None:
     expected = json.loads(genuine_run.expected.read_bytes())
     expected["alowDebug"] = True
     assert _verify(genuine_run.envelope, _write(tmp_path / "expected.json", expected)) == 1
 
 
-def test_checksum_mismatch_refuses_to_run_and_writes_nothing(state_dir: Path, tmp_path: Path) -> None:
+def test_checksum_mismatch_refuses_to_run_and_writes_nothing(
+    state_dir: Path, tmp_path: Path
+) -> None:
     envelope = tmp_path / "envelope.json"
     code = runner_main(
         [

@@ -41,20 +41,6 @@ def _expected(tmp_path: Path, run_id: str, amd: SimulatedAmd) -> Path:
     return expected
 
 
-#: Open integration point (runner/commands/run.py and runner/envelope_builder.py, the lead's):
-#: `run` pins the simulated root in its self-check only for --evidence simulated, and the
-#: envelope says platform "sev-snp" for every other provider, so an agent *emulation* signed
-#: by the simulated PKI is refused ("platform says 'sev-snp' but the evidence says
-#: 'simulated'"). Needed: platform from the endorsement chain's root, and an explicit opt-in
-#: for the self-check to pin this machine's simulated root. Strict: passes -> remove marker.
-EMULATION_GAP = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="run's self-check/platform field do not yet support a simulated-PKI agent emulation",
-)
-
-
-@EMULATION_GAP
 @pytest.mark.parametrize(
     ("agent_version", "chain", "encoding"),
     [("v0.21.0", "full", "sha512"), ("v0.17.0", "null", "sha256-hex")],
@@ -94,6 +80,7 @@ def test_run_with_agent_emulation_verifies(  # noqa: PLR0917 (pytest fixtures an
             httpserver.url_for("/").rstrip("/"),
             "--state-dir",
             str(sim_state_dir),
+            "--trust-simulated-root",
             "--out",
             str(envelope),
             *extra,
@@ -102,17 +89,12 @@ def test_run_with_agent_emulation_verifies(  # noqa: PLR0917 (pytest fixtures an
     assert code == 0, capsys.readouterr().err
     document = json.loads(envelope.read_bytes())
     assert document["evidence"]["provider"] == "coco-aa"
+    # The agent emulation signs with the simulated PKI: never labelled real hardware.
+    assert document["platform"] == "simulated"
     assert document["evidence"]["reportDataEncoding"] == encoding
+    expected = _expected(tmp_path, run_id, sim_amd)
     capsys.readouterr()
-    verdict_code = verify_main(
-        [
-            "--envelope",
-            str(envelope),
-            "--expected",
-            str(_expected(tmp_path, run_id, sim_amd)),
-            "--json",
-        ]
-    )
+    verdict_code = verify_main(["--envelope", str(envelope), "--expected", str(expected), "--json"])
     verdict = json.loads(capsys.readouterr().out)
     assert verdict_code == 0, verdict
     assert verdict["verified"] is True
@@ -149,3 +131,23 @@ def test_run_auto_without_snp_lists_what_was_tried(
     assert "- coco-aa: coco-aa: no attestation agent" in err
     assert not envelope.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_simulated_agent_evidence_is_refused_without_opt_in(
+    httpserver: HTTPServer, tmp_path: Path, sim_state_dir: Path, sim_amd: SimulatedAmd
+) -> None:
+    """A real-mode run whose agent returns simulated evidence fails its own check (untrusted
+    chain, exit 4 = verification failed) and writes nothing: no silent simulated fallback."""
+    agent = AgentEmulator(sim_amd, version="v0.21.0", chain="full")
+    httpserver.expect_request("/info").respond_with_handler(agent.info)
+    httpserver.expect_request("/aa/evidence").respond_with_handler(agent.evidence)
+    out = tmp_path / "out"
+    code = runner_main(
+        [
+            *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "r-1", "--tenant", "acme"),
+            *("--evidence", "coco-aa", "--agent-url", httpserver.url_for("/").rstrip("/")),
+            *("--state-dir", str(sim_state_dir), "--out", str(out / "envelope.json")),
+        ]
+    )
+    assert code == 4
+    assert not out.exists()

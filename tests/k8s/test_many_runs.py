@@ -30,6 +30,7 @@ def test_200_concurrent_runs_on_one_watch(
         assert cli(*submit_args(kubeconfig, pods, run_id=run_id)) == 0
     assert cli(*submit_args(kubeconfig, pods, run_id=run_ids[7])) == 0  # a retry attaches
     capsys.readouterr()
+    assert cluster.requests["POST jobs"] == RUNS + 1  # exactly one create per submission
     requests_before_wait = cluster.requests["total"]
 
     def controller() -> None:

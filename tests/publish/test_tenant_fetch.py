@@ -272,3 +272,37 @@ def test_bad_signature_is_tampering(world: Any, capsys: pytest.CaptureFixture[st
             capsys,
             "no valid signature by the pinned key 'publish.test'",
         )
+
+
+def test_consistency_with_a_publish_receipt_checkpoint(
+    world: dict[str, Any],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tenant: Tenant = world["tenant"]
+    tenant.out = tmp_path / "from-receipt"
+    with _restarted(world) as service:
+        data = envelope_for("acme", "run-50", 50)
+        outcome = publish_envelope(
+            service.url,
+            data,
+            tenant="acme",
+            run_id="run-50",
+            token=service.token("acme"),
+            spool_dir=tmp_path / "spool",
+            retry=FAST,
+        )
+        assert outcome.checkpoint is not None
+        receipt = tmp_path / "receipt.checkpoint"
+        receipt.write_text(outcome.checkpoint)
+        world["publish"](service, range(51, 53))
+        capsys.readouterr()
+        assert tenant.fetch(service.url, "--checkpoint", str(receipt)) == 0
+        assert capsys.readouterr().out.startswith(
+            "verified log of 8 entries (was 6); 2 new envelope(s)"
+        )
+        forged = outcome.checkpoint.replace("\n6\n", "\n7\n")
+        receipt.write_text(forged)
+        assert tenant.fetch(service.url, "--checkpoint", str(receipt)) == 1
+        assert "does not verify" in capsys.readouterr().err

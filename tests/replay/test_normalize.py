@@ -15,9 +15,8 @@ from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.normalize import normalize_corpus
 from runner.errors import UsageError
 from runner.replay import replay_corpus
-
-from .conftest import EXAMPLE_CORPUS  # type: ignore[import-not-found]  # tests are not a package
-from .test_checksum import EXAMPLE_CHECKSUM  # type: ignore[import-not-found]
+from tests.replay.conftest import EXAMPLE_CORPUS
+from tests.replay.golden import EXAMPLE_CHECKSUM
 
 
 def scramble(source: Path, target: Path) -> Path:

@@ -13,15 +13,8 @@ from attestation.binding import result_digest
 from attestation.canonical import canonicalize
 from runner.corpus.errors import CorpusError
 from runner.replay import ReplayOutcome, compute_checksum, replay_corpus
-
-from .conftest import EXAMPLE_CORPUS, CorpusBuilder  # type: ignore[import-not-found]
-from .test_checksum import EXAMPLE_CHECKSUM  # type: ignore[import-not-found]
-
-# Provenance: replay_corpus(runner/examples/corpus) with scorer "attested-replay exact-match v1".
-EXAMPLE_EVALUATION_DIGEST = (
-    "sha256:13a3bdfd2af1f0f87d262e020547f5c7d977e6575897eea6eae14ec5e2b54414"
-)
-EXAMPLE_RESULT_DIGEST = "sha256:361bb64c474d0054d2ea2ebaafc6f7fd22ca9cbf5686be88e56b336b2796c3ac"
+from tests.replay.conftest import EXAMPLE_CORPUS, CorpusBuilder
+from tests.replay.golden import EXAMPLE_CHECKSUM, EXAMPLE_EVALUATION_DIGEST, EXAMPLE_RESULT_DIGEST
 
 
 def test_example_replay_golden() -> None:

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from runner.corpus.evaluation import is_canonical_line
 from runner.corpus.jsonio import parse_line_with_number_check
 from runner.replay import replay_corpus
-
-from .test_replay import (  # type: ignore[import-not-found]
+from tests.replay.golden import (
     EXAMPLE_EVALUATION_DIGEST,
     EXAMPLE_RESULT_DIGEST,
 )
@@ -50,7 +49,7 @@ def test_fast_path_never_accepts_a_non_canonical_line(obj: dict[str, Any], style
 
 
 def test_canonical_example_lines_take_the_fast_path() -> None:
-    from .conftest import EXAMPLE_CORPUS  # type: ignore[import-not-found]
+    from tests.replay.conftest import EXAMPLE_CORPUS
 
     for line in (EXAMPLE_CORPUS / "runs.jsonl").read_bytes().splitlines():
         data, safe = parse_line_with_number_check(line, "runs.jsonl", 1)

@@ -12,8 +12,7 @@ from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.errors import InputError
 from runner.replay import replay_corpus
-
-from .conftest import CorpusBuilder  # type: ignore[import-not-found]  # tests are not a package
+from tests.replay.conftest import CorpusBuilder
 
 
 def lines(cases: list[dict[str, object]]) -> str:
@@ -266,3 +265,12 @@ def test_bad_usage_exits_9(run_cli: Callable[..., tuple[int, str, str]], tmp_pat
     )
     assert code == 9
     assert "not a size" in err
+
+
+def test_missing_directory(tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]) -> None:
+    missing = tmp_path / "nowhere"
+    code, out, err = run_cli("corpus", "checksum", str(missing))
+    assert (code, out) == (1, "")
+    assert err == f"error: {missing}: not a corpus directory (it does not exist or is a file)\n"
+    with pytest.raises(CorpusError, match="not a corpus directory"):
+        replay_corpus(missing)
