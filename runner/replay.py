@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
@@ -17,7 +18,7 @@ from attestation.binding import result_digest as digest_of_result
 from runner.corpus.checksum import compute_checksum, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import RUNS_FILE, Evaluation, iter_runs, load_evaluation
-from runner.corpus.models import RunRecord
+from runner.corpus.models import RunCase, RunHeader, validate_record
 from runner.scoring.metrics import RunMetrics, RunTally
 from runner.scoring.report import build_report
 
@@ -60,12 +61,12 @@ def replay_corpus(corpus_dir: Path, *, progress: Progress | None = None) -> Repl
     runs: dict[str, dict[int, RunMetrics]] = {arm.arm_id: {} for arm in plan.arms}
     for run_line in iter_runs(corpus_dir, evaluation):
         digest.update(run_line.canonical + b"\n")
-        record = run_line.record
+        record = run_line.header
         _check_refs(record, scan.checksum, evaluation, run_line.line)
         runs[record.arm_id][record.run_index] = _score_run(
-            record, labels, evaluation, run_line.line
+            record, run_line.cases, labels, evaluation, run_line.line
         )
-        done += len(record.cases)
+        done += len(run_line.cases)
         if progress is not None:
             progress(done, total)
     _check_complete(runs, plan.runs_per_arm)
@@ -87,7 +88,7 @@ def replay_corpus(corpus_dir: Path, *, progress: Progress | None = None) -> Repl
     )
 
 
-def _check_refs(record: RunRecord, checksum: str, evaluation: Evaluation, line: int) -> None:
+def _check_refs(record: RunHeader, checksum: str, evaluation: Evaluation, line: int) -> None:
     # The scoring procedure's first step: the run must name this set and these marks.
     if record.set_ref != checksum:
         raise CorpusError(
@@ -105,11 +106,17 @@ def _check_refs(record: RunRecord, checksum: str, evaluation: Evaluation, line: 
 
 
 def _score_run(
-    record: RunRecord, labels: Mapping[str, str], evaluation: Evaluation, line: int
+    record: RunHeader,
+    cases: list[Any],
+    labels: Mapping[str, str],
+    evaluation: Evaluation,
+    line: int,
 ) -> RunMetrics:
     tally = RunTally(evaluation.plan.positive_label, evaluation.plan.abstain_label)
     seen: set[str] = set()
-    for index, case in enumerate(record.cases):
+    for index, raw in enumerate(cases):
+        # One model at a time: a run's memory is its parsed line, not also a model per case.
+        case = validate_record(RunCase, raw, RUNS_FILE, line, at=f"cases.{index}")
         label = labels.get(case.case_id)
         if label is None:
             raise CorpusError(

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from attestation.canonical import CanonicalizationError, canonicalize
 from runner.corpus.errors import CorpusError, CorpusOrderError
@@ -27,7 +27,7 @@ from runner.corpus.jsonio import (
     read_small_json,
     require_corpus_dir,
 )
-from runner.corpus.models import PassMarks, Plan, RunRecord, validate_record
+from runner.corpus.models import PassMarks, Plan, RunHeader, validate_record
 from runner.scoring.marks import mark_definition_error
 from runner.scoring.metrics import METRIC_NAMES
 
@@ -114,7 +114,9 @@ def is_canonical_line(line: bytes, data: object, *, numbers_safe: bool) -> bool:
 class RunLine:
     line: int
     canonical: bytes
-    record: RunRecord
+    header: RunHeader
+    #: the raw case entries, validated one by one while scoring (no model list per run)
+    cases: list[Any]
 
 
 def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
@@ -134,7 +136,12 @@ def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
             else:
                 canonical = _canonical(data, RUNS_FILE, number)
                 data = parse_line(line, RUNS_FILE, number, decimal=True)
-            record = validate_record(RunRecord, data, RUNS_FILE, number)
+            cases = data.pop("cases", None)
+            record = validate_record(RunHeader, data, RUNS_FILE, number)
+            if cases is None:
+                raise CorpusError(RUNS_FILE, "field 'cases': Field required", line=number)
+            if not isinstance(cases, list) or not cases:
+                raise CorpusError(RUNS_FILE, "field 'cases': must be a non-empty list", line=number)
             if record.arm_id not in arm_ids:
                 raise CorpusError(
                     RUNS_FILE,
@@ -164,4 +171,4 @@ def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
                     line=number,
                 )
             previous = key
-            yield RunLine(line=number, canonical=canonical, record=record)
+            yield RunLine(line=number, canonical=canonical, header=record, cases=cases)

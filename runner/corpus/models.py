@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -52,7 +52,7 @@ def _present_not_null(value: object, info: ValidationInfo) -> object:
     # Runs only for keys that are present (defaults are not validated): an optional field
     # may be omitted, but an explicit null is an error rather than a silent "absent".
     if value is None:
-        raise ValueError(f"field {info.field_name!r} may be omitted but not null")
+        raise ValueError(f"{info.field_name} may be omitted but not null")
     return value
 
 
@@ -87,15 +87,20 @@ class Usage(FrozenModel):
     reason: str | None = Field(default=None, max_length=300)
 
 
-class RunRecord(FrozenModel):
-    """One line of ``runs.jsonl``: the pack's run-record template (no 2000-case cap)."""
+class RunHeader(FrozenModel):
+    """A run record without its ``cases``, which replay validates one at a time."""
 
     arm_id: str = Field(min_length=1, max_length=20)
     run_index: int = Field(ge=1, le=5)
     set_ref: str = Field(min_length=1, max_length=300)
     marks_ref: str = Field(min_length=1, max_length=300)
-    cases: tuple[RunCase, ...] = Field(strict=False, min_length=1)
     usage: Usage
+
+
+class RunRecord(RunHeader):
+    """One line of ``runs.jsonl``: the pack's run-record template (no 2000-case cap)."""
+
+    cases: tuple[RunCase, ...] = Field(strict=False, min_length=1)
 
 
 class PassMark(FrozenModel):
@@ -166,15 +171,21 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def validate_record(
-    model: type[ModelT], data: dict[str, Any], file: str, line: int | None = None
+    model: type[ModelT],
+    data: object,
+    file: str,
+    line: int | None = None,
+    *,
+    at: str = "",
 ) -> ModelT:
-    """Validate ``data`` as ``model``; a failure names the file, line and field."""
+    """Validate ``data`` as ``model``; a failure names the file, line and field (``at`` is
+    the location of ``data`` inside the line, e.g. ``cases.17``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        loc = ".".join(str(part) for part in first["loc"])
-        message = first["msg"]
+        loc = ".".join(str(part) for part in (*([at] if at else []), *first["loc"]))
+        message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown key"
         where = f"field '{loc}': " if loc else ""

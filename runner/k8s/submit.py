@@ -149,6 +149,8 @@ class Submitter:
         self._api_client = api_client
         self._batch = client.BatchV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
+        self._node = client.NodeV1Api(api_client)
+        self._runtime_classes_seen: set[str] = set()
         self.namespace = namespace
         self._retry = retry_policy or RetryPolicy()
         self._watch_timeout = watch_timeout
@@ -166,6 +168,7 @@ class Submitter:
         body = build_job(spec)
         digest = body["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
         name = body["metadata"]["name"]
+        self._check_runtime_class(body["spec"]["template"]["spec"]["runtimeClassName"])
         try:
             response: Any = retry.call(
                 self._retry,
@@ -195,6 +198,39 @@ class Submitter:
             attached = True
         log.info("k8s_job_submitted", job=name, run_id=spec.run_id, attached=attached)
         return Submission(name, self.namespace, spec.run_id, spec.tenant, digest, attached)
+
+    def _check_runtime_class(self, runtime_class: str) -> None:
+        """Refuse a runtime class the cluster does not have.
+
+        Without it the API server rejects every pod of the Job at admission, so no pod ever
+        exists to report a reason and the run would only time out. Checked once per class;
+        without permission to read RuntimeClasses the check is skipped with a warning.
+        """
+        if runtime_class in self._runtime_classes_seen:
+            return
+        try:
+            retry.discard(
+                retry.call(
+                    self._retry,
+                    "read runtime class",
+                    self._node.read_runtime_class,
+                    runtime_class,
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PodCannotRunError(
+                    f"runtime class {runtime_class!r} is not installed in the cluster: the API "
+                    "server would reject every pod of the Job; install CoCo (see "
+                    "docs/operator.md) or pass --runtime-class",
+                    reason="RuntimeClassNotFound",
+                ) from exc
+            if exc.status == 403:
+                log.warning("k8s_runtime_class_unchecked", runtime_class=runtime_class)
+                return
+            raise
+        self._runtime_classes_seen.add(runtime_class)
 
     # -- wait -----------------------------------------------------------------------------
 

@@ -171,7 +171,10 @@ def _old_checkpoint(
     out_dir: Path, given: str | None, key: VerifierKey, origin: str
 ) -> Checkpoint | None:
     if given is not None:
-        note, source = Path(given).read_text(encoding="utf-8"), given
+        try:
+            note, source = Path(given).read_text(encoding="utf-8"), given
+        except OSError as exc:
+            raise UsageError(f"cannot read checkpoint {given}: {exc}") from exc
     elif (out_dir / "checkpoint").is_file():
         source = str(out_dir / "checkpoint")
         note = (out_dir / "checkpoint").read_text(encoding="utf-8")

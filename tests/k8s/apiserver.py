@@ -40,6 +40,7 @@ _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([a-z0-9-]+)/jobs$")
 _JOB = re.compile(r"^/apis/batch/v1/namespaces/([a-z0-9-]+)/jobs/([a-z0-9.-]+)$")
 _PODS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods$")
 _POD = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)$")
+_RUNTIME_CLASS = re.compile(r"^/apis/node.k8s.io/v1/runtimeclasses/([a-z0-9.-]+)$")
 _POD_LOG = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)/log$")
 
 
@@ -70,6 +71,10 @@ class _Event:
 @dataclass
 class FakeCluster:
     validate_jobs: bool = True
+    #: RuntimeClasses the cluster has (the CoCo chart's); None answers 403 (no permission).
+    runtime_classes: set[str] | None = field(
+        default_factory=lambda: {"kata-qemu-snp", "kata-qemu-coco-dev", "kata-remote"}
+    )
     rv: int = 1
     compacted_rv: int = 0
     expire_epoch: int = 0
@@ -350,6 +355,8 @@ def _request_key(method: str, path: str, *, watching: bool) -> str:
     """``WATCH jobs``, ``LIST pods``, ``GET job``, ``POST jobs``, ``GET log``, ``DELETE job``."""
     if _POD_LOG.match(path):
         return f"{method} log"
+    if _RUNTIME_CLASS.match(path):
+        return f"{method} runtimeclass"
     collection = _JOBS.match(path) or _PODS.match(path)
     kind = "jobs" if "/jobs" in path else "pods"
     if collection and method == "GET":
@@ -469,6 +476,20 @@ class _Handler(BaseHTTPRequestHandler):
         watching: bool,
     ) -> tuple[int, Any]:
         cluster = self.server.cluster
+        if match := _RUNTIME_CLASS.match(path):
+            name = match.group(1)
+            if cluster.runtime_classes is None:
+                return 403, _status(403, "Forbidden", "runtimeclasses is forbidden")
+            if name not in cluster.runtime_classes:
+                return 404, _status(
+                    404, "NotFound", f'runtimeclasses.node.k8s.io "{name}" not found'
+                )
+            return 200, {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": name},
+                "handler": name.removeprefix("kata-"),
+            }
         if match := _JOBS.match(path):
             if method == "POST":
                 assert body is not None
@@ -589,15 +610,11 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + timeout
         while True:
             with cluster.cond:
-                if cluster.expire_epoch != epoch:
-                    pending: list[_Event] | None = None
-                else:
-                    pending = cluster.events_after(position)
-                    if not pending and not cluster.closing:
-                        cluster.cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
-                        pending = cluster.events_after(position)
-                    closing = cluster.closing
-                    current = cluster.rv
+                if not cluster.events_after(position) and not cluster.closing:
+                    cluster.cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+                pending = None if cluster.expire_epoch != epoch else cluster.events_after(position)
+                closing = cluster.closing
+                current = cluster.rv
             if pending is None:
                 expired()
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import replace
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from attestation.canonical import canonicalize
 from runner.errors import UsageError
+from runner.k8s.errors import EnvelopeMissingError
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
     CorpusUrl,
@@ -24,6 +26,7 @@ from runner.k8s.job import (
     spec_digest,
 )
 from runner.k8s.state import job_outcome, pod_blocker
+from runner.k8s.submit import TerminationReport
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 TENANTS = st.from_regex(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", fullmatch=True)
@@ -241,3 +244,49 @@ def test_pod_blockers() -> None:
         }
     }
     assert pod_blocker(pulling) == ("ErrImagePull", "m")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.one_of(JSON.map(json.dumps), st.text(max_size=200)))
+def test_termination_messages_either_parse_exactly_or_fail_as_missing_envelope(text: str) -> None:
+    failure = None
+    try:
+        report = TerminationReport.parse(text, where="pod p")
+    except EnvelopeMissingError as exc:
+        failure = str(exc)
+    if failure is not None:
+        assert failure.startswith("pod p: termination message")
+        return
+    data = json.loads(text)
+    assert data["v"] == 1
+    assert (report.run_id, report.envelope, report.result, report.corpus_checksum) == (
+        data["runId"],
+        data["envelope"],
+        data["result"],
+        data["corpusChecksum"],
+    )
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "v": st.just(1),
+            "runId": st.text(max_size=10),
+            "envelope": st.from_regex(r"^sha256:[0-9a-f]{64}$", fullmatch=True),
+            "result": st.from_regex(r"^sha256:[0-9a-f]{64}$", fullmatch=True),
+            "corpusChecksum": st.from_regex(r"^sha256:[0-9a-f]{64}$", fullmatch=True),
+        }
+    )
+)
+def test_well_formed_termination_messages_round_trip(data: dict[str, Any]) -> None:
+    report = TerminationReport.parse(json.dumps(data), where="pod p")
+    assert report.envelope == data["envelope"]
+    assert report.corpus_checksum == data["corpusChecksum"]

@@ -113,7 +113,10 @@ def test_watch_410_relists_and_still_sees_completion(
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert last_json(captured.out)["verified"] is True
-    assert cluster.requests["LIST jobs"] >= 2  # the initial list and the re-list after 410
+    assert cluster.requests["LIST jobs"] >= 2, (
+        cluster.requests,
+        captured.err,
+    )  # list, re-list after 410
     assert cluster.created[name_of()] == 1
 
 
@@ -429,3 +432,23 @@ def test_image_reference_is_exactly_the_submitted_digest(
     ][0]
     assert container["image"] == IMAGE
     assert container["imagePullPolicy"] == "Always"
+
+
+def test_missing_runtime_class_is_refused_before_creating_the_job(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.runtime_classes = {"kata-qemu-snp"}
+    assert cli(*submit_args(kubeconfig, pods)) == SUBMIT_EXIT
+    assert error_line(capsys.readouterr().err).startswith(
+        "runtime class 'kata-qemu-coco-dev' is not installed in the cluster"
+    )
+    assert cluster.requests["POST jobs"] == 0
+
+
+def test_runtime_class_check_is_skipped_without_permission(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.runtime_classes = None
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    assert '"k8s_runtime_class_unchecked"' in capsys.readouterr().err
+    assert cluster.created[name_of()] == 1

@@ -187,6 +187,14 @@ def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> Non
     oversized = b"{" + b" " * (1024 * 1024) + b"}"
     too_big = _put(service, "acme", oversized, token=operator)
     assert too_big.status_code == 413
+    streamed = requests.put(  # chunked, no Content-Length: the cap applies while reading
+        f"{service.url}/v1/tenants/acme/envelopes/{_digest(oversized)}",
+        data=iter([oversized[:600_000], oversized[600_000:]]),
+        headers={"Authorization": f"Bearer {operator}", "Content-Digest": "sha-256=:AAAA:"},
+        timeout=10,
+    )
+    assert streamed.status_code == 413
+    assert streamed.json() == {"error": "body exceeds 1048576 bytes"}
     wrong_path = _put(service, "acme", data, token=operator, name=_digest(b"something else"))
     assert wrong_path.status_code == 422
     assert "does not match the path" in wrong_path.json()["error"]

@@ -87,7 +87,7 @@ def test_empty_line(builder: CorpusBuilder) -> None:
 
 def test_explicit_null_split(builder: CorpusBuilder) -> None:
     builder.cases[0]["split"] = None
-    expect_error(builder.write(), "cases.jsonl:1: Value error, field 'split' may be omitted")
+    expect_error(builder.write(), "cases.jsonl:1: field 'split': split may be omitted but not null")
 
 
 def test_case_id_must_be_opaque_ascii(builder: CorpusBuilder) -> None:
@@ -208,9 +208,7 @@ def test_plan_unknown_metric(builder: CorpusBuilder) -> None:
 
 def test_plan_needs_baseline(builder: CorpusBuilder) -> None:
     builder.plan["arms"][0]["role"] = "control"
-    expect_error(
-        builder.write(), "plan.json: Value error, the plan needs at least one baseline arm"
-    )
+    expect_error(builder.write(), "plan.json: the plan needs at least one baseline arm")
 
 
 def test_plan_set_ref_must_match(builder: CorpusBuilder) -> None:
@@ -274,3 +272,13 @@ def test_missing_directory(tmp_path: Path, run_cli: Callable[..., tuple[int, str
     assert err == f"error: {missing}: not a corpus directory (it does not exist or is a file)\n"
     with pytest.raises(CorpusError, match="not a corpus directory"):
         replay_corpus(missing)
+
+
+def test_explicit_null_error_in_run(builder: CorpusBuilder) -> None:
+    builder.write()
+    records = builder.run_records(compute_checksum(builder.directory))
+    records[0]["cases"][2]["error"] = None
+    expect_error(
+        builder.write(runs=records),
+        "runs.jsonl:1: field 'cases.2.error': error may be omitted but not null",
+    )
