@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -34,6 +35,8 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 Handler = Callable[[argparse.Namespace], int]
+#: The shell's status for a process ended by SIGPIPE (128 + 13).
+SIGPIPE_EXIT = 141
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -60,13 +63,7 @@ def build_parser() -> ArgumentParser:
     )
     subparsers.required = True
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # a subcommand that is not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(module_name).register(subparsers)
     return parser
 
 
@@ -90,6 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code_for(exc)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``... | head``): not an internal error. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return SIGPIPE_EXIT
     except Exception as exc:  # nothing unexpected may ever exit 0 or 1
         log.exception("internal_error", error=str(exc))
         print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -1,7 +1,4 @@
-"""Regenerate docs/schema/*.schema.json from the pydantic models.
-
-    python scripts/gen_schemas.py
-"""
+"""Regenerate docs/schema/*.schema.json from the models (run: ``python scripts/gen_schemas.py``)."""
 
 from __future__ import annotations
 

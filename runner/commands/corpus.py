@@ -90,7 +90,9 @@ def handle_manifest(args: argparse.Namespace) -> int:
 def handle_normalize(args: argparse.Namespace) -> int:
     result = normalize_corpus(args.corpus, args.out, memory_budget=args.memory_budget)
     how = (
-        f"external merge of {result.spill_files} sorted runs" if result.spill_files else "in memory"
+        f"by external merge of {result.spill_files} spilled runs"
+        if result.spill_files
+        else "in memory"
     )
     print(f"wrote {args.out}: {result.case_count} cases sorted {how}")
     print(result.checksum)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import InputError, PublishError, UsageError
+from runner.publish.tokens import read_token
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401  # argparse's private subparsers action
@@ -75,16 +76,6 @@ def _register_tenant(subparsers: Any) -> None:  # noqa: ANN401  # as above
     fetch.add_argument("--log-key", help="pinned verifier key (text or file)")
     fetch.add_argument("--checkpoint", help="a checkpoint file to check consistency against")
     fetch.set_defaults(handler=_tenant_fetch)
-
-
-def read_token(path: Path) -> str:
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(f"cannot read token file {path}: {exc}") from exc
-    if not token or any(c.isspace() for c in token):
-        raise UsageError(f"token file {path} must hold exactly one token")
-    return token
 
 
 def _publish(args: argparse.Namespace) -> int:

@@ -237,13 +237,9 @@ def _write_termination_log(
 
 def _publish(args: argparse.Namespace, envelope_bytes: bytes) -> None:
     from runner.publish.client import publish_envelope
+    from runner.publish.tokens import read_token
 
-    token = None
-    if args.publish_token_file:
-        try:
-            token = args.publish_token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise UsageError(f"cannot read --publish-token-file: {exc}") from exc
+    token = read_token(args.publish_token_file) if args.publish_token_file else None
     outcome = publish_envelope(
         args.publish, envelope_bytes, tenant=args.tenant, run_id=args.run_id, token=token
     )

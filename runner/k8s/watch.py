@@ -287,9 +287,9 @@ class JobTracker:
         settle: Callable[[RunOutcome], None],
         progress: ProgressCallback,
     ) -> None:
-        pods = event.obj.get("items") or [] if event.type == "LISTED" else [event.obj]
         if event.type == "DELETED":
             return
+        pods = (event.obj.get("items") or []) if event.type == "LISTED" else [event.obj]
         for pod in pods:
             name = (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL)
             if name not in pending:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from pathlib import Path
 
+from runner.errors import UsageError
 from runner.publish.storage import Role, Storage
 
 TOKEN_PREFIX = "arp_"  # noqa: S105  # a recognisable prefix for secret scanners, not a secret
@@ -31,3 +33,14 @@ def authenticate(storage: Storage, token: str) -> tuple[str, Role] | None:
     if found is None or not hmac.compare_digest(found[0], presented):
         return None
     return found[1], found[2]
+
+
+def read_token(path: Path) -> str:
+    """The one bearer token kept in ``path`` (a file or a mounted Secret key)."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read token file {path}: {exc}") from exc
+    if not token or any(c.isspace() for c in token):
+        raise UsageError(f"token file {path} must hold exactly one token")
+    return token

@@ -200,3 +200,14 @@ def test_demo_runs_end_to_end(
         "expected.json",
         "tampered-envelope.json",
     ]
+
+
+def test_run_publishes_to_a_directory_target(state_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "published"
+    out = tmp_path / "envelope.json"
+    assert _run(state_dir, str(EXAMPLE_CORPUS), out, "--publish", f"dir://{target}") == 0
+    envelope_bytes = out.read_bytes()
+    digest = sha256_digest(envelope_bytes).removeprefix("sha256:")
+    stored = target / "acme" / "envelopes" / f"sha256-{digest}.json"
+    assert stored.read_bytes() == envelope_bytes
+    assert (target / "acme" / "runs" / "url-run-1").read_text().strip() == f"sha256:{digest}"

@@ -7,7 +7,9 @@ evidence (framed stdout line, termination log), once per session; envelopes for 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import io
 import json
 import re
@@ -72,8 +74,6 @@ class Pods:
                 result=base.result,
             )
         )
-        import hashlib
-
         message = json.loads(self.base.termination_message)
         message["runId"] = run_id
         message["envelope"] = "sha256:" + hashlib.sha256(envelope).hexdigest()
@@ -81,8 +81,6 @@ class Pods:
         expected["runId"] = run_id
         expected_path = self.directory / f"{run_id}.json"
         expected_path.write_text(json.dumps(expected))
-        import base64
-
         output = PodOutput(
             run_id,
             envelope,

@@ -53,6 +53,8 @@ def test_every_rendered_object_validates_strictly(overlay: str, version: str) ->
         "ServiceAccount",
         "Role",
         "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "NetworkPolicy",
         "Job",
     ]
@@ -155,6 +157,13 @@ def test_operator_role_is_least_privilege_and_job_identity_has_none() -> None:
         ("ServiceAccount", "attested-replay-operator"),
         ("Group", "attested-replay:operators"),
     }
+    (cluster_role,) = by_kind(resources, "ClusterRole")
+    assert cluster_role["rules"] == [
+        {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get"]}
+    ]
+    (cluster_binding,) = by_kind(resources, "ClusterRoleBinding")
+    assert {(s["kind"], s["name"]) for s in cluster_binding["subjects"]} == subjects
+    assert "namespace" not in cluster_role["metadata"]
     for account in by_kind(resources, "ServiceAccount"):
         assert account["automountServiceAccountToken"] is False
     (job,) = by_kind(resources, "Job")
