@@ -7,8 +7,6 @@ idempotent retry (attach) from a conflicting second run under the same run ID (r
 
 from __future__ import annotations
 
-import base64
-import gzip
 import hashlib
 import re
 from dataclasses import dataclass
@@ -16,6 +14,7 @@ from typing import Any, Final, Literal
 
 from attestation.canonical import canonicalize
 from runner.errors import UsageError
+from runner.reference.initdata import init_data_annotation
 
 Overlay = Literal["snp", "coco-dev", "peer-pods"]
 EvidenceMode = Literal["coco-aa", "configfs-tsm", "sev-guest", "auto", "simulated"]
@@ -206,11 +205,6 @@ class ReplaySpec:
     @property
     def name(self) -> str:
         return job_name(self.tenant, self.run_id)
-
-
-def init_data_annotation(toml_bytes: bytes) -> str:
-    """base64(gzip(TOML)) as Kata reads ``cc_init_data``; gzip with mtime 0 so it is stable."""
-    return base64.b64encode(gzip.compress(toml_bytes, compresslevel=9, mtime=0)).decode()
 
 
 def spec_digest(job_spec: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML in the environment
+import yaml
 
 from runner.errors import InputError
 

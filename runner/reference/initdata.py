@@ -156,7 +156,7 @@ class InitData:
     @property
     def annotation_value(self) -> str:
         """base64(gzip(TOML)) with a fixed gzip header (mtime 0): reproducible."""
-        return base64.b64encode(gzip.compress(self.toml, compresslevel=9, mtime=0)).decode("ascii")
+        return init_data_annotation(self.toml)
 
     def host_data_snippet(self) -> dict[str, list[str]]:
         """The expected-values key: ``{"hostData": ["<64 hex>"]}``."""
@@ -190,3 +190,9 @@ def render_initdata(
     lines = [f'version = "{INITDATA_VERSION}"', f'algorithm = "{algorithm}"', "", "[data]"]
     lines.extend(f'"{name}" = {_toml_string(content)}' for name, content in entries.items())
     return InitData(("\n".join(lines) + "\n").encode("utf-8"), algorithm)
+
+
+def init_data_annotation(toml_bytes: bytes) -> str:
+    """The ``cc_init_data`` annotation value: base64(gzip(TOML)) as Kata reads it, gzipped
+    with mtime 0 so the same TOML always gives the same annotation."""
+    return base64.b64encode(gzip.compress(toml_bytes, compresslevel=9, mtime=0)).decode("ascii")

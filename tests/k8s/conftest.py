@@ -152,8 +152,16 @@ def pods(tmp_path_factory: pytest.TempPathFactory) -> Pods:
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    return FakeCluster()
+def cluster() -> Iterator[FakeCluster]:
+    """A fresh cluster per test; afterwards, no run ID may ever have had two Jobs."""
+    state = FakeCluster()
+    yield state
+    created = [
+        (event.obj["metadata"]["annotations"]["attested-replay.dev/tenant"], run_id_of(event.obj))
+        for event in state.history
+        if event.kind == "jobs" and event.type == "ADDED"
+    ]
+    assert len(created) == len(set(created)), f"duplicate Job for a run: {created}"
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml  # type: ignore[import-untyped]  # no types-PyYAML in the environment
+import yaml
 
 from runner.errors import InputError
 from runner.k8s.job import (
