@@ -22,9 +22,9 @@ from runner.k8s.job import (
     CorpusUrl,
     ReplaySpec,
     build_job,
-    init_data_annotation,
 )
 from runner.k8s.kustomize import dump, render
+from runner.reference.initdata import init_data_annotation
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
