@@ -3,14 +3,15 @@
 # attested-replay runner image: runs `attested-replay run` inside a Confidential Containers pod.
 #
 # Base image: pinned by digest so that a rebuild cannot silently pick up another Python.
-# The digest below was NOT pulled or checked on the machine that wrote this file (no engine
-# there). Before the first build, and whenever you refresh the base, replace it with the
-# current one:
+# The digest below is the one a public third-party build record gives for
+# python:3.11-slim-bookworm; it was NOT pulled or checked on the machine that wrote this file
+# (no container engine, no registry access there). Before the first build, and whenever you
+# refresh the base, check it or replace it with the current one:
 #     docker buildx imagetools inspect python:3.11-slim-bookworm --format '{{json .Manifest.Digest}}'
 #     (or: crane digest python:3.11-slim-bookworm)
 # Reproducible build: docker buildx build --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) \
 #     --output type=image,name=REPO,rewrite-timestamp=true .
-ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:8b7a3e0d2d3b4bfbd3c1e4b5f2a0c6e9d7f1a2b3c4d5e6f708192a3b4c5d6e7f
+ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 
 FROM ${PYTHON_BASE} AS build
 ARG SOURCE_DATE_EPOCH=0

@@ -3,6 +3,12 @@
 # publication-service tests. Idempotent: a second run reuses the installed packages and, when it
 # is still up, the running cluster. Exports ATTESTED_REPLAY_TEST_PG_DSN.
 
+# Executed instead of sourced, the export below would be lost with the child shell.
+if ! (return 0 2>/dev/null); then
+  echo "services.sh: source it (. .ci/services.sh) so that the DSN reaches the tests" >&2
+  exit 2
+fi
+
 _pg_port="${ATTESTED_REPLAY_PG_PORT:-55432}"
 _pg_root="${ATTESTED_REPLAY_PG_ROOT:-/tmp/attested-replay-pg}"
 _pg_password="attested-replay-ci"
@@ -22,7 +28,7 @@ if [ -z "$(_pg_bindir)" ]; then
     return 1
   fi
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
 fi
 _pg_bin="$(_pg_bindir)"
 
@@ -41,11 +47,15 @@ if ! _pg_as_owner "$_pg_bin/pg_isready" -q -h 127.0.0.1 -p "$_pg_port"; then
     chown postgres: "$_pg_root"
   fi
   if [ ! -f "$_pg_root/data/PG_VERSION" ]; then
-    _pg_pwfile="$(mktemp)"
+    # Inside the cluster's own directory: the owner can read it even when $TMPDIR is private.
+    _pg_pwfile="$_pg_root/initdb-password"
     printf '%s\n' "$_pg_password" >"$_pg_pwfile"
-    chmod 0644 "$_pg_pwfile"
+    if [ "$(id -u)" -eq 0 ]; then
+      chown postgres: "$_pg_pwfile"
+    fi
+    # --no-locale: a fresh machine's $LANG may name a locale that was never generated.
     _pg_as_owner "$_pg_bin/initdb" -D "$_pg_root/data" -U attested_replay \
-      --pwfile="$_pg_pwfile" --auth=scram-sha-256 -E UTF8 >/dev/null
+      --pwfile="$_pg_pwfile" --auth=scram-sha-256 -E UTF8 --no-locale >/dev/null
     rm -f "$_pg_pwfile"
   fi
   _pg_as_owner "$_pg_bin/pg_ctl" -D "$_pg_root/data" -l "$_pg_root/server.log" -w \
@@ -53,13 +63,17 @@ if ! _pg_as_owner "$_pg_bin/pg_isready" -q -h 127.0.0.1 -p "$_pg_port"; then
     start >/dev/null
 fi
 
-if ! PGPASSWORD="$_pg_password" psql -h 127.0.0.1 -p "$_pg_port" -U attested_replay -d postgres \
-  -tAc "SELECT 1 FROM pg_database WHERE datname = 'attested_replay_test'" | grep -q 1; then
-  PGPASSWORD="$_pg_password" psql -h 127.0.0.1 -p "$_pg_port" -U attested_replay -d postgres \
-    -qc "CREATE DATABASE attested_replay_test" >/dev/null
+# No pipe into `grep -q` here: under pipefail its early exit can fail psql with SIGPIPE.
+# The version's own psql, not Debian's pg_wrapper, so no cluster configuration is needed.
+_pg_exists="$(PGPASSWORD="$_pg_password" "$_pg_bin/psql" -h 127.0.0.1 -p "$_pg_port" \
+  -U attested_replay -d postgres -tAc \
+  "SELECT 1 FROM pg_database WHERE datname = 'attested_replay_test'")"
+if [ "$_pg_exists" != "1" ]; then
+  PGPASSWORD="$_pg_password" "$_pg_bin/psql" -h 127.0.0.1 -p "$_pg_port" -U attested_replay \
+    -d postgres -qc "CREATE DATABASE attested_replay_test" >/dev/null
 fi
 
 export ATTESTED_REPLAY_TEST_PG_DSN="postgresql://attested_replay:${_pg_password}@127.0.0.1:${_pg_port}/attested_replay_test"
 echo "services.sh: PostgreSQL ready on 127.0.0.1:${_pg_port}"
-unset _pg_port _pg_root _pg_password _pg_bin _pg_pwfile
+unset _pg_port _pg_root _pg_password _pg_bin _pg_pwfile _pg_exists
 unset -f _pg_bindir _pg_as_owner

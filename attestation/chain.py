@@ -54,8 +54,10 @@ _HANDLED_CRITICAL = frozenset(
     {x509.BasicConstraints.oid.dotted_string, x509.KeyUsage.oid.dotted_string}
 )
 _HOW_TO_PIN = (
-    "to accept simulated evidence, pin that root explicitly "
-    "(verify-attested-run --simulated-root ROOT.pem; `attested-replay simulate root` prints it)"
+    "to accept simulated evidence, pin that root explicitly (raw reports: "
+    "verify-attested-run --simulated-root ROOT.pem; envelopes: list the sha256 fingerprint of "
+    "the root's DER in the expected values' simulatedRoots, and the root must be in the "
+    "envelope's certChain; `attested-replay simulate root` prints it)"
 )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import traceback
 import warnings
@@ -224,17 +225,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = (
                 json.dumps(result.to_json_dict(), indent=2) + "\n" if args.json else _text(result)
             )
+        code = result.exit_code
     except AttestationError as error:
         code = exit_code_for(error)
+        output = ""
         if want_json and code != EXIT_CODES[FailureClass.USAGE]:
-            print(json.dumps(_input_failure(error).to_json_dict(), indent=2))
+            output = json.dumps(_input_failure(error).to_json_dict(), indent=2) + "\n"
         sys.stderr.write(f"{PROG}: {error.failure_class.value}: {error}\n")
-        return code
     except Exception:  # noqa: BLE001 - any unexpected failure is "could not decide" (9), never 0
         sys.stderr.write(f"{PROG}: internal error\n{traceback.format_exc()}")
         return EXIT_CODES[FailureClass.USAGE]
-    sys.stdout.write(output)
-    return result.exit_code
+    return _deliver(output, code)
+
+
+def _deliver(output: str, code: int) -> int:
+    """Write the verdict; ``code`` only when it reached stdout, else 9.
+
+    A verdict that could not be written (the reader closed the pipe, the disk is full) must not
+    exit with its own code: a caller would take "0" as a verified result it never received, and
+    an escaping BrokenPipeError would exit 1, which means "malformed input".
+    """
+    try:
+        sys.stdout.write(output)
+        sys.stdout.flush()
+    except OSError as error:
+        _discard_stdout()
+        sys.stderr.write(f"{PROG}: cannot write the verdict to stdout: {error}\n")
+        return EXIT_CODES[FailureClass.USAGE]
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind stdout (embedded, tests)
+        pass
 
 
 if __name__ == "__main__":

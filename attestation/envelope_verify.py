@@ -11,32 +11,29 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cryptography import x509
-from pydantic import ValidationError
 
 from attestation.binding import report_data_for, report_data_matches, result_digest
 from attestation.chain import verify_chain
 from attestation.checks import Check, VerificationResult
 from attestation.endorsement import endorsement_from_certificate, load_certificates
 from attestation.envelope import MAX_ENVELOPE_BYTES, Envelope, Platform
-from attestation.errors import AttestationError, FailureClass
+from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.expected import ExpectedValues
+from attestation.json_document import load_json_document
 from attestation.product import ProductLine
 from attestation.report import AttestationReport
 from attestation.trust import TrustStore, fingerprint
-from attestation.verify import Verifier
+from attestation.verify import LATER_STAGES, Verifier
 
 _MALFORMED = FailureClass.MALFORMED
 _BINDING = FailureClass.BINDING
 _EXPECTATION = FailureClass.EXPECTATION
 
-#: Raw-report stages listed as "not run" when the envelope itself does not parse.
+#: Raw-report stages listed as "not run" when the envelope or its certChain does not parse.
 _RAW_STAGES: tuple[tuple[str, FailureClass], ...] = (
     ("report.parse", _MALFORMED),
-    ("endorsement.chain", FailureClass.UNTRUSTED_CHAIN),
-    ("report.signature", FailureClass.BAD_SIGNATURE),
-    ("endorsement", FailureClass.ENDORSEMENT_MISMATCH),
-    ("policy", FailureClass.PLATFORM_POLICY),
-    ("workload", FailureClass.WORKLOAD_IDENTITY),
+    ("endorsement.parse", _MALFORMED),
+    *LATER_STAGES,
 )
 _BINDING_CHECKS = ("binding.report-data", "binding.envelope-fields", "binding.result-digest")
 _EXPECTATION_CHECKS = (
@@ -61,6 +58,9 @@ def verify_envelope(
     checks: list[Check] = []
     envelope = _parse_envelope(envelope_bytes, checks)
     if envelope is None:
+        checks.append(
+            Check.not_run("envelope.cert-chain", _MALFORMED, "the envelope did not parse")
+        )
         checks.extend(
             Check.not_run(name, cls, "the envelope did not parse") for name, cls in _RAW_STAGES
         )
@@ -75,6 +75,13 @@ def verify_envelope(
         checks.extend(Check.not_run(name, cls, "no endorsement") for name, cls in _RAW_STAGES)
         checks.extend(_not_run_later("no endorsement"))
         return VerificationResult.from_checks(checks)
+    checks.append(
+        Check.passed(
+            "envelope.cert-chain",
+            _MALFORMED,
+            f"{len(certificates)} certificate(s), the first is the endorsement",
+        )
+    )
     store = _with_pinned_simulated_root(base, certificates, expected)
 
     verifier = Verifier(store, policy=expected.policy(), crl=crl)
@@ -99,23 +106,10 @@ def verify_envelope(
 
 def _parse_envelope(data: bytes, checks: list[Check]) -> Envelope | None:
     name = "envelope.parse"
-    if len(data) > MAX_ENVELOPE_BYTES:
-        checks.append(
-            Check.failed(
-                name,
-                _MALFORMED,
-                f"envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit",
-            )
-        )
-        return None
     try:
-        envelope = Envelope.model_validate_json(data, by_alias=True, by_name=False)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-            for e in error.errors(include_url=False)
-        )
-        checks.append(Check.failed(name, _MALFORMED, f"envelope is invalid: {problems}"))
+        envelope = load_json_document(data, Envelope, what="envelope", limit=MAX_ENVELOPE_BYTES)
+    except MalformedError as exc:
+        checks.append(Check.from_error(name, exc))
         return None
     checks.append(
         Check.passed(

@@ -9,13 +9,10 @@ simulated roots the tenant accepts: the only way simulated evidence can verify.
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
-from pydantic import ValidationError
-
 from attestation.envelope import RunId, Sha256Digest, TenantId
-from attestation.errors import MalformedError
+from attestation.json_document import load_json_document
 from attestation.policy import Policy
 
 #: Expected-values files larger than this are refused before parsing.
@@ -48,22 +45,8 @@ def load_expected(data: bytes) -> ExpectedValues:
     """Parse an expected-values document (JSON).
 
     Raises:
-        MalformedError: too large, not JSON, not an object, an unknown key or a bad value.
+        MalformedError: too large, not strict JSON, not an object, an unknown key or a bad value.
     """
-    if len(data) > MAX_EXPECTED_BYTES:
-        raise MalformedError(
-            f"expected-values file is {len(data)} bytes, over the {MAX_EXPECTED_BYTES}-byte limit"
-        )
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise MalformedError(f"expected-values file is not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise MalformedError("expected-values file must be a JSON object")
-    try:
-        return ExpectedValues.model_validate(document, by_alias=True, by_name=False)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()
-        )
-        raise MalformedError(f"expected-values file is invalid: {problems}") from None
+    return load_json_document(
+        data, ExpectedValues, what="expected-values file", limit=MAX_EXPECTED_BYTES
+    )

@@ -40,7 +40,6 @@ never as a single integer.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Final
 
@@ -50,13 +49,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from attestation.checks import Check
-from attestation.errors import FailureClass, MalformedError
+from attestation.errors import FailureClass
+from attestation.json_document import load_json_document
 from attestation.product import ProductLine, SignerKind
 from attestation.report import AttestationReport
 from attestation.tcb import TcbVersion
@@ -161,23 +160,9 @@ def load_policy(data: bytes) -> Policy:
     """Parse a policy document (JSON).
 
     Raises:
-        MalformedError: too large, not JSON, not an object, an unknown key or a bad value.
+        MalformedError: too large, not strict JSON, not an object, an unknown key or a bad value.
     """
-    if len(data) > MAX_POLICY_BYTES:
-        raise MalformedError(f"policy is {len(data)} bytes, over the {MAX_POLICY_BYTES}-byte limit")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise MalformedError(f"policy is not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise MalformedError("policy must be a JSON object")
-    try:
-        return Policy.model_validate(document, by_alias=True, by_name=False)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()
-        )
-        raise MalformedError(f"policy is invalid: {problems}") from None
+    return load_json_document(data, Policy, what="policy", limit=MAX_POLICY_BYTES)
 
 
 def _one_of(value: bytes, allowed: tuple[str, ...]) -> bool:

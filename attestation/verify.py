@@ -53,7 +53,7 @@ _MISMATCH = FailureClass.ENDORSEMENT_MISMATCH
 
 #: Names and classes of the checks that depend on an authentic report, listed as "not run"
 #: when an earlier stage fails.
-_LATER_STAGES: tuple[tuple[str, FailureClass], ...] = (
+LATER_STAGES: tuple[tuple[str, FailureClass], ...] = (
     ("endorsement.chain", _CHAIN),
     ("report.signature", _SIGNATURE),
     ("endorsement.signer-kind", _MISMATCH),
@@ -114,12 +114,26 @@ class Verifier:
         crl: bytes | None = None,
         cache_size: int = 64,
     ) -> None:
-        self.trust = trust
-        self.policy = policy
-        self.crl = crl
+        self._trust = trust
+        self._policy = policy
+        self._crl = crl
         self._cache_size = cache_size
         self._chain_cache: OrderedDict[tuple[object, ...], AttestationError | None] = OrderedDict()
         self._endorsement_cache: OrderedDict[bytes, _Parsed] = OrderedDict()
+
+    # Read-only: memoized chain verdicts hold only for the trust store and CRL they were
+    # computed under; a verifier for other anchors is a new Verifier.
+    @property
+    def trust(self) -> TrustStore:
+        return self._trust
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @property
+    def crl(self) -> bytes | None:
+        return self._crl
 
     def _remember(self, cache: OrderedDict[Any, Any], key: object, value: object) -> None:
         cache[key] = value
@@ -248,7 +262,7 @@ class Verifier:
         if out.product_line is None or signer is None or not product_ok:
             # TCB layouts differ between product lines: policy on a contradictory report
             # would read the wrong bytes.
-            return _skip_rest(out, len(_LATER_STAGES) - 2, "the product lines disagree")
+            return _skip_rest(out, len(LATER_STAGES) - 2, "the product lines disagree")
         out.checks.extend(
             evaluate_policy(report, self.policy, product=out.product_line, signer=signer)
         )
@@ -262,7 +276,7 @@ class Verifier:
 
 
 def _skip_rest(out: ReportChecks, start: int, why: str) -> ReportChecks:
-    out.checks.extend(Check.not_run(name, cls, why) for name, cls in _LATER_STAGES[start:])
+    out.checks.extend(Check.not_run(name, cls, why) for name, cls in LATER_STAGES[start:])
     return out
 
 

@@ -54,6 +54,18 @@ def replay_corpus(corpus_dir: Path, *, progress: Progress | None = None) -> Repl
             "plan.json",
             f"field 'set_ref': {plan.set_ref} is not the corpus checksum {scan.checksum}",
         )
+    if plan.abstain_label is not None:
+        # An answer equal to its label is right, and an abstention never is: a case labelled
+        # with the abstain label would make both true at once. Labels are kept in file order,
+        # so a label's position is its line.
+        for line, (case_id, label) in enumerate(labels.items(), start=1):
+            if label == plan.abstain_label:
+                raise CorpusError(
+                    "cases.jsonl",
+                    f"field 'label': case {case_id!r} is labelled with the plan's abstain_label "
+                    f"{label!r}; a label must be an answer, not an abstention",
+                    line=line,
+                )
     total = scan.case_count * (1 + evaluation.run_count)
     done = scan.case_count
     digest = hashlib.sha256()

@@ -22,7 +22,7 @@ from typing import Final
 
 from attestation.errors import MalformedError
 from attestation.simulated import PRIVATE_STATE_KEYS, STATE_KEYS, SimulatedAmd
-from runner.errors import InputError
+from runner.errors import InputError, UsageError
 from runner.fsutil import atomic_write_text
 
 STATE_DIR_ENV: Final = "ATTESTED_REPLAY_STATE_DIR"
@@ -102,8 +102,14 @@ def load_or_create_simulated_amd(
     ``factory`` (default :meth:`SimulatedAmd.generate`) makes the hierarchy if none exists.
     """
     directory = simulated_amd_dir(state_dir)
-    if not directory.exists():
-        store_simulated_amd((factory or SimulatedAmd.generate)(), directory)
+    try:
+        if not directory.exists():
+            store_simulated_amd((factory or SimulatedAmd.generate)(), directory)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the simulated PKI state in {directory.parent}: {exc.strerror or exc}"
+            " (choose another --state-dir or ATTESTED_REPLAY_STATE_DIR)"
+        ) from exc
     return load_simulated_amd(directory)
 
 

@@ -73,8 +73,13 @@ def handle_checksum(args: argparse.Namespace) -> int:
 
 def handle_manifest(args: argparse.Namespace) -> int:
     frozen_at = args.frozen_at or dt.datetime.now(dt.UTC).date().isoformat()
-    if not re.match(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}", frozen_at):
+    if not re.match(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}", frozen_at) or len(frozen_at) > 40:
         raise UsageError(f"--frozen-at {frozen_at!r} is not YYYY-MM-DD")
+    # The template's own limits, so that the manifest written is one the template accepts.
+    if args.set_id is not None and not 1 <= len(args.set_id) <= 80:
+        raise UsageError("--set-id must be 1 to 80 characters")
+    if not 1 <= len(args.generator_ref) <= 300:
+        raise UsageError("--generator-ref must be 1 to 300 characters")
     manifest = build_manifest(
         args.corpus, set_id=args.set_id, frozen_at=frozen_at, generator_ref=args.generator_ref
     )

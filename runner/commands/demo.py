@@ -21,7 +21,7 @@ from attestation import cli as verifier_cli
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
 from runner.commands.run import perform_run
-from runner.errors import VerificationFailedError
+from runner.errors import UsageError, VerificationFailedError
 from runner.fsutil import atomic_write_text
 from runner.simulated_state import load_or_create_simulated_amd
 from runner.workload import current_workload
@@ -52,7 +52,10 @@ def register(subparsers: Subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     out_dir: Path = args.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {out_dir}: cannot create the directory: {exc}") from exc
     with resources.as_file(resources.files("runner") / "examples" / "corpus") as corpus_dir:
         _say(f"1. replaying the bundled example corpus ({corpus_dir}) with simulated evidence")
         run_args = argparse.Namespace(
@@ -69,6 +72,9 @@ def handle(args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             agent_url=None,
             agent_encoding="auto",
+            agent_timeout=30.0,
+            configfs_root=None,
+            sev_guest_device=None,
             trust_simulated_root=False,
             omit_result=False,
             publish=None,

@@ -65,9 +65,13 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     )
     submit.add_argument("--backoff-limit", type=int, default=2)
     submit.add_argument("--init-data", type=Path, help="init-data TOML (cc_init_data, HOST_DATA)")
-    submit.add_argument("--publish-url", help="publication endpoint the pod publishes to")
     submit.add_argument(
-        "--publish-token-secret", help="Secret (key 'token') the pod reads its publish token from"
+        "--publish-url",
+        help="publication endpoint the pod publishes to (https://; needs --publish-token-secret)",
+    )
+    submit.add_argument(
+        "--publish-token-secret",
+        help="Secret (key 'token', an operator token) the pod reads its publish token from",
     )
     submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
     _collect_arguments(submit)

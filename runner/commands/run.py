@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import structlog
+from pydantic import TypeAdapter, ValidationError
 
 from attestation.binding import sha256_digest
 from attestation.canonical import canonicalize
+from attestation.envelope import Binding
 from runner.corpus_source import fetch_corpus, is_url, temporary_workdir
 from runner.envelope_builder import (
     assemble_envelope,
@@ -93,6 +95,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--agent-url", default="http://127.0.0.1:8006", help="attestation-agent base URL (coco-aa)"
     )
     parser.add_argument(
+        "--agent-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the attestation agent (coco-aa, default %(default)s)",
+    )
+    parser.add_argument(
+        "--configfs-root",
+        type=Path,
+        help="configfs-tsm report directory (default /sys/kernel/config/tsm/report)",
+    )
+    parser.add_argument(
+        "--sev-guest-device", type=Path, help="SEV-SNP guest device (default /dev/sev-guest)"
+    )
+    parser.add_argument(
         "--agent-encoding",
         choices=["auto", "sha512", "sha256-hex"],
         default="auto",
@@ -135,14 +151,65 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def perform_run(args: argparse.Namespace) -> RunOutput:
-    """The whole run for parsed ``run`` arguments (also used by ``demo``)."""
-    structlog.contextvars.bind_contextvars(run_id=args.run_id, tenant=args.tenant)
-    # Selecting the provider first fails early, before any work, when it does not exist here.
+#: Options whose values end up in the binding, with the binding field whose type they must
+#: satisfy (``--expect-checksum`` is compared with ``corpusChecksum``).
+_BOUND_OPTIONS: Final = (
+    ("run_id", "run_id"),
+    ("tenant", "tenant"),
+    ("nonce", "nonce"),
+    ("image_digest", "image_digest"),
+    ("expect_checksum", "corpus_checksum"),
+)
+
+
+def check_run_parameters(args: argparse.Namespace) -> None:
+    """Refuse parameters the envelope could not carry before any work is done (a bad run ID
+    found only after a long replay would waste it, and would surface as an internal error)."""
+    for attribute, field_name in _BOUND_OPTIONS:
+        value = getattr(args, attribute)
+        if value is None:
+            continue
+        field = Binding.model_fields[field_name]
+        # pydantic keeps a field's top-level constraints apart from its annotation.
+        field_type: Any = (
+            Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+        )
+        try:
+            TypeAdapter(field_type).validate_python(value)
+        except ValidationError as exc:
+            problem = exc.errors(include_url=False)[0]["msg"]
+            option = "--" + attribute.replace("_", "-")
+            shown = value if len(value) <= 80 else value[:77] + "..."
+            raise UsageError(f"{option} {shown!r}: {problem}") from None
+    result_path = args.result_out or args.out.with_name(args.out.name + ".result.json")
+    if result_path.resolve() == args.out.resolve():
+        raise UsageError(f"--result-out {result_path} is the envelope's own path (--out)")
+
+
+def _provider_options(args: argparse.Namespace) -> dict[str, object]:
     options: dict[str, object] = {"state_dir": args.state_dir}
     if args.evidence in {"coco-aa", "auto"}:
-        options.update(agent_url=args.agent_url, agent_encoding=args.agent_encoding)
-    provider = get_provider(args.evidence, **options)
+        options.update(
+            agent_url=args.agent_url,
+            agent_encoding=args.agent_encoding,
+            agent_timeout=args.agent_timeout,
+        )
+    if args.evidence in {"configfs-tsm", "auto"} and args.configfs_root is not None:
+        options["configfs_root"] = args.configfs_root
+    if args.evidence in {"sev-guest", "auto"} and args.sev_guest_device is not None:
+        options["sev_guest_device"] = args.sev_guest_device
+    return options
+
+
+def perform_run(args: argparse.Namespace) -> RunOutput:
+    """The whole run for parsed ``run`` arguments (also used by ``demo``)."""
+    check_run_parameters(args)
+    structlog.contextvars.bind_contextvars(run_id=args.run_id, tenant=args.tenant)
+    # The provider is chosen, and its interface looked for, before any work: a machine without
+    # it fails at once (exit 3) rather than after a long replay. Evidence itself can only be
+    # requested after the replay, since the binding holds the result digest.
+    provider = get_provider(args.evidence, **_provider_options(args))
+    provider.check_available()
     with temporary_workdir() as workdir:
         corpus_dir = _resolve_corpus(args.corpus, Path(workdir))
         if args.expect_checksum:
@@ -251,9 +318,12 @@ def _progress_reporter() -> Iterator[Callable[[int, int | None], None] | None]:
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=True) as bar:
+    # On stderr, the terminal just checked: rich's default console is stdout, which may be a
+    # pipe carrying the summary or the framed envelope.
+    with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("replaying", total=None)
 
         def update(done: int, total: int | None) -> None:

@@ -24,6 +24,17 @@ class AutoProvider:
             raise ValueError("auto needs at least one provider")
         self.providers = tuple(providers)
 
+    def check_available(self) -> None:
+        reasons: list[str] = []
+        for provider in self.providers:
+            try:
+                provider.check_available()
+            except EvidenceUnavailableError as exc:
+                reasons.append(f"{provider.name}: {exc}")
+            else:
+                return
+        raise self._none_available(reasons)
+
     def obtain(self, canonical_binding: bytes) -> Evidence:
         reasons: list[str] = []
         for provider in self.providers:
@@ -31,8 +42,11 @@ class AutoProvider:
                 return provider.obtain(canonical_binding)
             except EvidenceUnavailableError as exc:
                 reasons.append(f"{provider.name}: {exc}")
+        raise self._none_available(reasons)
+
+    def _none_available(self, reasons: list[str]) -> EvidenceUnavailableError:
         tried = ", ".join(p.name for p in self.providers)
-        raise EvidenceUnavailableError(
+        return EvidenceUnavailableError(
             f"no SEV-SNP evidence interface on this machine (tried {tried}):\n  - "
             + "\n  - ".join(reasons)
         )

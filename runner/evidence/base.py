@@ -27,6 +27,12 @@ class EvidenceProvider(Protocol):
 
     name: str
 
+    def check_available(self) -> None:
+        """Raise :class:`runner.errors.EvidenceUnavailableError` when the interface is not
+        there at all, cheaply and before any work is done; a present but failing interface
+        is reported by :meth:`obtain`."""
+        ...
+
     def obtain(self, canonical_binding: bytes) -> Evidence:
         """Request a report whose REPORT_DATA commits to ``canonical_binding``.
 

@@ -25,6 +25,7 @@ from typing import Final, Literal
 
 import requests
 import structlog
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from attestation.binding import report_data_from_canonical
 from attestation.envelope import ReportDataEncoding
@@ -45,6 +46,12 @@ _MAX_ERROR_TEXT: Final = 300
 _log = structlog.get_logger(__name__)
 
 EncodingChoice = Literal["auto", "sha512", "sha256-hex"]
+
+
+def _connection_refused(exc: requests.ConnectionError) -> bool:
+    """True when no connection could be made at all (nothing listens at the address)."""
+    cause = exc.args[0] if exc.args else None
+    return isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError)
 
 
 def parse_agent_version(text: str) -> tuple[int, int, int] | None:
@@ -72,6 +79,16 @@ class CocoAgentProvider:
         self.encoding = encoding
         self.timeout = timeout
         self.session = session or requests.Session()
+
+    def check_available(self) -> None:
+        """Only "nothing listens at the agent's address" counts as unavailable here; any
+        answer, even an error, means an agent exists and :meth:`obtain` will report it."""
+        try:
+            self.session.get(f"{self.base_url}/info", timeout=self.timeout).close()
+        except requests.RequestException as exc:
+            error = self._transport_error(exc)
+            if isinstance(error, EvidenceUnavailableError):
+                raise error from exc
 
     def obtain(self, canonical_binding: bytes) -> Evidence:
         encoding = self.encoding if self.encoding != "auto" else self.detect_encoding()
@@ -137,10 +154,12 @@ class CocoAgentProvider:
     def _transport_error(self, exc: requests.RequestException) -> EvidenceError:
         if isinstance(exc, requests.Timeout):
             return EvidenceError(f"coco-aa: no answer from {self.base_url} within {self.timeout} s")
-        if isinstance(exc, requests.ConnectionError):
+        if isinstance(exc, requests.ConnectionError) and _connection_refused(exc):
             return EvidenceUnavailableError(
                 f"coco-aa: no attestation agent at {self.base_url} ({type(exc).__name__})"
             )
+        # Something listens but the exchange broke (reset, closed mid-answer): that agent
+        # exists, so `auto` must stop here with this error rather than report "no agent".
         return EvidenceError(f"coco-aa: request to {self.base_url} failed: {exc}")
 
     def _parse(self, body: bytes) -> AgentEvidence:

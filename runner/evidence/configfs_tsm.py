@@ -75,13 +75,16 @@ class ConfigfsTsmProvider:
         self.attempts = attempts
         self.access = access or ConfigfsAccess()
 
-    def obtain(self, canonical_binding: bytes) -> Evidence:
-        report_data = report_data_from_canonical(canonical_binding, "sha512")
+    def check_available(self) -> None:
         if not self.root.is_dir():
             raise EvidenceUnavailableError(
                 f"configfs-tsm: {self.root} does not exist (needs Linux >= 6.7 with "
                 "CONFIG_TSM_REPORTS and configfs mounted at /sys/kernel/config)"
             )
+
+    def obtain(self, canonical_binding: bytes) -> Evidence:
+        report_data = report_data_from_canonical(canonical_binding, "sha512")
+        self.check_available()
         for attempt in range(1, self.attempts + 1):
             result = self._one_request(report_data)
             if result is not None:

@@ -5,7 +5,12 @@ without extended-report support make us fall back to ``SNP_GET_REPORT``. The ioc
 parameter so tests can inject a function that plays the kernel's part at the syscall boundary.
 
 Careful: an error from the AMD secure processor makes the kernel wipe the VM's VMPCK, after
-which every request fails. We therefore never retry after a firmware error.
+which every request fails. We therefore never retry after a firmware error, and fall back to
+``SNP_GET_REPORT`` only when the kernel says no firmware call was made.
+
+``exitinfo2`` when the ioctl fails before reaching the firmware: the kernel preloads it with
+``SEV_RET_NO_FW_CALL`` and copies it back whenever it is non-zero, so user space sees
+``0xff`` (kernels before the ``fw_error``/``vmm_error`` split) or all ones (later kernels).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ RESP_BUFFER_SIZE: Final = 4000
 #: MSG_REPORT_RSP header: status u32, report_size u32, 24 reserved bytes; report follows.
 RESP_HEADER: Final = struct.Struct("<II24x")
 RESP_REPORT_OFFSET: Final = 0x20
+
+#: ``exitinfo2`` values meaning "the request never reached the firmware" (see module doc).
+NO_FW_CALL_EXITINFO2: Final = frozenset({0xFF, 0xFFFF_FFFF_FFFF_FFFF})
 
 VMM_ERR_INVALID_LEN: Final = 1
 VMM_ERR_BUSY: Final = 2
@@ -141,8 +149,15 @@ def _real_ioctl(fd: int, request: int, arg: SnpGuestRequestIoctl) -> None:
     fcntl.ioctl(fd, request, arg, True)  # noqa: FBT003 (mutate_flag is positional-only)
 
 
+def reached_firmware(arg: SnpGuestRequestIoctl) -> bool:
+    """False when ``exitinfo2`` says the failed request never got to the secure processor."""
+    return int(arg.exitinfo2) not in NO_FW_CALL_EXITINFO2 and int(arg.exitinfo2) != 0
+
+
 def describe_errors(fw_error: int, vmm_error: int) -> str:
     """``fw_error=0x16 (INVALID_PARAM), vmm_error=0x1 (INVALID_LEN)`` style text."""
+    if (vmm_error << 32 | fw_error) in NO_FW_CALL_EXITINFO2:
+        return f"no firmware call (exitinfo2=0x{vmm_error << 32 | fw_error:x})"
     fw_name = FW_ERROR_NAMES.get(fw_error, "unknown")
     vmm_name = VMM_ERROR_NAMES.get(vmm_error, "none" if vmm_error == 0 else "unknown")
     return f"fw_error=0x{fw_error:x} ({fw_name}), vmm_error=0x{vmm_error:x} ({vmm_name})"
@@ -165,6 +180,13 @@ class SevGuestProvider:
         self.device = device
         self.vmpl = vmpl
         self.ioctl = ioctl
+
+    def check_available(self) -> None:
+        if not self.device.exists():
+            raise EvidenceUnavailableError(
+                f"sev-guest: {self.device} does not exist (not an SEV-SNP guest, or the "
+                "device is not passed into this container)"
+            )
 
     def obtain(self, canonical_binding: bytes) -> Evidence:
         report_data = report_data_from_canonical(canonical_binding, "sha512")
@@ -223,7 +245,7 @@ class SevGuestProvider:
                         ) from exc
                     certs_len = needed
                     continue
-                if arg.fw_error == 0 and arg.vmm_error == 0 and exc.errno in _UNSUPPORTED_ERRNOS:
+                if exc.errno in _UNSUPPORTED_ERRNOS and not reached_firmware(arg):
                     return None
                 raise self._ioctl_error("SNP_GET_EXT_REPORT", exc, arg) from exc
             report = self._report_from_response(resp)
@@ -250,10 +272,11 @@ class SevGuestProvider:
 
     def _ioctl_error(self, what: str, exc: OSError, arg: SnpGuestRequestIoctl) -> EvidenceError:
         errno_name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        # No hint when the kernel refused the request itself: the VMPCK is then untouched.
         hint = ""
-        if arg.vmm_error == VMM_ERR_BUSY:
+        if reached_firmware(arg) and arg.vmm_error == VMM_ERR_BUSY:
             hint = " (the host is throttling guest requests; retry later)"
-        elif arg.fw_error:
+        elif reached_firmware(arg) and arg.fw_error:
             hint = " (after a firmware error the kernel disables the VMPCK: restart the VM)"
         return EvidenceError(
             f"sev-guest: {what} failed with {errno_name}: "

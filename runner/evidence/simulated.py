@@ -45,6 +45,9 @@ class SimulatedProvider:
         self._measurement = measurement if measurement is not None else simulated_measurement()
         self._host_data = host_data if host_data is not None else bytes(32)
 
+    def check_available(self) -> None:
+        """The simulated PKI is always available (it is created on first use)."""
+
     def obtain(self, canonical_binding: bytes) -> Evidence:
         amd = load_or_create_simulated_amd(self._state_dir)
         report_data = report_data_from_canonical(canonical_binding, "sha512")

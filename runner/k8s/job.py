@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 
 from attestation.canonical import canonicalize
 from runner.errors import UsageError
+from runner.publish.client import check_target
 from runner.reference.initdata import init_data_annotation
 
 Overlay = Literal["snp", "coco-dev", "peer-pods"]
@@ -44,7 +45,9 @@ RUN_AS_UID: Final = 65532
 
 #: Runner exit codes (runner.exit_codes) that mean "the same input fails the same way":
 #: input 1, checksum 2, evidence unavailable 3, verification 4, usage 9. Retrying them
-#: would only boot more TEEs. Publication (6) and internal errors are retried.
+#: would only boot more TEEs. Publication failures (6) and crashes of the process (signals,
+#: OOM kills) are retried; an unexpected exception inside the runner also exits 9 (the
+#: runner's usage/internal code), so it fails the Job rather than repeating the same bug.
 DETERMINISTIC_EXIT_CODES: Final = (1, 2, 3, 4, 9)
 
 KATA_KERNEL_PARAMS: Final = "io.katacontainers.config.hypervisor.kernel_params"
@@ -188,10 +191,18 @@ class ReplaySpec:
         ):
             if type(value) is not int or value < low:
                 raise UsageError(f"{field} must be an integer >= {low}, got {value!r}")
-        if self.publish_url is not None and not self.publish_url.startswith(
-            ("https://", "http://")
-        ):
-            raise UsageError(f"publish URL must be http(s)://, got {self.publish_url!r}")
+        if self.publish_url is not None:
+            if not self.publish_url.startswith(("https://", "http://")):
+                raise UsageError(f"publish URL must be http(s)://, got {self.publish_url!r}")
+            # The pod's publisher would refuse these only after the whole replay, with an
+            # exit code the podFailurePolicy treats as final: refuse them before submitting.
+            check_target(self.publish_url)
+            if self.publish_token_secret is None:
+                raise UsageError(
+                    "a publish URL needs a publish token secret (a Secret with key 'token' "
+                    "holding an operator token): the publication service refuses anonymous "
+                    "writes, so the pod could not publish"
+                )
         if self.publish_token_secret is not None:
             if self.publish_url is None:
                 raise UsageError("a publish token secret needs a publish URL")
@@ -201,6 +212,11 @@ class ReplaySpec:
     @property
     def profile(self) -> OverlayProfile:
         return OVERLAYS[self.overlay]
+
+    @property
+    def image_digest(self) -> str:
+        """The ``sha256:<hex>`` part of the digest-pinned image reference."""
+        return self.image.rpartition("@")[2]
 
     @property
     def name(self) -> str:
@@ -299,6 +315,10 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
         ENVELOPE_PATH,
         "--expect-checksum",
         spec.checksum,
+        # Bound into REPORT_DATA so the envelope names the image the Job pinned; the TEE
+        # cannot see its own image digest (init-data's image policy is what enforces it).
+        "--image-digest",
+        spec.image_digest,
         "--termination-log",
         "/dev/termination-log",
         "--frame-envelope",

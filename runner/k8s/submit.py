@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 
 import requests
 import structlog
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -357,9 +358,9 @@ class Submitter:
         if self._publish_token is not None:
             headers["Authorization"] = f"Bearer {self._publish_token}"
         try:
-            response = self._http.get(url, headers=headers, timeout=(3.05, 30), stream=True)
-            body = response.raw.read(MAX_ENVELOPE_BYTES + 1, decode_content=True)
-        except requests.RequestException as exc:
+            with self._http.get(url, headers=headers, timeout=(3.05, 30), stream=True) as response:
+                body = response.raw.read(MAX_ENVELOPE_BYTES + 1, decode_content=True)
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise EnvelopeMissingError(f"publication endpoint {url}: {exc}") from exc
         if response.status_code != 200:
             raise EnvelopeMissingError(

@@ -37,6 +37,9 @@ from runner.publish.merkle import HASH_SIZE, leaf_hash, verify_consistency, veri
 log = structlog.get_logger("attested-replay.tenant")
 
 PAGE = 1000
+#: The service refuses larger envelopes, so a larger answer is not a published envelope.
+MAX_ENVELOPE_BYTES = 1024 * 1024
+_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,34 @@ class _Api:
                 f"GET {path} answered HTTP {response.status_code}: {response.text[:200]}"
             )
         return response
+
+    def envelope(self, digest: str, position: int) -> bytes:
+        """The bytes of an envelope that log entry ``position`` names (already proven included).
+
+        The log commits to the entry, so a 404 here means the envelope was removed after it
+        was published: tampering, not unavailability. The download is capped while reading.
+        """
+        path = f"/envelopes/{digest}"
+        body = bytearray()
+        try:
+            with self._session.get(self._base + path, timeout=(3.05, 60), stream=True) as answer:
+                if answer.status_code == 404:
+                    raise TamperingError(
+                        f"envelope {digest} of log entry {position} is gone: the signed log "
+                        "includes it, so it was removed after publication"
+                    )
+                if answer.status_code != 200:
+                    raise PublishError(f"GET {path} answered HTTP {answer.status_code}")
+                for chunk in answer.iter_content(_CHUNK):
+                    body += chunk
+                    if len(body) > MAX_ENVELOPE_BYTES:
+                        raise TamperingError(
+                            f"envelope {digest} of log entry {position} exceeds "
+                            f"{MAX_ENVELOPE_BYTES} bytes, which the service never accepts"
+                        )
+        except requests.RequestException as exc:
+            raise PublishError(f"publication service unreachable: {exc}") from exc
+        return bytes(body)
 
     def json(self, path: str, **params: int) -> dict[str, Any]:
         try:
@@ -218,7 +249,7 @@ def _fetch_entry(
     )
     if not verify_inclusion(leaf_hash(raw), position, new.size, proof, new.root):
         raise TamperingError(f"log entry {position} is not included in the signed checkpoint")
-    data = api.get(f"/envelopes/{entry.envelope}").content
+    data = api.envelope(entry.envelope, position)
     if "sha256:" + hashlib.sha256(data).hexdigest() != entry.envelope:
         raise TamperingError(f"envelope {entry.envelope} (entry {position}) has other bytes")
     try:

@@ -192,15 +192,22 @@ class SqliteStorage:
     def set_run(self, tenant: str, run_id: str, digest: str) -> RunPointer:
         with self._write_lock, self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT digest FROM runs WHERE tenant = ? AND run_id = ?", (tenant, run_id)
-            ).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO runs (tenant, run_id, digest) VALUES (?, ?, ?)",
-                    (tenant, run_id, digest),
-                )
-            db.execute("COMMIT")
+            try:
+                row = db.execute(
+                    "SELECT digest FROM runs WHERE tenant = ? AND run_id = ?", (tenant, run_id)
+                ).fetchone()
+                if row is None:
+                    db.execute(
+                        "INSERT INTO runs (tenant, run_id, digest) VALUES (?, ?, ?)",
+                        (tenant, run_id, digest),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                # A failed statement leaves the transaction open; this thread's connection is
+                # reused, so without the rollback its every later write would fail.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
         if row is None:
             return RunPointer.CREATED
         return RunPointer.UNCHANGED if row[0] == digest else RunPointer.CONFLICT

@@ -41,8 +41,10 @@ _PINNED_IMAGE = re.compile(
 )
 
 #: Default agent policy: every agent request is allowed except exec, changing the policy at
-#: run time, and copying files (generate a pod-specific policy with Kata's genpolicy for
-#: production; this default only keeps operators out of the running VM).
+#: run time, and writing to a container's stdin. Copying files stays allowed because with
+#: ``shared_fs=none`` Kata delivers ConfigMap/Secret volumes (the endorsement bundle) that
+#: way. For production generate a pod-specific policy with Kata's genpolicy; this default
+#: only keeps operators out of the running VM.
 DEFAULT_POLICY_REGO: Final = """package agent_policy
 
 default AddARPNeighborsRequest := true

@@ -3,11 +3,13 @@
 Runs carry ``run_id``, ``arm``, ``predictions`` and ``cost_usd`` (case id -> value); an
 arm's runs are paired with the other arms' runs by their order in the file (run index 1,
 2, ...). Any ``expected`` key is ignored: the scorer recomputes, it never reads answers.
+The pack's record describes itself with metadata keys (title, provenance, ...); those are
+ignored too, so the pack's worked example scores as published. Any other key is an error.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from pydantic import Field, JsonValue
 
@@ -16,6 +18,29 @@ from runner.corpus.models import ExactNumber, FrozenModel, PassMark, validate_re
 from runner.scoring.marks import evaluate_mark, mark_definition_error
 from runner.scoring.metrics import RunMetrics, RunTally
 from runner.scoring.numbers import json_number
+
+#: Descriptive keys of the pack's worked-example record: they carry no scoring input.
+PACK_METADATA_KEYS: Final = frozenset(
+    {
+        "category_id",
+        "role",
+        "pack",
+        "pack_version",
+        "title",
+        "category_reason",
+        "fixture_kind",
+        "purpose",
+        "reading",
+        "status",
+        "admission",
+        "content_kind",
+        "license",
+        "provenance",
+        "dimensions",
+        "dimension_basis",
+        "relations",
+    }
+)
 
 
 class ExampleCase(FrozenModel):
@@ -41,7 +66,8 @@ class WorkedExample(FrozenModel):
 
 def score_worked_example(data: dict[str, Any], file: str) -> dict[str, JsonValue]:
     """``{"metrics": {run_id: {...}}, "marks": {id: result}}`` for a worked-example file."""
-    example = validate_record(WorkedExample, data, file)
+    scoring_input = {key: value for key, value in data.items() if key not in PACK_METADATA_KEYS}
+    example = validate_record(WorkedExample, scoring_input, file)
     labels: dict[str, str] = {}
     for index, case in enumerate(example.cases):
         if case.case_id in labels:

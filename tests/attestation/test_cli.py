@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -398,3 +401,37 @@ def test_docs_exit_code_table_matches_exit_codes() -> None:
     expected[0] = "verified"
     expected[EXIT_CODES[FailureClass.USAGE]] = "usage / IO / internal"
     assert documented == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "verdict"),
+    [
+        ([], 0),
+        (["--json"], 0),
+        (["--policy", str(ASSETS / "does-not-exist.json")], 9),
+    ],
+    ids=["verified-text", "verified-json", "usage"],
+)
+def test_a_verdict_that_cannot_be_written_exits_9(
+    argv: list[str], verdict: int, tmp_path: Path
+) -> None:
+    """stdout is a pipe nobody reads (``verify-attested-run ... | head -0``): a verified result
+    the caller never received must not exit 0, and a BrokenPipeError must not exit 1."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the verifier starts: every write fails with EPIPE
+    base = [
+        sys.executable, "-m", "attestation.cli",
+        "--report", str(REAL / "azure-milan-v3-report.bin"),
+        "--endorsement", str(REAL / "azure-milan-v3-vcek.der"),
+        "--now", NOW,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            [*base, *argv], stdout=write_end, stderr=subprocess.PIPE, check=False, cwd=tmp_path
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 9
+    if verdict == 0:
+        assert b"cannot write the verdict to stdout: [Errno 32] Broken pipe" in done.stderr
+    assert b"Traceback" not in done.stderr

@@ -478,3 +478,12 @@ def test_struct_version_and_stray_spls_are_checked() -> None:
     vlek_with_hwid = dataclasses.replace(cert, signer_kind=SignerKind.VLEK)
     checks = {c.name: c for c in endorsement_checks(report, vlek_with_hwid)}
     assert checks["endorsement.chip-id"].detail == "a VLEK must not carry a hwID"
+
+
+def test_verifier_anchors_cannot_be_swapped_under_its_chain_memo(pinned: TrustStore) -> None:
+    """Chain verdicts are memoized per Verifier: its trust store, policy and CRL are fixed."""
+    verifier = Verifier(AMD, policy=CRYPTO_ONLY)
+    for attribute, value in (("trust", pinned), ("policy", Policy()), ("crl", b"")):
+        with pytest.raises(AttributeError):
+            setattr(verifier, attribute, value)
+    assert verifier.trust is AMD

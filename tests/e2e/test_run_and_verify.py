@@ -76,24 +76,39 @@ def _claim_real_hardware(envelope: dict[str, Any]) -> None:
     envelope["platform"] = "sev-snp"
 
 
-BINDING_TAMPERING: dict[str, Mutation] = {
-    "binding-run-id": _set_binding("runId", "run-e2e-2"),
-    "binding-corpus-checksum": _set_binding("corpusChecksum", "sha256:" + "0" * 64),
-    "binding-result-digest": _set_binding("resultDigest", "sha256:" + "1" * 64),
-    "result-body": _alter_result,
-    "measurement-field": _alter_measurement,
-    "top-level-run-id": _alter_top_level_run_id,
-    "platform-claims-hardware": _claim_real_hardware,
+_DATA = "binding.report-data"
+_FIELDS = "binding.envelope-fields"
+_RESULT = "binding.result-digest"
+#: Each tampering, and exactly the binding checks it must fail.
+BINDING_TAMPERING: dict[str, tuple[Mutation, list[str]]] = {
+    "binding-run-id": (_set_binding("runId", "run-e2e-2"), [_DATA, _FIELDS]),
+    "binding-corpus-checksum": (_set_binding("corpusChecksum", "sha256:" + "0" * 64), [_DATA]),
+    "binding-result-digest": (_set_binding("resultDigest", "sha256:" + "1" * 64), [_DATA, _RESULT]),
+    "result-body": (_alter_result, [_RESULT]),
+    "measurement-field": (_alter_measurement, [_FIELDS]),
+    "top-level-run-id": (_alter_top_level_run_id, [_FIELDS]),
+    "platform-claims-hardware": (_claim_real_hardware, [_FIELDS]),
 }
 
 
-@pytest.mark.parametrize("mutation", BINDING_TAMPERING.values(), ids=BINDING_TAMPERING.keys())
+@pytest.mark.parametrize(
+    ("mutation", "failing"), BINDING_TAMPERING.values(), ids=BINDING_TAMPERING.keys()
+)
 def test_tampered_envelope_fails_with_binding_class(
-    genuine_run: GenuineRun, tmp_path: Path, mutation: Mutation
+    genuine_run: GenuineRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    mutation: Mutation,
+    failing: list[str],
 ) -> None:
     tampered = copy.deepcopy(genuine_run.envelope_json)
     mutation(tampered)
-    assert _verify(_write(tmp_path / "tampered.json", tampered), genuine_run.expected) == 7
+    assert (
+        _verify(_write(tmp_path / "tampered.json", tampered), genuine_run.expected, "--json") == 7
+    )
+    verdict = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in verdict["checks"] if c["ok"] is False] == failing
+    assert all(c["ok"] is None for c in verdict["checks"] if c["name"].startswith("expectation."))
 
 
 def test_report_moved_from_another_envelope_fails_with_binding_class(

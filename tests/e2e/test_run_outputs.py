@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from attestation.cli import main as verify_main
 from runner.cli import main as runner_main
 from runner.commands.run import FRAME_PREFIX
 from runner.replay import compute_checksum
+from runner.workload import current_workload
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 
 CORPUS_FILES = ("cases.jsonl", "runs.jsonl", "marks.json", "plan.json")
@@ -211,3 +214,233 @@ def test_run_publishes_to_a_directory_target(state_dir: Path, tmp_path: Path) ->
     stored = target / "acme" / "envelopes" / f"sha256-{digest}.json"
     assert stored.read_bytes() == envelope_bytes
     assert (target / "acme" / "runs" / "url-run-1").read_text().strip() == f"sha256:{digest}"
+
+
+def test_run_logs_are_json_lines_carrying_the_run_id(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert _run(state_dir, str(EXAMPLE_CORPUS), tmp_path / "envelope.json") == 0
+    records = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [record["event"] for record in records] == [
+        "replayed",
+        "evidence_obtained",
+        "envelope_self_verified",
+        "envelope_written",
+    ]
+    assert {(record["run_id"], record["tenant"]) for record in records} == {("url-run-1", "acme")}
+
+
+def test_progress_is_drawn_on_a_terminal_stderr_and_never_on_stdout(
+    state_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    controller, terminal_fd = os.openpty()
+    terminal = os.fdopen(terminal_fd, "w", encoding="utf-8")
+    drawn = bytearray()
+
+    def drain() -> None:  # a pseudo-terminal blocks its writer once its buffer is full
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the terminal side was closed
+                return
+            if not chunk:
+                return
+            drawn.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    capsys.readouterr()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stderr", terminal)
+            # An ordinary interactive terminal, whatever the environment running the tests says.
+            patch.setenv("TERM", "xterm-256color")
+            for variable in ("TTY_INTERACTIVE", "TTY_COMPATIBLE", "FORCE_COLOR", "NO_COLOR"):
+                patch.delenv(variable, raising=False)
+            code = _run(state_dir, str(EXAMPLE_CORPUS), tmp_path / "envelope.json")
+    finally:
+        terminal.close()
+        reader.join()
+        os.close(controller)
+    assert code == 0
+    assert "replaying" in drawn.decode("utf-8", "replace")
+    out = capsys.readouterr().out
+    assert out.startswith("run url-run-1 for tenant acme: 3000 cases replayed\n")
+    assert "\x1b" not in out
+    assert "replaying" not in out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        (["--corpus", "{tmp}/nowhere"], 1, "{tmp}/nowhere: not a corpus directory"),
+        (["--corpus-checksum", "sha256:abc"], 1, "corpusChecksum: String should match pattern"),
+        (["--corpus-checksum", "{checksum}", "--run-id", "bad id!"], 1, "runId: String should"),
+        (
+            ["--corpus-checksum", "{checksum}", "--simulated-root", "sha256:zz"],
+            1,
+            "simulatedRoots.0: String should match pattern",
+        ),
+        (["--corpus-checksum", "{checksum}", "--policy", "{tmp}/absent.json"], 9, "cannot read"),
+        (
+            ["--corpus-checksum", "{checksum}", "--policy", "{tmp}/policy.json"],
+            1,
+            "policy.json: policy is invalid: bogus: Extra inputs are not permitted",
+        ),
+        ([], 9, "one of the arguments --corpus --corpus-checksum is required"),
+        (
+            ["--corpus", str(EXAMPLE_CORPUS), "--corpus-checksum", "{checksum}"],
+            9,
+            "argument --corpus-checksum: not allowed with argument --corpus",
+        ),
+    ],
+    ids=[
+        "missing-corpus",
+        "malformed-checksum",
+        "bad-run-id",
+        "bad-simulated-root",
+        "unreadable-policy",
+        "invalid-policy",
+        "no-corpus-source",
+        "two-corpus-sources",
+    ],
+)
+def test_expected_refuses_bad_parameters_and_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    arguments: list[str],
+    code: int,
+    message: str,
+) -> None:
+    (tmp_path / "policy.json").write_text('{"bogus": 1}')
+    values = {"tmp": str(tmp_path), "checksum": "sha256:" + "a" * 64}
+    argv = ["expected", "--run-id", "run-1", *(a.format(**values) for a in arguments)]
+    if "--run-id" in arguments:
+        argv[1:3] = []
+    out = tmp_path / "expected.json"
+    capsys.readouterr()
+    assert runner_main([*argv, "--out", str(out)]) == code
+    assert message.format(**values) in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_expected_merges_the_policy_and_lowercases_measurements(
+    state_dir: Path, tmp_path: Path, genuine_run: GenuineRun
+) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"allowedVmpl": [0, 1], "measurements": ["ab" * 48]}))
+    out = tmp_path / "expected.json"
+    measurement = "CD" * 48
+    code = runner_main(
+        [
+            *("expected", "--run-id", "run-7", "--corpus", str(EXAMPLE_CORPUS)),
+            *("--policy", str(policy), "--measurement", measurement, "--this-workload"),
+            *("--trust-local-simulated-root", "--state-dir", str(state_dir), "--out", str(out)),
+        ]
+    )
+    assert code == 0
+    written = json.loads(out.read_bytes())
+    assert written["runId"] == "run-7"
+    assert written["corpusChecksum"] == compute_checksum(EXAMPLE_CORPUS)
+    assert written["allowedVmpl"] == [0, 1]
+    assert written["measurements"] == ["cd" * 48]  # the option replaces the policy's list
+    assert written["simulatedRoots"] == [genuine_run.root_fingerprint]
+    assert written["workloadDigest"] == current_workload().digest
+
+
+def test_demo_refuses_an_out_dir_that_is_a_file(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    occupied = tmp_path / "occupied"
+    occupied.write_text("")
+    capsys.readouterr()
+    assert runner_main(["demo", "--out-dir", str(occupied), "--state-dir", str(state_dir)]) == 9
+    err = capsys.readouterr().err
+    assert f"error: --out-dir {occupied}: cannot create the directory" in err
+    assert "internal" not in err
+
+
+def test_demo_fails_when_a_verdict_is_not_the_one_it_shows(
+    state_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A verifier that accepted everything would make the demo's tampering step a lie: the
+    # demo must then fail (exit 4, verification failed) rather than print "demo complete".
+    from attestation import cli as verifier_cli  # what the demo calls for each verdict
+
+    monkeypatch.setattr(verifier_cli, "main", lambda _argv: 0)
+    capsys.readouterr()
+    assert runner_main(["demo", "--out-dir", str(tmp_path), "--state-dir", str(state_dir)]) == 4
+    captured = capsys.readouterr()
+    assert "error: demo verdicts were exit codes (0, 0, 0), expected (0, 7, 2)" in captured.err
+    assert "demo complete" not in captured.out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--run-id", "bad id!", "--run-id 'bad id!': String should match pattern"),
+        ("--tenant", "ACME", "--tenant 'ACME': String should match pattern"),
+        ("--nonce", "", "--nonce '': String should have at least 1 character"),
+        ("--image-digest", "latest", "--image-digest 'latest': String should match pattern"),
+        ("--expect-checksum", "abc", "--expect-checksum 'abc': String should match pattern"),
+        ("--result-out", "{out}", "--result-out {out} is the envelope's own path (--out)"),
+    ],
+    ids=["run-id", "tenant", "nonce", "image-digest", "expect-checksum", "result-out"],
+)
+def test_run_refuses_parameters_the_envelope_cannot_carry_before_replaying(  # noqa: PLR0917
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    value: str,
+    message: str,
+) -> None:
+    out = tmp_path / "envelope.json"
+    argv = [
+        *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "run-1", "--tenant", "acme"),
+        *("--evidence", "simulated", "--state-dir", str(state_dir), "--out", str(out)),
+    ]
+    if option in argv:
+        argv[argv.index(option) + 1] = value
+    else:
+        argv += [option, value.format(out=out)]
+    capsys.readouterr()
+    assert runner_main(argv) == 9
+    err = capsys.readouterr().err
+    assert f"error: {message.format(out=out)}" in err
+    assert '"event": "replayed"' not in err  # refused before any work
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("provider", "interface", "message"),
+    [
+        ("sev-guest", "/dev/sev-guest", "error: sev-guest: /dev/sev-guest does not exist"),
+        (
+            "configfs-tsm",
+            "/sys/kernel/config/tsm/report",
+            "error: configfs-tsm: /sys/kernel/config/tsm/report does not exist",
+        ),
+    ],
+)
+def test_real_evidence_without_its_interface_fails_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, interface: str, message: str
+) -> None:
+    if Path(interface).exists():
+        pytest.skip(f"this machine has {interface}")
+    out = tmp_path / "envelope.json"
+    argv = [
+        *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "run-1", "--tenant", "acme"),
+        *("--evidence", provider, "--out", str(out)),
+    ]
+    capsys.readouterr()
+    assert runner_main(argv) == 3
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,7 @@ What is emulated, and how far:
   the agent is new enough; longer than 64 bytes is an error; zero-padded to 64, no hashing),
   signs a report over it with the simulated signer and answers with the virtee/sev JSON shape.
   Failure modes: attestation disabled (404), backend error (500), slow answer, malformed
-  JSON, the no-TEE sample attester, null/empty certificate chain.
+  JSON, JSON of the wrong shape, the no-TEE sample attester, null/empty certificate chain.
 * :class:`EmulatedConfigfs` -- the kernel side of configfs-tsm on a real temporary directory,
   as a :class:`~runner.evidence.configfs_tsm.ConfigfsAccess` layer: ``mkdir`` creates the
   attributes (``provider``, ``generation``), every write to ``inblob`` bumps ``generation``,
@@ -20,6 +20,9 @@ What is emulated, and how far:
   request structures from the addresses in ``snp_guest_request_ioctl`` (as the kernel copies
   them from user memory), writes the response header and report, the certificate table, and
   ``exitinfo2``/``certs_len`` the way the kernel does, and raises ``OSError`` with the errno.
+  Like ``snp_guest_ioctl`` it preloads ``exitinfo2`` with ``SEV_RET_NO_FW_CALL`` and copies it
+  back whenever it is non-zero, so a request the kernel refuses before any firmware call
+  (unknown ioctl, bad ``certs_len``) reports ``no_fw_call_value`` rather than zero.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import binascii
 import ctypes
 import errno
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -64,7 +68,9 @@ def signed_chain(amd: SimulatedAmd, report: bytes) -> list[bytes]:
 
 # ------------------------------------------------------------------------- agent (HTTP)
 
-AgentMode = Literal["ok", "disabled", "error500", "slow", "malformed", "sample", "wrong-data"]
+AgentMode = Literal[
+    "ok", "disabled", "error500", "slow", "malformed", "wrong-shape", "sample", "wrong-data"
+]
 ChainMode = Literal["full", "null", "empty"]
 
 
@@ -81,7 +87,12 @@ class AgentEmulator:
 
     @property
     def decodes_base64(self) -> bool:
-        return self.version is not None and self.version >= "v0.21.0"
+        # guest-components v0.21.0 added encoding=base64. Compared as numbers: as strings,
+        # "v0.3.0" would sort after "v0.21.0".
+        if self.version is None:
+            return False
+        numbers = tuple(int(part) for part in re.findall(r"\d+", self.version)[:3])
+        return numbers >= (0, 21, 0)
 
     def info(self, _request: Request) -> Response:
         if self.version is None:
@@ -129,6 +140,10 @@ class AgentEmulator:
         elif self.chain == "empty":
             entries = []
         body_text = evidence_to_agent_json(report, entries)
+        if self.mode == "wrong-shape":  # valid JSON, but a field of the report is missing
+            document = json.loads(body_text)
+            del document["attestation_report"]["chip_id"]
+            body_text = json.dumps(document)
         return Response(body_text, content_type="application/octet-stream")
 
 
@@ -209,6 +224,8 @@ class IoctlEmulator:
     vmm_error: int = 0
     fail_errno: int | None = None
     bad_status: int = 0
+    no_fw_call_value: int = 0xFFFF_FFFF_FFFF_FFFF
+    """``SEV_RET_NO_FW_CALL`` as the kernel stores it: all ones, or ``0xff`` on older kernels."""
     calls: list[tuple[int, int]] = field(default_factory=list)
 
     def __call__(self, _fd: int, request: int, arg: SnpGuestRequestIoctl) -> None:
@@ -217,12 +234,17 @@ class IoctlEmulator:
             ext = SnpExtReportReq.from_address(arg.req_data)
             self.calls.append((request, int(ext.certs_len)))
             if not self.ext_supported:
+                arg.exitinfo2 = self.no_fw_call_value
                 raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
+            if ext.certs_len % PAGE_SIZE:  # the kernel checks this before any firmware call
+                arg.exitinfo2 = self.no_fw_call_value
+                raise OSError(errno.EINVAL, "Invalid argument")
             report_req = ext.data
         elif request == SNP_GET_REPORT:
             self.calls.append((request, 0))
             report_req = SnpReportReq.from_address(arg.req_data)
         else:
+            arg.exitinfo2 = self.no_fw_call_value
             raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
         if self.fail_errno is not None:
             arg.exitinfo2 = self.fw_error | self.vmm_error << 32

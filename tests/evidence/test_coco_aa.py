@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import hashlib
 import socket
+import threading
 
 import pytest
 import requests
@@ -70,6 +71,16 @@ def test_old_agent_gets_hex_text(
     assert evidence.report_data_encoding == "sha256-hex"
     assert evidence.report[0x50:0x90] == hex_text.encode("ascii")
     assert agent.requests == [{"runtime_data": hex_text}]
+
+
+def test_version_is_compared_as_numbers(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    """v0.3.0 is older than v0.21.0 although it sorts after it as a string."""
+    agent = AgentEmulator(sim_amd, version="v0.3.0")
+    evidence = _serve(httpserver, agent).obtain(binding)
+    assert evidence.report_data_encoding == "sha256-hex"
+    assert agent.requests == [{"runtime_data": hashlib.sha256(binding).hexdigest()}]
 
 
 def test_agent_without_info_gets_hex_text(
@@ -160,6 +171,18 @@ def test_malformed_json(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: 
         _serve(httpserver, agent).obtain(binding)
 
 
+def test_evidence_of_the_wrong_shape_names_the_field(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    agent = AgentEmulator(sim_amd, mode="wrong-shape")
+    with pytest.raises(EvidenceError) as info:
+        _serve(httpserver, agent).obtain(binding)
+    assert str(info.value) == (
+        "coco-aa: malformed SNP evidence from the agent: attestation_report lacks chip_id"
+    )
+    assert not isinstance(info.value, EvidenceUnavailableError)
+
+
 def test_report_over_other_data_is_refused(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
@@ -189,6 +212,30 @@ def test_no_agent_listening_is_unavailable(binding: bytes) -> None:
         provider = CocoAgentProvider(url, timeout=2, session=session)
         with pytest.raises(EvidenceUnavailableError, match="no attestation agent at"):
             provider.obtain(binding)
+
+
+def test_agent_that_hangs_up_is_an_error_not_absence(binding: bytes) -> None:
+    """Something listens but closes every connection without answering: the agent exists
+    and is broken, so this must not read as "no agent" (which would let `auto` move on)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def hang_up() -> None:  # one request (forced encoding: no /info), one hang-up
+            connection, _ = listener.accept()
+            connection.close()
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        with requests.Session() as session:
+            provider = CocoAgentProvider(
+                f"http://127.0.0.1:{port}", encoding="sha512", timeout=5, session=session
+            )
+            with pytest.raises(EvidenceError, match=r"coco-aa: request to .* failed") as info:
+                provider.obtain(binding)
+        thread.join()
+    assert not isinstance(info.value, EvidenceUnavailableError)
 
 
 @pytest.mark.parametrize(

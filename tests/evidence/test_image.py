@@ -4,8 +4,9 @@ No container engine runs in CI, so this test does what the Dockerfile's build st
 copy the same files, set the same ``ENV`` for pip, run the ``# install-command`` pip line
 with the same arguments, then run the image's ENTRYPOINT with ``--help``. The only
 difference is that pip may use its local cache (``PIP_NO_CACHE_DIR`` is dropped; a cache
-changes speed, not what is installed) and, when ``ATTESTED_REPLAY_WHEELHOUSE`` is set, a
-local wheel directory for machines without PyPI access.
+changes speed, not what is installed), pip retries a flaky index longer, and, when
+``ATTESTED_REPLAY_WHEELHOUSE`` is set, a local wheel directory for machines without PyPI
+access.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ def test_install_like_the_dockerfile_and_run_entrypoint_help(tmp_path: Path) -> 
     environment = {key: value.replace("/src", str(src)) for key, value in env_vars.items()}
     environment.pop("PIP_NO_CACHE_DIR", None)
     environment.pop("SOURCE_DATE_EPOCH", None)  # ${SOURCE_DATE_EPOCH}: a build argument
+    # More patience with a flaky index than pip's defaults; this changes no installed file.
+    environment.setdefault("PIP_RETRIES", "10")
+    environment.setdefault("PIP_TIMEOUT", "60")
     wheelhouse = os.environ.get("ATTESTED_REPLAY_WHEELHOUSE")
     if wheelhouse:
         environment["PIP_FIND_LINKS"] = wheelhouse

@@ -189,6 +189,10 @@ PUBLISHED = [
      "5061fffb019493a903613d56d54b94912a1a2f9e4502385f5c194616753720a92441310ba6c4933de877c36e23046ad5"),
     ("test_snp_ec2_default", 1, "0x21", "", "ec2",
      "0ce9ccc06bab55eebe8abc234f3df6514883977a68a591b71052498ab52b2f1aa415db338033946ef93aa8278c0d67fb"),
+    ("test_snp_ec2_feature_snp_only", 1, "0x1", "", "ec2",
+     "0883bd0eeb716e65b7b977a321c278d1e51b33b5c655fab985443bbcc65c086b9c15e8a0bd8811050dec7e24964e5056"),
+    ("test_snp_gce_default", 1, "0x1", "", "gce",
+     "5da7106cf14cf46b1725ebab123eb9e53bd46a1e9f400cd0c08e7827b04b688ea8b4e403c8404efed4397ea5d5d0722e"),
     ("test_snp_gce_with_multiple_vcpus_default", 4, "0x1", "", "gce",
      "5c5debf100fc339f90276e761ee1f1658d08922c3b20e2a2e6c7a6c3370b2452a15a00eae11886a93d6fd1e7ab81e29d"),
 ]  # fmt: skip

@@ -75,6 +75,10 @@ class _Fixed:
         self.error = error
         self.calls = 0
 
+    def check_available(self) -> None:
+        if isinstance(self.error, EvidenceUnavailableError):
+            raise self.error
+
     def obtain(self, canonical_binding: bytes) -> Evidence:
         self.calls += 1
         if self.error is not None:

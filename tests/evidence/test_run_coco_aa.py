@@ -103,9 +103,11 @@ def test_run_with_agent_emulation_verifies(  # noqa: PLR0917 (pytest fixtures an
 def test_run_auto_without_snp_lists_what_was_tried(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if Path("/sys/kernel/config/tsm/report").exists() or Path("/dev/sev-guest").exists():
-        pytest.skip("this machine offers an SEV-SNP interface")
-    envelope = tmp_path / "envelope.json"
+    # Paths that do not exist: this machine has no SEV-SNP interface even on SNP hardware.
+    absent = tmp_path / "absent"
+    out = tmp_path / "out"
+    out.mkdir()
+    envelope = out / "envelope.json"
     code = runner_main(
         [
             "run",
@@ -119,18 +121,26 @@ def test_run_auto_without_snp_lists_what_was_tried(
             "auto",
             "--agent-url",
             f"http://127.0.0.1:{free_loopback_port()}",
+            "--configfs-root",
+            str(absent / "tsm" / "report"),
+            "--sev-guest-device",
+            str(absent / "sev-guest"),
             "--out",
             str(envelope),
         ]
     )
     err = capsys.readouterr().err
     assert code == 3
-    assert "tried configfs-tsm, sev-guest, coco-aa" in err
-    assert "- configfs-tsm: " in err
-    assert "- sev-guest: " in err
-    assert "- coco-aa: coco-aa: no attestation agent" in err
+    assert '"event": "replayed"' not in err  # refused before any replay work
+    assert (
+        "no SEV-SNP evidence interface on this machine (tried configfs-tsm, sev-guest, coco-aa)"
+        in err
+    )
+    assert f"- configfs-tsm: configfs-tsm: {absent / 'tsm' / 'report'} does not exist" in err
+    assert f"- sev-guest: sev-guest: {absent / 'sev-guest'} does not exist" in err
+    assert "- coco-aa: coco-aa: no attestation agent at http://127.0.0.1:" in err
     assert not envelope.exists()
-    assert list(tmp_path.iterdir()) == []
+    assert list(out.iterdir()) == []  # no envelope, no result file, no temporary left over
 
 
 def test_simulated_agent_evidence_is_refused_without_opt_in(

@@ -92,12 +92,46 @@ def test_no_certificates_from_host(device: Path, sim_amd: SimulatedAmd, binding:
     assert SevGuestProvider(device, ioctl=kernel).obtain(binding).cert_chain == ()
 
 
-def test_fallback_to_plain_report(device: Path, sim_amd: SimulatedAmd, binding: bytes) -> None:
-    kernel = IoctlEmulator(sim_amd, ext_supported=False)
+@pytest.mark.parametrize("no_fw_call", [0xFFFF_FFFF_FFFF_FFFF, 0xFF])
+def test_fallback_to_plain_report(
+    device: Path, sim_amd: SimulatedAmd, binding: bytes, no_fw_call: int
+) -> None:
+    """The kernel refuses SNP_GET_EXT_REPORT before any firmware call, leaving
+    SEV_RET_NO_FW_CALL in exitinfo2 (both spellings): falling back is safe then."""
+    kernel = IoctlEmulator(sim_amd, ext_supported=False, no_fw_call_value=no_fw_call)
     evidence = SevGuestProvider(device, ioctl=kernel).obtain(binding)
     assert evidence.cert_chain == ()
     assert evidence.report[0x50:0x90] == hashlib.sha512(binding).digest()
     assert [c[0] for c in kernel.calls] == [SNP_GET_EXT_REPORT, SNP_GET_REPORT]
+
+
+def test_no_fallback_after_a_firmware_error(
+    device: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    """EINVAL that did reach the firmware (fw_error set) may have wiped the VMPCK: stop."""
+    kernel = IoctlEmulator(sim_amd, fail_errno=errno.EINVAL, fw_error=0x16)
+    with pytest.raises(EvidenceError) as info:
+        SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert str(info.value) == (
+        "sev-guest: SNP_GET_EXT_REPORT failed with EINVAL: fw_error=0x16 (INVALID_PARAM), "
+        "vmm_error=0x0 (none) (after a firmware error the kernel disables the VMPCK: "
+        "restart the VM)"
+    )
+    assert [c[0] for c in kernel.calls] == [SNP_GET_EXT_REPORT]
+
+
+def test_kernel_refusal_without_firmware_call_is_named(
+    device: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    """EIO that never reached the firmware: no VMPCK warning, the sentinel is named."""
+    kernel = IoctlEmulator(sim_amd, fail_errno=errno.EIO, fw_error=0xFFFFFFFF, vmm_error=0xFFFFFFFF)
+    with pytest.raises(EvidenceError) as info:
+        SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert str(info.value) == (
+        "sev-guest: SNP_GET_EXT_REPORT failed with EIO: "
+        "no firmware call (exitinfo2=0xffffffffffffffff)"
+    )
+    assert len(kernel.calls) == 1
 
 
 def test_firmware_error_is_named_and_not_retried(

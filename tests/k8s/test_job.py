@@ -136,6 +136,8 @@ def test_pod_security_resources_and_failure_policy() -> None:
         "/work/out/envelope.json",
         "--expect-checksum",
         "sha256:" + "1" * 64,
+        "--image-digest",
+        "sha256:" + "2" * 64,
         "--termination-log",
         "/dev/termination-log",
         "--frame-envelope",
@@ -176,6 +178,18 @@ def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() 
         ({"overlay": "tdx"}, "unknown overlay 'tdx'"),
         ({"active_deadline_seconds": 0}, "active_deadline_seconds must be an integer >= 1"),
         ({"publish_token_secret": "tok"}, "a publish token secret needs a publish URL"),
+        (
+            {"publish_url": "https://publish.example"},
+            "the publication service refuses anonymous writes",
+        ),
+        (
+            {"publish_url": "http://publish.example", "publish_token_secret": "tok"},
+            "plain http:// is allowed only for loopback hosts, not publish.example",
+        ),
+        (
+            {"publish_url": "dir:///srv/envelopes", "publish_token_secret": "tok"},
+            "publish URL must be http(s)://, got 'dir:///srv/envelopes'",
+        ),
         ({"namespace": "Bad_NS"}, "is not a DNS-1123 label"),
     ],
 )

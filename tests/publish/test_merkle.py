@@ -17,7 +17,7 @@ from runner.publish.merkle import (
 )
 
 # The eight leaves of the certificate-transparency reference test data (merkle_tree_test.cc),
-# with the published roots and the 1 -> 8 consistency proof.
+# with the published roots of sizes 1-8 and its consistency proofs 1 -> 8, 6 -> 8 and 2 -> 5.
 CT_LEAVES = [
     b"",
     b"\x00",
@@ -28,13 +28,32 @@ CT_LEAVES = [
     bytes(range(0x50, 0x58)),
     bytes(range(0x60, 0x70)),
 ]
-CT_ROOT_1 = "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
-CT_ROOT_8 = "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328"
-CT_CONSISTENCY_1_8 = [
-    "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-]
+CT_ROOTS = {
+    1: "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+    2: "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+    3: "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+    4: "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+    5: "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+    6: "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+    7: "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+    8: "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
+}
+CT_CONSISTENCY = {
+    (1, 8): [
+        "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+        "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+        "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+    ],
+    (6, 8): [
+        "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+        "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
+        "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+    ],
+    (2, 5): [
+        "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+        "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+    ],
+}
 
 
 def _tree(entries: list[bytes]) -> MerkleTree:
@@ -47,11 +66,11 @@ def _tree(entries: list[bytes]) -> MerkleTree:
 def test_rfc6962_vectors() -> None:
     tree = _tree(CT_LEAVES)
     assert tree.root(0) == EMPTY_ROOT == hashlib.sha256(b"").digest()
-    assert tree.root(1).hex() == CT_ROOT_1
-    assert tree.root(8).hex() == CT_ROOT_8
-    proof = tree.consistency_proof(1, 8)
-    assert [h.hex() for h in proof] == CT_CONSISTENCY_1_8
-    assert verify_consistency(1, 8, proof, tree.root(1), tree.root(8))
+    assert {size: tree.root(size).hex() for size in CT_ROOTS} == CT_ROOTS
+    for (old, new), expected in CT_CONSISTENCY.items():
+        proof = tree.consistency_proof(old, new)
+        assert [h.hex() for h in proof] == expected
+        assert verify_consistency(old, new, proof, tree.root(old), tree.root(new))
 
 
 def test_leaf_and_node_prefixes() -> None:

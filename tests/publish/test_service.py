@@ -165,6 +165,14 @@ def test_cross_tenant_access_answers_404(service: Any, envelope_for: EnvelopeFor
         service, "acme", envelope_for("acme", "run-2", 2), token=service.token("globex")
     )
     assert intruder.status_code == 404
+    hijack = requests.put(  # nor point an acme run at anything
+        f"{service.url}/v1/tenants/acme/runs/run-1",
+        json={"envelope": _digest(acme_data)},
+        headers={"Authorization": f"Bearer {service.token('globex')}"},
+        timeout=10,
+    )
+    assert (hijack.status_code, hijack.json()) == (404, {"error": "not found"})
+    assert service.storage.run_digest("acme", "run-1") is None
     assert _get(service, "/v1/tenants/acme/envelopes", service.token("acme", "tenant")).json()[
         "envelopes"
     ] == [{"logIndex": 0, "digest": _digest(acme_data), "runId": "run-1"}]

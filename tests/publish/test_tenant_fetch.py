@@ -247,6 +247,47 @@ def test_rewritten_envelope_bytes_are_tampering(
         )
 
 
+def test_removed_envelope_bytes_are_tampering(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = world["storage"]
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        (fresh,) = world["publish"](service, range(5, 6))
+    # The log entry stays (removing it is caught by consistency); only the bytes go.
+    _sql(storage, "DELETE FROM envelopes WHERE tenant = 'acme' AND digest = ?", (_digest(fresh),))
+    with _restarted(world) as service:
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"envelope {_digest(fresh)} of log entry 5 is gone: the signed log includes it, "
+            "so it was removed after publication",
+        )
+
+
+def test_oversized_envelope_answer_is_tampering(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = world["storage"]
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        (fresh,) = world["publish"](service, range(5, 6))
+    _sql(
+        storage,
+        "UPDATE envelopes SET data = ? WHERE tenant = 'acme' AND digest = ?",
+        (fresh + b" " * (1024 * 1024), _digest(fresh)),
+    )
+    with _restarted(world) as service:
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"envelope {_digest(fresh)} of log entry 5 exceeds 1048576 bytes, "
+            "which the service never accepts",
+        )
+
+
 def test_forked_checkpoint_is_tampering(
     world: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

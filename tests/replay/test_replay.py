@@ -210,6 +210,28 @@ def test_cli_manifest(tmp_path: Path, run_cli: Callable[..., tuple[int, str, str
     assert printed == out_file.read_text()
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--set-id", "", "--set-id must be 1 to 80 characters"),
+        ("--set-id", "s" * 81, "--set-id must be 1 to 80 characters"),
+        ("--generator-ref", "g" * 301, "--generator-ref must be 1 to 300 characters"),
+        ("--frozen-at", "15 January 2026", "--frozen-at '15 January 2026' is not YYYY-MM-DD"),
+    ],
+)
+def test_manifest_options_outside_the_template_are_usage_errors(
+    tmp_path: Path,
+    run_cli: Callable[..., tuple[int, str, str]],
+    option: str,
+    value: str,
+    message: str,
+) -> None:
+    out_file = tmp_path / "manifest.json"
+    argv = ("corpus", "manifest", str(EXAMPLE_CORPUS), "--out", str(out_file), option, value)
+    assert run_cli(*argv) == (9, "", f"error: {message}\n")
+    assert not out_file.exists()
+
+
 def test_manifest_needs_split(
     builder: CorpusBuilder, run_cli: Callable[..., tuple[int, str, str]]
 ) -> None:

@@ -282,3 +282,13 @@ def test_explicit_null_error_in_run(builder: CorpusBuilder) -> None:
         builder.write(runs=records),
         "runs.jsonl:1: field 'cases.2.error': error may be omitted but not null",
     )
+
+
+def test_a_label_equal_to_the_abstain_label_is_refused(builder: CorpusBuilder) -> None:
+    builder.plan["abstain_label"] = "review"
+    builder.cases[2]["label"] = "review"
+    expect_error(
+        builder.write(),
+        "cases.jsonl:3: field 'label': case 'case-03' is labelled with the plan's abstain_label "
+        "'review'; a label must be an answer, not an abstention",
+    )

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
+from attestation.canonical import canonicalize
+
 WORKED = Path(__file__).resolve().parents[1] / "assets" / "worked-example.json"
+#: The pack record's whole value, metadata included (see tests/replay/assets/README.md).
+PACK_VALUE = Path(__file__).resolve().parent / "assets" / "pack-worked-example.json"
+#: ``value_sha256`` of the worked example in the pack's descriptor.
+PACK_VALUE_SHA256 = "68a2a02056104e275efaf2ea42233bf1276c33c9c9d4b18d5429fa7f1c859849"
 
 
 def test_worked_example_equals_expected_exactly(
@@ -30,6 +37,30 @@ def test_worked_example_equals_expected_exactly(
     for run in printed["metrics"].values():
         assert isinstance(run["recall_points"], float)
         assert isinstance(run["errors"], int)
+
+
+def test_the_packs_own_record_value_scores_as_published(
+    run_cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    value = json.loads(PACK_VALUE.read_bytes())
+    assert hashlib.sha256(canonicalize(value)).hexdigest() == PACK_VALUE_SHA256
+    assert "title" in value  # the descriptive keys are there and are not scoring input
+    code, out, err = run_cli("score", str(PACK_VALUE))
+    assert (code, err) == (0, "")
+    assert json.loads(out) == value["expected"]
+    assert out == run_cli("score", str(WORKED))[1]
+
+
+def test_a_key_that_is_neither_input_nor_pack_metadata_is_refused(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    value = json.loads(PACK_VALUE.read_bytes())
+    value["run_per_arm"] = 2  # a misspelt input must not pass as metadata
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(value))
+    code, out, err = run_cli("score", str(path))
+    assert (code, out) == (1, "")
+    assert err == "error: typo.json: field 'run_per_arm': unknown key\n"
 
 
 def test_scoring_twice_is_byte_identical(run_cli: Callable[..., tuple[int, str, str]]) -> None:

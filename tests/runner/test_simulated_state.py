@@ -11,7 +11,7 @@ import pytest
 
 from attestation.product import ProductLine
 from attestation.simulated import SimulatedAmd
-from runner.errors import InputError
+from runner.errors import InputError, UsageError
 from runner.simulated_state import (
     default_state_dir,
     load_or_create_simulated_amd,
@@ -140,3 +140,10 @@ def test_corrupt_state_is_an_error_naming_the_file(
         load_or_create_simulated_amd(tmp_path, factory=_never)
     assert str(directory) in str(raised.value)
     assert (directory / "ark.pem").read_text() == simulated_amd.ark_pem  # root left in place
+
+
+def test_a_state_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    with pytest.raises(UsageError, match="cannot create the simulated PKI state in"):
+        load_or_create_simulated_amd(blocker)

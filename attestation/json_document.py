@@ -1,0 +1,94 @@
+"""Parsing the verifier's JSON input documents (policy, expected values, envelope) one way.
+
+Every document goes through the same steps, each with its own message naming the document:
+a size cap checked before parsing, strict JSON, a top-level object, then the pydantic model
+(camelCase keys only). "Strict JSON" here is stricter than :func:`json.loads`:
+
+* a key repeated in one object is refused: readers disagree on which copy wins (Python and
+  pydantic keep the last, others the first), so a document a person reviewed could verify
+  with a value they never saw;
+* ``NaN``, ``Infinity`` and numbers that overflow to infinity are refused: they are not
+  JSON (RFC 8259) and have no canonical form to hash.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from attestation.errors import MalformedError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class _NotStrictJsonError(ValueError):
+    """Valid for :func:`json.loads` but not strict JSON (duplicate key, NaN, infinity)."""
+
+
+def _object_without_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    document: dict[str, object] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _NotStrictJsonError(f"key {key!r} appears more than once in one object")
+        document[key] = value
+    return document
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NotStrictJsonError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotStrictJsonError(f"number {text} is out of range")
+    return value
+
+
+def parse_strict_json(data: bytes, *, what: str) -> object:
+    """Parse strict JSON (UTF-8, no duplicate keys, no NaN/infinity).
+
+    Raises:
+        MalformedError: naming ``what`` and the problem.
+    """
+    try:
+        return json.loads(
+            data,
+            object_pairs_hook=_object_without_duplicate_keys,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MalformedError(f"{what} is not valid JSON: {error}") from None
+    except (_NotStrictJsonError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise MalformedError(f"{what} is not valid JSON: {reason}") from None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Every problem of a pydantic validation as ``key.path: message``, joined by ``; ``."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or '<root>'}: {problem['msg']}"
+        for problem in error.errors(include_url=False)
+    )
+
+
+def load_json_document(data: bytes, model: type[ModelT], *, what: str, limit: int) -> ModelT:
+    """Parse one JSON document of at most ``limit`` bytes into ``model`` (camelCase keys).
+
+    Raises:
+        MalformedError: too large, not strict JSON, not an object, or a schema violation
+            (an unknown key, a missing key, a bad value), each naming ``what``.
+    """
+    if len(data) > limit:
+        raise MalformedError(f"{what} is {len(data)} bytes, over the {limit}-byte limit")
+    document = parse_strict_json(data, what=what)
+    if not isinstance(document, dict):
+        raise MalformedError(f"{what} must be a JSON object")
+    try:
+        return model.model_validate(document, by_alias=True, by_name=False)
+    except ValidationError as error:
+        raise MalformedError(f"{what} is invalid: {describe_validation_error(error)}") from None
