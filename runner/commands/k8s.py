@@ -24,6 +24,7 @@ from runner.k8s.job import OVERLAYS, CorpusSource, CorpusUrl, CorpusVolume, Repl
 from runner.k8s.retry import RetryPolicy
 from runner.k8s.state import RunOutcome
 from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
+from runner.publish.tokens import read_token
 
 log = structlog.get_logger("attested-replay.k8s")
 
@@ -268,13 +269,10 @@ def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
 def _submitter(args: argparse.Namespace) -> Submitter:
     connection = connect(args.kubeconfig, args.context)
     namespace = str(args.namespace or connection.namespace or DEFAULT_NAMESPACE)
-    token = None
     token_file = getattr(args, "publish_token_file", None)
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise UsageError(f"--publish-token-file {token_file}: {exc}") from exc
+    # Same rules as the publisher's token files: an empty or multi-token file is refused here,
+    # not sent as a malformed Authorization header.
+    token = None if token_file is None else read_token(token_file)
     log.debug("k8s_connected", source=connection.source, namespace=namespace)
     return Submitter(
         connection.api_client,

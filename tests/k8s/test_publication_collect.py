@@ -151,3 +151,34 @@ def test_without_endpoint_an_empty_log_names_the_cause(
     message = error_line(capsys.readouterr().err)
     assert "expected one ATTESTED-ENVELOPE line in the log, found 0" in message
     assert "use --publish-url" in message
+
+
+@pytest.mark.parametrize("content", ["", "\n", "two tokens\n"], ids=["empty", "blank", "two"])
+def test_a_malformed_token_file_is_a_usage_error_before_any_request(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    tmp_path: Path,
+    content: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(content)
+    code = cli(
+        "collect",
+        RUN_ID,
+        "--tenant",
+        TENANT,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--expected",
+        str(tmp_path),
+        "--publish-url",
+        "https://publish.example",
+        "--publish-token-file",
+        str(token_file),
+    )
+    assert code == 9
+    assert error_line(capsys.readouterr().err) == (
+        f"token file {token_file} must hold exactly one token"
+    )
+    assert sum(cluster.requests.values()) == 0
