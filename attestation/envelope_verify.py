@@ -43,6 +43,7 @@ _EXPECTATION_CHECKS = (
     "expectation.workload",
     "expectation.result-digest",
     "expectation.evaluation-digest",
+    "expectation.image-digest",
 )
 
 
@@ -229,7 +230,7 @@ def _binding_checks(
 
 def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Check]:
     binding = envelope.binding
-    comparisons: list[tuple[str, str, str | None, str]] = [
+    comparisons: list[tuple[str, str, str | None, str | None]] = [
         ("expectation.run-id", "runId", expected.run_id, binding.run_id),
         (
             "expectation.corpus-checksum",
@@ -256,6 +257,7 @@ def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Ch
             expected.evaluation_digest,
             binding.evaluation_digest,
         ),
+        ("expectation.image-digest", "imageDigest", expected.image_digest, binding.image_digest),
     ]
     checks = []
     for name, key, wanted, actual in comparisons:

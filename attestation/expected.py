@@ -1,7 +1,8 @@
 """The tenant's expected-values file: what a genuine envelope for *my* run must say.
 
 camelCase JSON. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
-``workloadDigest``, ``resultDigest`` and ``evaluationDigest`` are checked when present; every
+``workloadDigest``, ``resultDigest``, ``evaluationDigest`` and ``imageDigest`` are checked when
+present (a binding without ``imageDigest`` then fails); every
 key of the raw-mode :class:`~attestation.policy.Policy` may appear too (``{}``-style secure
 defaults otherwise); ``simulatedRoots`` lists the ``sha256:`` fingerprints (of the DER) of
 simulated roots the tenant accepts: the only way simulated evidence can verify.
@@ -28,6 +29,8 @@ class ExpectedValues(Policy):
     workload_digest: Sha256Digest | None = None
     result_digest: Sha256Digest | None = None
     evaluation_digest: Sha256Digest | None = None
+    #: The container image the tenant expects the operator to have run (bound by the Job).
+    image_digest: Sha256Digest | None = None
     simulated_roots: tuple[Sha256Digest, ...] = ()
 
     def policy(self) -> Policy:

@@ -38,6 +38,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--tenant")
     parser.add_argument("--result-digest")
     parser.add_argument("--evaluation-digest")
+    parser.add_argument("--image-digest", help="the container image digest the run must bind")
     workload = parser.add_mutually_exclusive_group()
     workload.add_argument("--workload-digest", help="sha256: of the canonical workload object")
     workload.add_argument(
@@ -89,6 +90,7 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         "tenant": args.tenant,
         "resultDigest": args.result_digest,
         "evaluationDigest": args.evaluation_digest,
+        "imageDigest": args.image_digest,
         "workloadDigest": current_workload().digest if args.this_workload else args.workload_digest,
     }
     document.update({key: value for key, value in optional.items() if value is not None})

@@ -51,6 +51,7 @@ EXPECTATION_CHECKS = [
     "expectation.workload",
     "expectation.result-digest",
     "expectation.evaluation-digest",
+    "expectation.image-digest",
 ]
 
 
@@ -260,6 +261,8 @@ def test_envelope_without_result_binds_only_the_digest(sim: SimulatedAmd) -> Non
         ("workloadDigest", "sha256:" + "0" * 64, "expectation.workload"),
         ("resultDigest", "sha256:" + "0" * 64, "expectation.result-digest"),
         ("evaluationDigest", "sha256:" + "0" * 64, "expectation.evaluation-digest"),
+        # The binding of sim_envelope has no imageDigest: pinning one must fail, not pass.
+        ("imageDigest", "sha256:" + "0" * 64, "expectation.image-digest"),
     ],
 )
 def test_each_expectation_fails_with_class_8(
@@ -471,7 +474,7 @@ def test_cli_json_document_in_envelope_mode(
         "report.parse",
         "endorsement.parse",
     ]
-    assert names[-9:] == [
+    assert names[-10:] == [
         "binding.report-data",
         "binding.envelope-fields",
         "binding.result-digest",
@@ -553,5 +556,5 @@ def test_docs_name_every_check(sim: SimulatedAmd) -> None:
     result = verify(sim_envelope(sim), pinned(sim))
     assert result.exit_code == 0
     names = [check.name for check in result.checks]
-    assert len(names) == 33  # 2 envelope + 22 raw-report + 3 binding + 6 expectation
+    assert len(names) == 34  # 2 envelope + 22 raw-report + 3 binding + 7 expectation
     assert [name for name in names if f"`{name}`" not in docs] == []

@@ -444,3 +444,19 @@ def test_real_evidence_without_its_interface_fails_and_writes_nothing(
     assert runner_main(argv) == 3
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_image_digest_is_bound_and_can_be_expected(
+    state_dir: Path, tmp_path: Path, genuine_run: GenuineRun
+) -> None:
+    image = "sha256:" + "ab" * 32
+    out = tmp_path / "envelope.json"
+    assert _run(state_dir, str(EXAMPLE_CORPUS), out, "--image-digest", image) == 0
+    assert json.loads(out.read_bytes())["binding"]["imageDigest"] == image
+    expected = json.loads(genuine_run.expected.read_bytes())
+    expected["runId"] = "url-run-1"
+    for pinned, code in ((image, 0), ("sha256:" + "cd" * 32, 8)):
+        expected["imageDigest"] = pinned
+        path = tmp_path / "expected.json"
+        path.write_text(json.dumps(expected))
+        assert verify_main(["--envelope", str(out), "--expected", str(path)]) == code
