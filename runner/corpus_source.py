@@ -16,13 +16,16 @@ from urllib.parse import urlsplit
 
 import requests
 import structlog
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
-from runner.errors import InputError, UsageError
+from runner.errors import InputError, SourceUnavailableError, UsageError
 
 #: A downloaded archive larger than this is refused (bytes).
 MAX_ARCHIVE_BYTES: Final = 4 * 1024**3
 CORPUS_FILES: Final = frozenset({"cases.jsonl", "runs.jsonl", "marks.json", "plan.json"})
 _CHUNK: Final = 1024 * 1024
+_TRANSIENT_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 
 log = structlog.get_logger(__name__)
 
@@ -31,13 +34,23 @@ def is_url(source: str) -> bool:
     return source.startswith(("https://", "http://"))
 
 
-def fetch_corpus(url: str, destination: Path, *, timeout: float = 30.0) -> Path:
+def fetch_corpus(
+    url: str, destination: Path, *, timeout: float = 30.0, retries: int = 5, backoff: float = 1.0
+) -> Path:
     """Download and unpack a corpus archive into ``destination``; return the corpus dir."""
     _check_url(url)
     archive = destination / "corpus.tar.gz"
     received = 0
     try:
-        with requests.get(url, stream=True, timeout=timeout) as response:
+        with (
+            _retrying_session(retries, backoff) as session,
+            session.get(url, stream=True, timeout=timeout) as response,
+        ):
+            if response.status_code in _TRANSIENT_STATUSES:
+                raise SourceUnavailableError(
+                    f"corpus download {url} still answered HTTP {response.status_code} after "
+                    f"{retries} retries"
+                )
             if response.status_code != 200:
                 raise InputError(f"corpus download {url} answered HTTP {response.status_code}")
             with archive.open("wb") as handle:
@@ -49,13 +62,35 @@ def fetch_corpus(url: str, destination: Path, *, timeout: float = 30.0) -> Path:
                         )
                     handle.write(chunk)
     except requests.RequestException as exc:
-        raise InputError(f"corpus download {url} failed: {exc}") from exc
+        raise SourceUnavailableError(
+            f"corpus download {url} failed after {retries} retries: {exc}"
+        ) from exc
     log.info("corpus_downloaded", url=url, bytes=received)
     corpus_dir = destination / "corpus"
     corpus_dir.mkdir()
     _unpack(archive, corpus_dir)
     archive.unlink()
     return corpus_dir
+
+
+def _retrying_session(retries: int, backoff: float = 1.0) -> requests.Session:
+    """Connection errors, 429 and 5xx are retried with exponential backoff (honouring
+    Retry-After); the transport is untrusted anyway, the checksum decides."""
+    retry = Retry(
+        total=retries,
+        connect=retries,
+        read=retries,
+        status=retries,
+        backoff_factor=backoff,
+        status_forcelist=_TRANSIENT_STATUSES,
+        allowed_methods=frozenset({"GET"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
+    session = requests.Session()
+    session.mount("https://", HTTPAdapter(max_retries=retry))
+    session.mount("http://", HTTPAdapter(max_retries=retry))
+    return session
 
 
 def _check_url(url: str) -> None:

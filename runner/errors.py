@@ -19,6 +19,11 @@ class ChecksumMismatchError(InputError):
     """The corpus checksum differs from the one the operator expected."""
 
 
+class SourceUnavailableError(RunnerError):
+    """A network source (the corpus URL) could not be reached, even after retries: transient,
+    so a Job may retry the pod, unlike invalid input."""
+
+
 class EvidenceError(RunnerError):
     """No attestation evidence could be obtained (no TEE, agent disabled, device error)."""
 

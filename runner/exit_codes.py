@@ -20,6 +20,7 @@ EXIT_CODES: Final = MappingProxyType(
         errors.SubmitError: 5,
         errors.PublishError: 6,
         errors.TamperingError: 7,
+        errors.SourceUnavailableError: 8,
         errors.UsageError: 9,
     }
 )

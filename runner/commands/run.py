@@ -204,6 +204,7 @@ def _provider_options(args: argparse.Namespace) -> dict[str, object]:
 def perform_run(args: argparse.Namespace) -> RunOutput:
     """The whole run for parsed ``run`` arguments (also used by ``demo``)."""
     check_run_parameters(args)
+    publish_token = _publish_token(args)
     structlog.contextvars.bind_contextvars(run_id=args.run_id, tenant=args.tenant)
     # The provider is chosen, and its interface looked for, before any work: a machine without
     # it fails at once (exit 3) rather than after a long replay. Evidence itself can only be
@@ -264,7 +265,7 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
     if args.termination_log:
         _write_termination_log(args.termination_log, args.run_id, envelope_digest, outcome)
     if args.publish:
-        _publish(args, envelope_bytes)
+        _publish(args, envelope_bytes, publish_token)
     return RunOutput(
         envelope_path=args.out,
         result_path=result_path,
@@ -302,11 +303,26 @@ def _write_termination_log(
         log.warning("termination_log_unwritable", path=str(path), error=str(exc))
 
 
-def _publish(args: argparse.Namespace, envelope_bytes: bytes) -> None:
-    from runner.publish.client import publish_envelope
+def _publish_token(args: argparse.Namespace) -> str | None:
+    """Check the publication target and read its token before any work: a bad target or an
+    unreadable token found after a long replay would waste it (and fail the Job)."""
+    if not args.publish:
+        if args.publish_token_file:
+            raise UsageError("--publish-token-file needs --publish")
+        return None
+    from runner.publish.client import check_target
     from runner.publish.tokens import read_token
 
+    check_target(args.publish)
     token = read_token(args.publish_token_file) if args.publish_token_file else None
+    if token is None and not args.publish.startswith("dir://"):
+        raise UsageError(f"publishing to {args.publish} needs --publish-token-file")
+    return token
+
+
+def _publish(args: argparse.Namespace, envelope_bytes: bytes, token: str | None) -> None:
+    from runner.publish.client import publish_envelope
+
     outcome = publish_envelope(
         args.publish, envelope_bytes, tenant=args.tenant, run_id=args.run_id, token=token
     )

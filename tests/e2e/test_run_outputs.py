@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+import socket
 import sys
 import tarfile
 import threading
@@ -19,6 +20,9 @@ from attestation.binding import sha256_digest
 from attestation.cli import main as verify_main
 from runner.cli import main as runner_main
 from runner.commands.run import FRAME_PREFIX
+from runner.corpus_source import fetch_corpus
+from runner.errors import SourceUnavailableError
+from runner.exit_codes import exit_code_for
 from runner.replay import compute_checksum
 from runner.workload import current_workload
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
@@ -47,6 +51,11 @@ def archive_server() -> Iterator[tuple[str, dict[str, bytes]]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if served.pop(f"fail-once:{self.path}", None) is not None:
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             body = served.get(self.path)
             self.send_response(200 if body is not None else 404)
             self.send_header("Content-Length", str(len(body or b"")))
@@ -460,3 +469,48 @@ def test_image_digest_is_bound_and_can_be_expected(
         path = tmp_path / "expected.json"
         path.write_text(json.dumps(expected))
         assert verify_main(["--envelope", str(out), "--expected", str(path)]) == code
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--publish", "ftp://example/"), "must be dir://PATH or https://"),
+        (("--publish", "https://publish.example"), "needs --publish-token-file"),
+        (("--publish", "https://publish.example", "--publish-token-file", "absent"), "absent"),
+        (("--publish-token-file", "token"), "--publish-token-file needs --publish"),
+    ],
+    ids=["bad-scheme", "no-token", "unreadable-token", "token-without-target"],
+)
+def test_publication_settings_are_checked_before_the_replay(
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: tuple[str, ...],
+    message: str,
+) -> None:
+    out = tmp_path / "out" / "envelope.json"
+    assert _run(state_dir, str(EXAMPLE_CORPUS), out, *extra) == 9
+    err = capsys.readouterr().err
+    assert message in err
+    assert '"event": "replayed"' not in err
+    assert not out.parent.exists()
+
+
+def test_a_transient_server_error_is_retried(
+    archive_server: tuple[str, dict[str, bytes]], state_dir: Path, tmp_path: Path
+) -> None:
+    base, served = archive_server
+    served["/corpus.tar.gz"] = _archive(_corpus_entries())
+    served["fail-once:/corpus.tar.gz"] = b""
+    assert _run(state_dir, f"{base}/corpus.tar.gz", tmp_path / "envelope.json") == 0
+    assert "fail-once:/corpus.tar.gz" not in served  # the 503 was served, then retried
+
+
+def test_an_unreachable_corpus_source_is_transient_not_invalid_input(tmp_path: Path) -> None:
+    """Exit 8 (not 1): a Job retries the pod instead of failing as for a bad corpus."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(SourceUnavailableError, match="failed after 1 retries") as caught:
+        fetch_corpus(f"http://127.0.0.1:{port}/c.tar.gz", tmp_path, retries=1, backoff=0)
+    assert exit_code_for(caught.value) == 8
