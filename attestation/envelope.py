@@ -127,3 +127,15 @@ class Envelope(CamelModel):
     platform: Platform
     evidence: Evidence
     result: dict[str, JsonValue] | None = None
+
+
+def parse_envelope(data: bytes) -> Envelope:
+    """An envelope from its JSON bytes, as strictly as the verifier reads it: at most
+    :data:`MAX_ENVELOPE_BYTES`, strict JSON (no duplicate keys), camelCase keys only.
+
+    Raises:
+        MalformedError: naming what is wrong.
+    """
+    from attestation.json_document import load_json_document
+
+    return load_json_document(data, Envelope, what="envelope", limit=MAX_ENVELOPE_BYTES)

@@ -113,13 +113,13 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _run_id_of(data: bytes, path: Path) -> str:
-    from pydantic import ValidationError
 
-    from attestation.envelope import Envelope
+    from attestation.envelope import parse_envelope
+    from attestation.errors import MalformedError
 
     try:
-        return Envelope.model_validate_json(data).run_id
-    except ValidationError as exc:
+        return parse_envelope(data).run_id
+    except MalformedError as exc:
         raise InputError(f"{path} is not a valid attestation envelope: {exc}") from exc
 
 

@@ -22,11 +22,11 @@ import structlog
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from attestation.envelope import Envelope
+from attestation.envelope import parse_envelope
+from attestation.errors import MalformedError
 from runner.errors import VerificationFailedError
 from runner.k8s import retry
 from runner.k8s.errors import (
@@ -448,12 +448,10 @@ def _check_envelope_fields(
 ) -> None:
     """The envelope must be about this run; full verification is the injected verifier's."""
     try:
-        parsed = Envelope.model_validate_json(envelope)
-    except ValidationError as exc:
+        parsed = parse_envelope(envelope)
+    except MalformedError as exc:
         raise VerificationFailedError(
-            f"Job {name}: envelope does not parse: {exc.error_count()} errors, first: "
-            f"{exc.errors()[0]['msg']}",
-            verifier_exit_code=1,
+            f"Job {name}: envelope does not parse: {exc}", verifier_exit_code=1
         ) from exc
     checks = (
         ("runId", parsed.run_id, run_id),

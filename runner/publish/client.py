@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 import requests
 import structlog
-from pydantic import ValidationError
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from attestation.envelope import Envelope
+from attestation.envelope import parse_envelope
+from attestation.errors import MalformedError
 from runner.errors import InputError, PublishError, UsageError
 from runner.fsutil import atomic_write
 from runner.publish.checkpoint import CheckpointError, parse_signed_note
@@ -123,8 +123,8 @@ def _check_envelope(envelope_bytes: bytes, tenant: str, run_id: str) -> None:
     if not RUN_ID_PATTERN.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")
     try:
-        envelope = Envelope.model_validate_json(envelope_bytes)
-    except ValidationError as exc:
+        envelope = parse_envelope(envelope_bytes)
+    except MalformedError as exc:
         raise InputError(f"not a valid attestation envelope: {exc}") from exc
     if envelope.tenant != tenant or envelope.run_id != run_id:
         raise InputError(

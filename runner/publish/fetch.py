@@ -19,9 +19,9 @@ from typing import Any
 
 import requests
 import structlog
-from pydantic import ValidationError
 
-from attestation.envelope import Envelope
+from attestation.envelope import parse_envelope
+from attestation.errors import MalformedError
 from runner.errors import InputError, PublishError, TamperingError, UsageError
 from runner.fsutil import atomic_write, atomic_write_text
 from runner.publish.checkpoint import (
@@ -253,9 +253,9 @@ def _fetch_entry(
     if "sha256:" + hashlib.sha256(data).hexdigest() != entry.envelope:
         raise TamperingError(f"envelope {entry.envelope} (entry {position}) has other bytes")
     try:
-        envelope = Envelope.model_validate_json(data)
-    except ValidationError as exc:
-        raise TamperingError(f"envelope {entry.envelope} is not a valid envelope") from exc
+        envelope = parse_envelope(data)
+    except MalformedError as exc:
+        raise TamperingError(f"envelope {entry.envelope} is not a valid envelope: {exc}") from exc
     if envelope.tenant != tenant or envelope.run_id != entry.run_id:
         raise TamperingError(f"envelope {entry.envelope} does not match its log entry {position}")
     hex_digest = entry.envelope.removeprefix("sha256:")

@@ -20,7 +20,8 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from attestation.envelope import Envelope
+from attestation.envelope import parse_envelope
+from attestation.errors import MalformedError
 from runner.publish.checkpoint import Checkpoint, CheckpointSigner
 from runner.publish.entries import DIGEST_PATTERN, RUN_ID_PATTERN, TENANT_PATTERN, LogEntry
 from runner.publish.merkle import MerkleTree, leaf_hash
@@ -183,9 +184,9 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         if digest != "sha256:" + actual.hex():
             raise ApiError(422, f"body digest sha256:{actual.hex()} does not match the path")
         try:
-            envelope = Envelope.model_validate_json(body)
-        except ValidationError as exc:
-            raise ApiError(422, f"not a valid envelope: {exc.errors(include_url=False)}") from exc
+            envelope = parse_envelope(body)
+        except MalformedError as exc:
+            raise ApiError(422, f"not a valid envelope: {exc}") from exc
         if envelope.tenant != tenant:
             raise ApiError(422, f"envelope tenant {envelope.tenant!r} is not {tenant!r}")
         entry = LogEntry(tenant=tenant, run_id=envelope.run_id, envelope=digest).to_bytes()
@@ -233,7 +234,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
             if stored is None:
                 raise ApiError(422, f"envelope {pointer.envelope} is not published for this tenant")
             data, index = stored
-            if Envelope.model_validate_json(data).run_id != run_id:
+            if parse_envelope(data).run_id != run_id:
                 raise ApiError(422, f"envelope {pointer.envelope} is not for run {run_id!r}")
             return storage.set_run(tenant, run_id, pointer.envelope), logs.snapshot(
                 tenant, proof_for=index
