@@ -39,7 +39,7 @@ LABEL org.opencontainers.image.title="attested-replay" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.base.name="docker.io/library/python:3.11-slim-bookworm"
-# Read-only root filesystem: nothing may write outside /tmp and /work/out (both volumes in
+# Read-only root filesystem: nothing may write outside /tmp and /replay/out (both volumes in
 # the Job). No .pyc files, state and caches under /tmp, HOME for libraries that want one.
 ENV PATH=/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -51,7 +51,7 @@ ENV PATH=/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin \
     ATTESTED_REPLAY_STATE_DIR=/tmp/attested-replay \
     SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH}
 COPY --from=build /opt/attested-replay /opt/attested-replay
-WORKDIR /work/out
+WORKDIR /replay/out
 # Numeric UID/GID so that Kubernetes runAsNonRoot can check it without /etc/passwd.
 USER 10001:10001
 ENTRYPOINT ["attested-replay", "run"]

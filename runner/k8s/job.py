@@ -35,9 +35,9 @@ TRACKING_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 POD_JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 
 CONTAINER_NAME: Final = "replay"
-OUT_DIR: Final = "/work/out"
+OUT_DIR: Final = "/replay/out"
 ENVELOPE_PATH: Final = f"{OUT_DIR}/envelope.json"
-CORPUS_MOUNT: Final = "/work/corpus"
+CORPUS_MOUNT: Final = "/replay/corpus"
 PUBLISH_TOKEN_DIR: Final = "/var/run/secrets/attested-replay/publish"  # noqa: S105 - a path
 PUBLISH_TOKEN_KEY: Final = "token"  # noqa: S105 - a Secret key name, not a secret
 #: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.

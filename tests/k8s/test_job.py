@@ -108,7 +108,7 @@ def test_pod_security_resources_and_failure_policy() -> None:
         "requests": {"cpu": "3", "memory": "6Gi"},
         "limits": {"cpu": "3", "memory": "6Gi"},
     }
-    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/work/out", "/tmp"}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/replay/out", "/tmp"}
     assert container["imagePullPolicy"] == "Always"
     assert container["terminationMessagePolicy"] == "File"
     assert job_spec["podReplacementPolicy"] == "Failed"
@@ -133,7 +133,7 @@ def test_pod_security_resources_and_failure_policy() -> None:
         "--evidence",
         "coco-aa",
         "--out",
-        "/work/out/envelope.json",
+        "/replay/out/envelope.json",
         "--expect-checksum",
         "sha256:" + "1" * 64,
         "--image-digest",
@@ -152,11 +152,11 @@ def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() 
         "name": "corpus",
         "persistentVolumeClaim": {"claimName": "corpora", "readOnly": True},
     } in pod["volumes"]
-    assert {"name": "corpus", "mountPath": "/work/corpus", "readOnly": True} in container[
+    assert {"name": "corpus", "mountPath": "/replay/corpus", "readOnly": True} in container[
         "volumeMounts"
     ]
     args = container["args"]
-    assert args[args.index("--corpus") + 1] == "/work/corpus/acme/2026-11"
+    assert args[args.index("--corpus") + 1] == "/replay/corpus/acme/2026-11"
     assert args[args.index("--expect-checksum") + 1] == "sha256:" + "1" * 64
 
 
