@@ -11,7 +11,7 @@ import argparse
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attestation.canonical import canonicalize
 from runner.corpus.checksum import compute_checksum
@@ -19,6 +19,9 @@ from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
 from runner.errors import UsageError
 from runner.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
 _SIZE = re.compile(r"^([0-9]+)([KMG]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -32,7 +35,7 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "corpus",
         help="checksum, manifest or normalize a corpus directory",

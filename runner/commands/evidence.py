@@ -29,7 +29,7 @@ from runner.reference.measure import (
 
 if TYPE_CHECKING:
     # argparse has no public name for the type add_subparsers() returns.
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]  # noqa: SLF001
+    from runner.commands import Subparsers
 
 MEASURE_EPILOG = f"""\
 The kernel command line (--append) must be exactly what QEMU received, including what the

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -25,6 +25,9 @@ from runner.k8s.retry import RetryPolicy
 from runner.k8s.state import RunOutcome
 from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
 from runner.publish.tokens import read_token
+
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
 log = structlog.get_logger("attested-replay.k8s")
 
@@ -39,7 +42,7 @@ def load_verifier(expected_path: Path) -> Callable[[bytes], None]:
     return envelope_verifier(expected_path)
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+def register(subparsers: Subparsers) -> None:
     submit = subparsers.add_parser("submit", help="submit a replay Job to Kubernetes")
     _cluster_arguments(submit)
     submit.add_argument(

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import InputError, PublishError, UsageError
 from runner.publish.tokens import read_token
 
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
-def register(subparsers: Any) -> None:  # noqa: ANN401  # argparse's private subparsers action
+
+def register(subparsers: Subparsers) -> None:
     _register_publish(subparsers)
     _register_serve(subparsers)
     _register_token(subparsers)

@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runner.corpus.jsonio import read_small_json
 from runner.replay import replay_corpus
 from runner.scoring.worked_example import score_worked_example
 
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "score",
         help="score a worked-example file or a corpus directory",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attestation.errors import AttestationError
 from attestation.product import ProductLine, SignerKind
@@ -19,13 +20,16 @@ from runner.errors import UsageError
 from runner.fsutil import atomic_write, atomic_write_text
 from runner.simulated_state import load_or_create_simulated_amd
 
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
+
 _REPORT_DATA_SIZE = 64
 _MEASUREMENT_SIZE = 48
 _HOST_DATA_SIZE = 32
 _MAX_VMPL = 3
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="the simulated AMD: its root certificate and reports signed by it",
