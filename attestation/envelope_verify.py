@@ -266,8 +266,9 @@ def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Ch
         elif wanted == actual:
             checks.append(Check.passed(name, _EXPECTATION, f"{key} {actual}"))
         else:
+            shown = "absent from the binding" if actual is None else actual
             checks.append(
-                Check.failed(name, _EXPECTATION, f"{key} is {actual}, the tenant expected {wanted}")
+                Check.failed(name, _EXPECTATION, f"{key} is {shown}, the tenant expected {wanted}")
             )
     return checks
 

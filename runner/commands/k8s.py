@@ -146,19 +146,20 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
 def handle_submit(args: argparse.Namespace) -> int:
     if args.wait and args.expected is None:
         raise UsageError("--wait verifies the envelope: give --expected EXPECTED.json")
+    # The expected values are read before anything is submitted: a missing or malformed file
+    # found only after the Job ran would waste a TEE run.
+    verifier = load_verifier(_expected_for(args.expected, args.run_id)) if args.wait else None
     submitter = _submitter(args)
     spec = _replay_spec(args, submitter.namespace)
     submission = submitter.submit(spec)
     print(json.dumps(submission.to_json_dict(), sort_keys=True))
-    if not args.wait:
+    if verifier is None:
         return 0
     timeout = args.timeout if args.timeout is not None else spec.active_deadline_seconds + 300
     outcome = _wait(submitter, [submission.name], timeout)[submission.name]
     raise_for_outcome(outcome)
     collected = submitter.collect(
-        submission.name,
-        verify_envelope=load_verifier(_expected_for(args.expected, spec.run_id)),
-        publish_url=args.publish_url,
+        submission.name, verify_envelope=verifier, publish_url=args.publish_url
     )
     _write_collected(collected, args.out, None)
     return 0

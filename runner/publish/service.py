@@ -18,8 +18,14 @@ DATABASE_FILE = "publish.sqlite3"
 
 
 def default_state_dir() -> Path:
+    """Where ``serve`` keeps its database and log signing key: durable data, so under the
+    XDG data directory (not the cache), unless ``ATTESTED_REPLAY_STATE_DIR`` says otherwise."""
     state = os.environ.get("ATTESTED_REPLAY_STATE_DIR")
-    return Path(state) / "server" if state else Path("attested-replay-server")
+    if state:
+        return Path(state) / "server"
+    data_home = os.environ.get("XDG_DATA_HOME")
+    base = Path(data_home) if data_home else Path.home() / ".local" / "share"
+    return base / "attested-replay" / "server"
 
 
 @dataclass(frozen=True, slots=True)

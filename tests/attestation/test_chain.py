@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attestation.chain import verify_chain
+from attestation.chain import VerifiedChain, verify_chain
 from attestation.endorsement import (
     Endorsement,
     endorsement_from_certificate,
@@ -63,12 +63,24 @@ def sim_chain(
 # -- real certificates ----------------------------------------------------------------------
 
 
+# The verifier's message for each untrusted-chain case, keyed by the case's "why".
+UNTRUSTED_CHAIN_MESSAGES = {
+    "certificate not signed by the AMD ASK": (
+        r"^VCEK signature does not verify under the ASK 'SEV-Milan' \(sha256:[0-9a-f]{64}\): "
+        r"the certificate is not issued by it$"
+    ),
+    "the VLEK expired on 2025-12-10": (
+        r"^VLEK expired: notAfter 2025-12-10T22:14:21\+00:00, now 2026-11-29T00:00:00\+00:00$"
+    ),
+}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['cert']}@{c['now'][:10]}" for c in CASES])
 def test_every_case_reaches_its_chain_verdict(case: dict[str, str]) -> None:
     endorsement = real(case["cert"])
     when = dt.datetime.fromisoformat(case["now"])
     if case["crypto"] == "fail:untrusted_chain":
-        with pytest.raises(UntrustedChainError):
+        with pytest.raises(UntrustedChainError, match=UNTRUSTED_CHAIN_MESSAGES[case["why"]]):
             verify_chain(endorsement, line_of(endorsement), trust=AMD, now=when)
         return
     chain = verify_chain(endorsement, line_of(endorsement), trust=AMD, now=when)
@@ -455,9 +467,9 @@ def _verify_with_crl(
     pinned: TrustStore,
     crl: bytes,
     signer: SignerKind = SignerKind.VCEK,
-) -> None:
+) -> VerifiedChain:
     endorsement, supplied = sim_chain(simulated_amd, ProductLine.GENOA, signer)
-    verify_chain(
+    return verify_chain(
         endorsement, ProductLine.GENOA, trust=pinned, now=now(), crl=crl, intermediates=supplied
     )
 
@@ -466,7 +478,10 @@ def test_a_crl_that_lists_nothing_of_ours_passes(
     simulated_amd: SimulatedAmd, pinned: TrustStore
 ) -> None:
     crl = simulated_amd.crl(revoked_serials=[12345, simulated_amd.asvk_certificate.serial_number])
-    _verify_with_crl(simulated_amd, pinned, crl, SignerKind.VCEK)
+    chain = _verify_with_crl(simulated_amd, pinned, crl, SignerKind.VCEK)
+    assert chain.simulated is True
+    assert chain.ark == simulated_amd.ark_certificate
+    assert chain.intermediate == simulated_amd.ask_certificate
 
 
 @pytest.mark.parametrize("signer", list(SignerKind))

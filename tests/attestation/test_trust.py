@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def test_with_simulated_root_returns_a_new_store(simulated_amd: SimulatedAmd) ->
     assert pinned.is_simulated(simulated_amd.ark_certificate)
     assert not pinned.is_simulated(base.ark(ProductLine.MILAN))
     assert not base.is_simulated(simulated_amd.ark_certificate)
-    with pytest.raises(AttributeError):
+    with pytest.raises(
+        dataclasses.FrozenInstanceError, match="cannot assign to field 'simulated_root'"
+    ):
         pinned.simulated_root = None  # type: ignore[misc]
 
 

@@ -455,6 +455,28 @@ def test_real_evidence_without_its_interface_fails_and_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("provider", "option"),
+    [("sev-guest", "--sev-guest-device"), ("configfs-tsm", "--configfs-root")],
+)
+def test_real_evidence_at_a_missing_configured_interface_fails_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, option: str
+) -> None:
+    """Runs on every machine, SEV-SNP guests included: the interface is a path that is absent."""
+    out = tmp_path / "out" / "envelope.json"
+    out.parent.mkdir()
+    missing = tmp_path / "absent"
+    argv = [
+        *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "run-1", "--tenant", "acme"),
+        *("--evidence", provider, option, str(missing), "--out", str(out)),
+    ]
+    capsys.readouterr()
+    assert runner_main(argv) == 3
+    assert f"error: {provider}: {missing} does not exist" in capsys.readouterr().err
+    assert list(out.parent.iterdir()) == []
+    assert not missing.exists()
+
+
 def test_image_digest_is_bound_and_can_be_expected(
     state_dir: Path, tmp_path: Path, genuine_run: GenuineRun
 ) -> None:
@@ -513,4 +535,5 @@ def test_an_unreachable_corpus_source_is_transient_not_invalid_input(tmp_path: P
         port = probe.getsockname()[1]
     with pytest.raises(SourceUnavailableError, match="failed after 1 retries") as caught:
         fetch_corpus(f"http://127.0.0.1:{port}/c.tar.gz", tmp_path, retries=1, backoff=0)
+    assert type(caught.value) is SourceUnavailableError
     assert exit_code_for(caught.value) == 8

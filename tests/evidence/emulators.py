@@ -33,7 +33,7 @@ import ctypes
 import errno
 import json
 import re
-import time
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +82,8 @@ class AgentEmulator:
     mode: AgentMode = "ok"
     chain: ChainMode = "null"
     product_line: ProductLine = ProductLine.MILAN
-    slow_seconds: float = 1.0
+    release: threading.Event = field(default_factory=threading.Event)
+    """In ``slow`` mode the evidence answer waits until this is set (at most 10 s)."""
     requests: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -107,7 +108,7 @@ class AgentEmulator:
         if self.mode == "error500":
             return Response("get evidence failed: SNP attester: ioctl EIO", status=500)
         if self.mode == "slow":
-            time.sleep(self.slow_seconds)
+            self.release.wait(timeout=10)
         if self.mode == "malformed":
             return Response('{"attestation_report": {"version": 5', status=200)
         runtime_data = request.args.get("runtime_data")

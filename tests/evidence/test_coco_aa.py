@@ -98,8 +98,11 @@ def test_forcing_base64_on_an_old_agent_fails_loudly(
     agent = AgentEmulator(sim_amd, version="v0.17.0")
     provider = _serve(httpserver, agent)
     provider.encoding = "sha512"
-    with pytest.raises(EvidenceError, match="HTTP 500: SNP Attester: runtime data must be <= 64"):
+    with pytest.raises(
+        EvidenceError, match="HTTP 500: SNP Attester: runtime data must be <= 64"
+    ) as caught:
         provider.obtain(binding)
+    assert type(caught.value) is EvidenceError
 
 
 def test_forced_hex_on_new_agent(
@@ -153,22 +156,27 @@ def test_server_error(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: by
     agent = AgentEmulator(sim_amd, mode="error500")
     with pytest.raises(EvidenceError, match="answered HTTP 500: get evidence failed") as info:
         _serve(httpserver, agent).obtain(binding)
+    assert type(info.value) is EvidenceError
     assert not isinstance(info.value, EvidenceUnavailableError)
 
 
 def test_timeout(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
-    agent = AgentEmulator(sim_amd, mode="slow", slow_seconds=1.0)
+    agent = AgentEmulator(sim_amd, mode="slow")  # answers only once released
     provider = _serve(httpserver, agent)
     provider.timeout = 0.2
-    with pytest.raises(EvidenceError, match=r"no answer from .* within 0\.2 s") as info:
-        provider.obtain(binding)
-    assert not isinstance(info.value, EvidenceUnavailableError)
+    try:
+        with pytest.raises(EvidenceError, match=r"no answer from .* within 0\.2 s") as info:
+            provider.obtain(binding)
+    finally:
+        agent.release.set()
+    assert type(info.value) is EvidenceError
 
 
 def test_malformed_json(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
     agent = AgentEmulator(sim_amd, mode="malformed")
-    with pytest.raises(EvidenceError, match="evidence is not JSON"):
+    with pytest.raises(EvidenceError, match="evidence is not JSON") as caught:
         _serve(httpserver, agent).obtain(binding)
+    assert type(caught.value) is EvidenceError
 
 
 def test_evidence_of_the_wrong_shape_names_the_field(
@@ -177,6 +185,7 @@ def test_evidence_of_the_wrong_shape_names_the_field(
     agent = AgentEmulator(sim_amd, mode="wrong-shape")
     with pytest.raises(EvidenceError) as info:
         _serve(httpserver, agent).obtain(binding)
+    assert type(info.value) is EvidenceError
     assert str(info.value) == (
         "coco-aa: malformed SNP evidence from the agent: attestation_report lacks chip_id"
     )
@@ -194,8 +203,11 @@ def test_report_over_other_data_is_refused(
 def test_forbidden(httpserver: HTTPServer, binding: bytes) -> None:
     httpserver.expect_request("/aa/evidence").respond_with_data("Forbidden", status=403)
     provider = CocoAgentProvider(httpserver.url_for("/").rstrip("/"), encoding="sha256-hex")
-    with pytest.raises(EvidenceError, match="403: the agent only serves requests from loopback"):
+    with pytest.raises(
+        EvidenceError, match="403: the agent only serves requests from loopback"
+    ) as caught:
         provider.obtain(binding)
+    assert type(caught.value) is EvidenceError
 
 
 def free_loopback_port() -> int:
@@ -210,8 +222,9 @@ def test_no_agent_listening_is_unavailable(binding: bytes) -> None:
     with requests.Session() as session:
         url = f"http://127.0.0.1:{free_loopback_port()}"
         provider = CocoAgentProvider(url, timeout=2, session=session)
-        with pytest.raises(EvidenceUnavailableError, match="no attestation agent at"):
+        with pytest.raises(EvidenceUnavailableError, match="no attestation agent at") as caught:
             provider.obtain(binding)
+        assert type(caught.value) is EvidenceUnavailableError
 
 
 def test_agent_that_hangs_up_is_an_error_not_absence(binding: bytes) -> None:
@@ -234,6 +247,7 @@ def test_agent_that_hangs_up_is_an_error_not_absence(binding: bytes) -> None:
             )
             with pytest.raises(EvidenceError, match=r"coco-aa: request to .* failed") as info:
                 provider.obtain(binding)
+            assert type(info.value) is EvidenceError
         thread.join()
     assert not isinstance(info.value, EvidenceUnavailableError)
 

@@ -10,6 +10,7 @@ import pytest
 from attestation.simulated import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
+from runner.evidence.common import ReportDataMismatchError
 from runner.evidence.configfs_tsm import ConfigfsTsmProvider
 from runner.evidence.sev_guest import PAGE_SIZE
 from runner.exit_codes import exit_code_for
@@ -50,6 +51,7 @@ def test_generation_race_every_time_is_an_error(
     fs = EmulatedConfigfs(sim_amd, concurrent_writes=5)
     with pytest.raises(EvidenceError, match="during each of 2 attempts") as info:
         _provider(tmp_path, fs, attempts=2).obtain(binding)
+    assert type(info.value) is EvidenceError
     assert not isinstance(info.value, EvidenceUnavailableError)
     assert exit_code_for(info.value) == 3
     assert len(fs.removed) == 2
@@ -57,24 +59,27 @@ def test_generation_race_every_time_is_an_error(
 
 def test_missing_tree_is_unavailable(tmp_path: Path, binding: bytes) -> None:
     provider = ConfigfsTsmProvider(tmp_path / "absent")
-    with pytest.raises(EvidenceUnavailableError, match="does not exist"):
+    with pytest.raises(EvidenceUnavailableError, match="does not exist") as caught:
         provider.obtain(binding)
+    assert type(caught.value) is EvidenceUnavailableError
 
 
 def test_no_provider_registered_is_unavailable(
     tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
     fs = EmulatedConfigfs(sim_amd, register_provider=False)
-    with pytest.raises(EvidenceUnavailableError, match="no TSM provider registered"):
+    with pytest.raises(EvidenceUnavailableError, match="no TSM provider registered") as caught:
         _provider(tmp_path, fs).obtain(binding)
+    assert type(caught.value) is EvidenceUnavailableError
 
 
 def test_wrong_provider_is_unavailable_and_entry_removed(
     tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
     fs = EmulatedConfigfs(sim_amd, provider="tdx_guest")
-    with pytest.raises(EvidenceUnavailableError, match="provider is 'tdx_guest'"):
+    with pytest.raises(EvidenceUnavailableError, match="provider is 'tdx_guest'") as caught:
         _provider(tmp_path, fs).obtain(binding)
+    assert type(caught.value) is EvidenceUnavailableError
     assert len(fs.removed) == 1
 
 
@@ -104,8 +109,9 @@ def test_malformed_auxblob_is_an_error(
             data = super().read(path)
             return b"\x01" * 30 if path.name == "auxblob" else data
 
-    with pytest.raises(EvidenceError, match="auxblob: certificate table"):
+    with pytest.raises(EvidenceError, match="auxblob: certificate table") as caught:
         _provider(tmp_path, BadAux(sim_amd)).obtain(binding)
+    assert type(caught.value) is EvidenceError
 
 
 def test_report_over_other_data_is_refused(
@@ -115,8 +121,11 @@ def test_report_over_other_data_is_refused(
         def write(self, path: Path, data: bytes) -> None:
             super().write(path, bytes(64) if path.name == "inblob" else data)
 
-    with pytest.raises(EvidenceError, match=r"REPORT_DATA .* is not what was requested"):
+    with pytest.raises(
+        ReportDataMismatchError, match=r"REPORT_DATA .* is not what was requested"
+    ) as caught:
         _provider(tmp_path, Liar(sim_amd)).obtain(binding)
+    assert type(caught.value) is ReportDataMismatchError
 
 
 def test_kernel_without_auxblob_gives_empty_chain(
@@ -138,5 +147,6 @@ def test_unreadable_generation_is_an_error(
         def read(self, path: Path) -> bytes:
             return b"many\n" if path.name == "generation" else super().read(path)
 
-    with pytest.raises(EvidenceError, match="generation 'many' is not a number"):
+    with pytest.raises(EvidenceError, match="generation 'many' is not a number") as caught:
         _provider(tmp_path, BadGeneration(sim_amd)).obtain(binding)
+    assert type(caught.value) is EvidenceError

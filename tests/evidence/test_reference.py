@@ -12,7 +12,6 @@ import base64
 import gzip
 import hashlib
 import json
-import shutil
 import struct
 import subprocess
 import tomllib
@@ -27,6 +26,7 @@ from runner.cli import main
 from runner.errors import UsageError
 from runner.reference.initdata import image_policy_json, render_initdata
 from runner.reference.measure import MeasureInputs
+from tests.tools import installed_tool
 
 IMAGE = "registry.example/replay/runner@sha256:" + "ab" * 32
 FIXTURE_OVMF = Path(__file__).parent / "fixtures" / "ovmf_AmdSev_suffix.bin"
@@ -86,7 +86,7 @@ def _ours(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 
 def _theirs(*args: str) -> str:
-    exe = shutil.which("sev-snp-measure")
+    exe = installed_tool("sev-snp-measure")
     assert exe is not None
     out = subprocess.run(
         [exe, "--mode", "snp", "--output-format", "hex", *args],

@@ -58,6 +58,7 @@ def test_auto_without_any_interface_lists_every_reason(tmp_path: Path, binding: 
     )
     with pytest.raises(EvidenceUnavailableError) as info:
         provider.obtain(binding)
+    assert type(info.value) is EvidenceUnavailableError
     lines = str(info.value).splitlines()
     assert lines[0] == (
         "no SEV-SNP evidence interface on this machine (tried configfs-tsm, sev-guest, coco-aa):"
@@ -90,8 +91,9 @@ def test_auto_stops_at_an_interface_that_exists_but_fails(binding: bytes) -> Non
     first = _Fixed("configfs-tsm", EvidenceUnavailableError("absent"))
     second = _Fixed("sev-guest", EvidenceError("firmware error"))
     third = _Fixed("coco-aa", None)
-    with pytest.raises(EvidenceError, match="firmware error"):
+    with pytest.raises(EvidenceError, match="firmware error") as caught:
         AutoProvider([first, second, third]).obtain(binding)
+    assert type(caught.value) is EvidenceError
     assert third.calls == 0
 
 
@@ -125,17 +127,20 @@ def test_endorsement_bundle_is_ordered_signer_first(
 def test_bad_endorsement_bundles(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bundle.pem"
     path.write_bytes(content)
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(InputError, match=message) as caught:
         load_endorsement_bundle(path)
+    assert type(caught.value) is InputError
 
 
 def test_bundle_of_only_cas_is_refused(tmp_path: Path, sim_amd: SimulatedAmd) -> None:
     path = tmp_path / "bundle.pem"
     path.write_bytes(sim_amd.ark_pem.encode())
-    with pytest.raises(InputError, match="has no VCEK/VLEK"):
+    with pytest.raises(InputError, match="has no VCEK/VLEK") as caught:
         load_endorsement_bundle(path)
+    assert type(caught.value) is InputError
 
 
 def test_missing_bundle(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="cannot read endorsement bundle"):
+    with pytest.raises(InputError, match="cannot read endorsement bundle") as caught:
         load_endorsement_bundle(tmp_path / "absent.pem")
+    assert type(caught.value) is InputError

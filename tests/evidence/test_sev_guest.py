@@ -12,6 +12,7 @@ import pytest
 from attestation.simulated import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
+from runner.evidence.common import ReportDataMismatchError
 from runner.evidence.sev_guest import (
     SNP_GET_DERIVED_KEY,
     SNP_GET_EXT_REPORT,
@@ -112,6 +113,7 @@ def test_no_fallback_after_a_firmware_error(
     kernel = IoctlEmulator(sim_amd, fail_errno=errno.EINVAL, fw_error=0x16)
     with pytest.raises(EvidenceError) as info:
         SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert type(info.value) is EvidenceError
     assert str(info.value) == (
         "sev-guest: SNP_GET_EXT_REPORT failed with EINVAL: fw_error=0x16 (INVALID_PARAM), "
         "vmm_error=0x0 (none) (after a firmware error the kernel disables the VMPCK: "
@@ -127,6 +129,7 @@ def test_kernel_refusal_without_firmware_call_is_named(
     kernel = IoctlEmulator(sim_amd, fail_errno=errno.EIO, fw_error=0xFFFFFFFF, vmm_error=0xFFFFFFFF)
     with pytest.raises(EvidenceError) as info:
         SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert type(info.value) is EvidenceError
     assert str(info.value) == (
         "sev-guest: SNP_GET_EXT_REPORT failed with EIO: "
         "no firmware call (exitinfo2=0xffffffffffffffff)"
@@ -140,6 +143,7 @@ def test_firmware_error_is_named_and_not_retried(
     kernel = IoctlEmulator(sim_amd, fail_errno=errno.EIO, fw_error=0x16)
     with pytest.raises(EvidenceError) as info:
         SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert type(info.value) is EvidenceError
     assert str(info.value) == (
         "sev-guest: SNP_GET_EXT_REPORT failed with EIO: fw_error=0x16 (INVALID_PARAM), "
         "vmm_error=0x0 (none) (after a firmware error the kernel disables the VMPCK: "
@@ -150,19 +154,24 @@ def test_firmware_error_is_named_and_not_retried(
 
 def test_vmm_busy_is_named(device: Path, sim_amd: SimulatedAmd, binding: bytes) -> None:
     kernel = IoctlEmulator(sim_amd, fail_errno=errno.EAGAIN, vmm_error=2)
-    with pytest.raises(EvidenceError, match=r"vmm_error=0x2 \(BUSY\) \(the host is throttling"):
+    with pytest.raises(
+        EvidenceError, match=r"vmm_error=0x2 \(BUSY\) \(the host is throttling"
+    ) as caught:
         SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert type(caught.value) is EvidenceError
 
 
 def test_bad_status_in_response(device: Path, sim_amd: SimulatedAmd, binding: bytes) -> None:
     kernel = IoctlEmulator(sim_amd, bad_status=0x27)
-    with pytest.raises(EvidenceError, match=r"firmware status 0x27 \(INVALID_KEY\)"):
+    with pytest.raises(EvidenceError, match=r"firmware status 0x27 \(INVALID_KEY\)") as caught:
         SevGuestProvider(device, ioctl=kernel).obtain(binding)
+    assert type(caught.value) is EvidenceError
 
 
 def test_missing_device_is_unavailable(tmp_path: Path, binding: bytes) -> None:
-    with pytest.raises(EvidenceUnavailableError, match="does not exist"):
+    with pytest.raises(EvidenceUnavailableError, match="does not exist") as caught:
         SevGuestProvider(tmp_path / "none").obtain(binding)
+    assert type(caught.value) is EvidenceUnavailableError
 
 
 def test_report_over_other_data_is_refused(
@@ -173,5 +182,6 @@ def test_report_over_other_data_is_refused(
         ctypes.memset(arg.req_data, 0, 64)
         IoctlEmulator(sim_amd, certs=[])(fd, request, arg)
 
-    with pytest.raises(EvidenceError, match="is not what was requested"):
+    with pytest.raises(ReportDataMismatchError, match="is not what was requested") as caught:
         SevGuestProvider(device, ioctl=lying_kernel).obtain(binding)
+    assert type(caught.value) is ReportDataMismatchError

@@ -204,8 +204,11 @@ def test_renderer_rejects_unknown_kustomization_fields(tmp_path: Path) -> None:
     write(
         tmp_path, {"kustomization.yaml": "resources: [c.yaml]\nimages: []\n", "c.yaml": CONFIGMAP}
     )
-    with pytest.raises(InputError, match=r"fields not supported by this renderer: \['images'\]"):
+    with pytest.raises(
+        InputError, match=r"fields not supported by this renderer: \['images'\]"
+    ) as caught:
         render(tmp_path)
+    assert type(caught.value) is InputError
 
 
 def test_renderer_rejects_strategic_merge_patches(tmp_path: Path) -> None:
@@ -217,8 +220,9 @@ def test_renderer_rejects_strategic_merge_patches(tmp_path: Path) -> None:
             "p.yaml": "data:\n  a: '2'\n",
         },
     )
-    with pytest.raises(InputError, match="only JSON 6902 patches"):
+    with pytest.raises(InputError, match="only JSON 6902 patches") as caught:
         render(tmp_path)
+    assert type(caught.value) is InputError
 
 
 def test_renderer_json6902_operations_and_failed_test(tmp_path: Path) -> None:
@@ -247,11 +251,13 @@ def test_renderer_json6902_operations_and_failed_test(tmp_path: Path) -> None:
         }
     ]
     (tmp_path / "p.yaml").write_text("- {op: test, path: /data/a, value: '9'}\n")
-    with pytest.raises(InputError, match="test at /data/a failed"):
+    with pytest.raises(InputError, match="test at /data/a failed") as caught:
         render(tmp_path)
+    assert type(caught.value) is InputError
     (tmp_path / "p.yaml").write_text("- {op: replace, path: /data/zz, value: '9'}\n")
-    with pytest.raises(InputError, match="replace at /data/zz: no such member"):
+    with pytest.raises(InputError, match="replace at /data/zz: no such member") as caught:
         render(tmp_path)
+    assert type(caught.value) is InputError
 
 
 def test_renderer_rejects_a_patch_that_matches_nothing(tmp_path: Path) -> None:
@@ -263,5 +269,6 @@ def test_renderer_rejects_a_patch_that_matches_nothing(tmp_path: Path) -> None:
             "p.yaml": "- {op: add, path: /x, value: 1}\n",
         },
     )
-    with pytest.raises(InputError, match="matches no resource"):
+    with pytest.raises(InputError, match="matches no resource") as caught:
         render(tmp_path)
+    assert type(caught.value) is InputError

@@ -73,7 +73,7 @@ def test_200_concurrent_runs_on_one_watch(
     assert code == 0, captured.err[-2000:]
     summaries = [json.loads(line) for line in captured.out.splitlines()]
     assert sorted(s["runId"] for s in summaries) == run_ids
-    assert all(s["verified"] for s in summaries)
+    assert all(s["verified"] is True for s in summaries)
     for run_id in run_ids:
         assert (out_dir / f"{run_id}.envelope.json").read_bytes() == pods.for_run(run_id).envelope
     # No duplicate Job for any run ID, and exactly one Job per run.

@@ -246,13 +246,13 @@ def test_wait_times_out_with_a_clear_error(
         *submit_args(kubeconfig, pods),
         "--wait",
         "--timeout",
-        "1",
+        "0.2",  # nothing ever finishes the Job: any timeout is reached
         "--expected",
         str(pods.base.expected),
     )
     assert code == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
-        f"Job {name_of()}: timeout (Timeout): not finished after 1 s"
+        f"Job {name_of()}: timeout (Timeout): not finished after 0.2 s"
     )
 
 
@@ -390,6 +390,30 @@ def test_wait_without_expected_values_is_refused(
 ) -> None:
     assert cli(*submit_args(kubeconfig, pods), "--wait") == 9
     assert "give --expected" in error_line(capsys.readouterr().err)
+    assert cluster.requests["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "code", "fragment"),
+    [(None, 9, "does not exist"), (b'{"runId": 1}', 1, "expected-values file is invalid")],
+    ids=["missing", "malformed"],
+)
+def test_expected_values_are_read_before_anything_is_submitted(  # noqa: PLR0917 - fixtures
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes | None,
+    code: int,
+    fragment: str,
+) -> None:
+    expected = tmp_path / "expected.json"
+    if content is not None:
+        expected.write_bytes(content)
+    args = ["--wait", "--timeout", "30", "--expected", str(expected)]
+    assert cli(*submit_args(kubeconfig, pods), *args) == code
+    assert fragment in error_line(capsys.readouterr().err)
     assert cluster.requests["total"] == 0
 
 

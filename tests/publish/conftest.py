@@ -254,7 +254,11 @@ def subprocess_service(storage: Storage, database: str, state_dir: Path) -> Iter
         yield Service(storage=storage, verifier_key=key, url=url, tokens={})
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # never leave a server running after the test
+            process.kill()
+            process.wait()
         if process.stdout:
             process.stdout.close()
 

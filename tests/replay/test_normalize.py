@@ -77,8 +77,11 @@ def test_duplicates_found_while_merging(tmp_path: Path) -> None:
     source = scramble(EXAMPLE_CORPUS, tmp_path / "scrambled")
     with (source / "cases.jsonl").open("a") as handle:
         handle.write((EXAMPLE_CORPUS / "cases.jsonl").read_text().splitlines()[10] + "\n")
-    with pytest.raises(CorpusError, match=r"cases.jsonl: field 'case_id': duplicate case id"):
+    with pytest.raises(
+        CorpusError, match=r"cases.jsonl: field 'case_id': duplicate case id"
+    ) as caught:
         normalize_corpus(source, tmp_path / "out", memory_budget=10_000)
+    assert type(caught.value) is CorpusError
 
 
 def test_refuses_non_empty_target(tmp_path: Path) -> None:

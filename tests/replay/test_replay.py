@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from attestation.binding import result_digest
 from attestation.canonical import canonicalize
@@ -111,15 +112,18 @@ def test_evaluation_digest_ignores_formatting(example_copy: Path) -> None:
 def test_changed_label_is_caught_by_set_ref(example_copy: Path) -> None:
     text = (example_copy / "cases.jsonl").read_text()
     (example_copy / "cases.jsonl").write_text(text.replace('"label":"clear"', '"label":"flag"', 1))
-    with pytest.raises(CorpusError, match=r"plan\.json: field 'set_ref'"):
+    with pytest.raises(CorpusError, match=r"plan\.json: field 'set_ref'") as caught:
         replay_corpus(example_copy)
+    assert type(caught.value) is CorpusError
 
 
 def test_outcome_is_frozen() -> None:
     outcome = replay_corpus(EXAMPLE_CORPUS)
     assert isinstance(outcome, ReplayOutcome)
-    with pytest.raises(Exception, match="frozen"):
+    with pytest.raises(ValidationError, match="Instance is frozen") as raised:
         outcome.case_count = 1  # type: ignore[misc]
+    assert [error["type"] for error in raised.value.errors()] == ["frozen_instance"]
+    assert outcome.case_count == 3000
 
 
 def test_compute_checksum_export() -> None:

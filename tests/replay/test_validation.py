@@ -22,6 +22,7 @@ def lines(cases: list[dict[str, object]]) -> str:
 def expect_error(directory: Path, message: str, error: type[CorpusError] = CorpusError) -> None:
     with pytest.raises(error) as caught:
         replay_corpus(directory)
+    assert type(caught.value) is error
     assert isinstance(caught.value, InputError)
     assert message in str(caught.value)
 
@@ -232,8 +233,9 @@ def test_oversized_case_line(builder: CorpusBuilder, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(checksum, "MAX_CASE_LINE_BYTES", 150)
     builder.cases[1]["input"] = "x" * 200
-    with pytest.raises(CorpusError, match=r"cases.jsonl:2: line longer than 150 bytes"):
+    with pytest.raises(CorpusError, match=r"cases.jsonl:2: line longer than 150 bytes") as caught:
         compute_checksum(builder.write())
+    assert type(caught.value) is CorpusError
 
 
 def test_invalid_corpus_exits_1(
@@ -270,8 +272,9 @@ def test_missing_directory(tmp_path: Path, run_cli: Callable[..., tuple[int, str
     code, out, err = run_cli("corpus", "checksum", str(missing))
     assert (code, out) == (1, "")
     assert err == f"error: {missing}: not a corpus directory (it does not exist or is a file)\n"
-    with pytest.raises(CorpusError, match="not a corpus directory"):
+    with pytest.raises(CorpusError, match="not a corpus directory") as caught:
         replay_corpus(missing)
+    assert type(caught.value) is CorpusError
 
 
 def test_explicit_null_error_in_run(builder: CorpusBuilder) -> None:

@@ -138,6 +138,7 @@ def test_corrupt_state_is_an_error_naming_the_file(
     damage(directory)  # type: ignore[operator]
     with pytest.raises(InputError, match=message) as raised:
         load_or_create_simulated_amd(tmp_path, factory=_never)
+    assert type(raised.value) is InputError
     assert str(directory) in str(raised.value)
     assert (directory / "ark.pem").read_text() == simulated_amd.ark_pem  # root left in place
 
