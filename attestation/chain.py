@@ -40,7 +40,7 @@ from attestation import der
 from attestation.endorsement import PARSE_ERRORS, Endorsement, require_fully_parseable
 from attestation.errors import MalformedError, UntrustedChainError, UsageError
 from attestation.product import ProductLine, SignerKind
-from attestation.trust import SIMULATED_ORGANIZATION, TrustStore, fingerprint
+from attestation.trust import SIMULATED_ORGANIZATION, TrustStore, fingerprint, intermediate_role
 
 OID_RSASSA_PSS = "1.2.840.113549.1.1.10"
 OID_MGF1 = "1.2.840.113549.1.1.8"
@@ -404,7 +404,7 @@ def _is_intermediate_for(certificate: x509.Certificate, kind: SignerKind) -> boo
 
 
 def _intermediate_kind(kind: SignerKind) -> str:
-    return "ASK" if kind is SignerKind.VCEK else "ASVK"
+    return intermediate_role(kind).name
 
 
 def _looks_simulated(name: x509.Name) -> bool:

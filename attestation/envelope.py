@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints,
 from pydantic.alias_generators import to_camel
 
 from attestation.canonical import canonicalize
+from attestation.json_document import load_json_document
 
 API_VERSION: Final = "attested-replay.dev/v1"
 ENVELOPE_KIND: Final = "AttestationEnvelope"
@@ -136,6 +137,4 @@ def parse_envelope(data: bytes) -> Envelope:
     Raises:
         MalformedError: naming what is wrong.
     """
-    from attestation.json_document import load_json_document
-
     return load_json_document(data, Envelope, what="envelope", limit=MAX_ENVELOPE_BYTES)

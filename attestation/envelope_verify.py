@@ -16,10 +16,9 @@ from attestation.binding import report_data_for, report_data_matches, result_dig
 from attestation.chain import verify_chain
 from attestation.checks import Check, VerificationResult
 from attestation.endorsement import endorsement_from_certificate, load_certificates
-from attestation.envelope import MAX_ENVELOPE_BYTES, Envelope, Platform
+from attestation.envelope import Envelope, Platform, parse_envelope
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.expected import ExpectedValues
-from attestation.json_document import load_json_document
 from attestation.product import ProductLine
 from attestation.report import AttestationReport
 from attestation.trust import TrustStore, fingerprint
@@ -88,11 +87,12 @@ def verify_envelope(
     verifier = Verifier(store, policy=expected.policy(), crl=crl)
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
     checks.extend(raw.checks)
-    if not raw.authentic or raw.report is None:
+    if not raw.authentic or raw.report is None or raw.chain is None:
         checks.extend(_not_run_later("the report is not authentic"))
         return VerificationResult.from_checks(checks, raw.report, raw.product_line)
 
-    platform = platform_of_chain(certificates, now=now)
+    # The chain that verified says which root it reached: only AMD's may be labelled sev-snp.
+    platform: Platform = "simulated" if raw.chain.simulated else "sev-snp"
     binding_checks = _binding_checks(envelope, raw.report, platform=platform)
     checks.extend(binding_checks)
     if any(check.ok is False for check in binding_checks):
@@ -108,7 +108,7 @@ def verify_envelope(
 def _parse_envelope(data: bytes, checks: list[Check]) -> Envelope | None:
     name = "envelope.parse"
     try:
-        envelope = load_json_document(data, Envelope, what="envelope", limit=MAX_ENVELOPE_BYTES)
+        envelope = parse_envelope(data)
     except MalformedError as exc:
         checks.append(Check.from_error(name, exc))
         return None

@@ -40,9 +40,6 @@ class ExpectedValues(Policy):
             {name: getattr(self, name) for name in names}, by_name=True, by_alias=False
         )
 
-    def to_json_dict(self) -> dict[str, object]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
 
 def load_expected(data: bytes) -> ExpectedValues:
     """Parse an expected-values document (JSON).

@@ -35,7 +35,6 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.x509.oid import NameOID
 
@@ -50,7 +49,8 @@ from attestation.endorsement import (
 from attestation.errors import MalformedError
 from attestation.product import ProductLine, SignerKind
 from attestation.report import (
-    SIGNED_REGION_END,
+    SIGNING_KEY_VCEK,
+    SIGNING_KEY_VLEK,
     AttestationReport,
     GuestPolicy,
     PlatformInfo,
@@ -58,6 +58,7 @@ from attestation.report import (
     serialize_report,
     unsigned_template,
 )
+from attestation.signature import sign_report_bytes
 from attestation.tcb import TcbVersion
 from attestation.trust import SIMULATED_ORGANIZATION, fingerprint
 
@@ -106,7 +107,7 @@ _VCEK_PRODUCT_NAMES: Final[Mapping[ProductLine, str]] = types.MappingProxyType(
     {ProductLine.MILAN: "Milan-B0", ProductLine.GENOA: "Genoa", ProductLine.TURIN: "Turin"}
 )
 _SIGNING_KEY_CODES: Final[Mapping[SignerKind, int]] = types.MappingProxyType(
-    {SignerKind.VCEK: 0, SignerKind.VLEK: 1}
+    {SignerKind.VCEK: SIGNING_KEY_VCEK, SignerKind.VLEK: SIGNING_KEY_VLEK}
 )
 #: The entries of :meth:`SimulatedAmd.to_state` (file names in the state directory).
 STATE_KEYS: Final = (
@@ -573,9 +574,7 @@ class SimulatedAmd:
 
 def sign_with_key(report: AttestationReport, key: ec.EllipticCurvePrivateKey) -> bytes:
     """Serialize ``report`` signed by ``key`` over bytes 0x000-0x29F (R, S little-endian)."""
-    signed_region = serialize_report(report)[:SIGNED_REGION_END]
-    r, s = decode_dss_signature(key.sign(signed_region, ec.ECDSA(hashes.SHA384())))
-    return serialize_report(report.with_signature(r, s))
+    return serialize_report(sign_report_bytes(report, key))
 
 
 def _cert_pem(certificate: x509.Certificate) -> str:

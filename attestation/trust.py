@@ -75,11 +75,7 @@ _ROLE_FOR_SIGNER: Mapping[SignerKind, AmdRole] = types.MappingProxyType(
 
 def fingerprint(certificate: x509.Certificate) -> str:
     """``sha256:<hex>`` of the certificate's DER: how roots are pinned and reported."""
-    return fingerprint_der(certificate.public_bytes(serialization.Encoding.DER))
-
-
-def fingerprint_der(der: bytes) -> str:
-    """``sha256:<hex>`` of DER bytes."""
+    der = certificate.public_bytes(serialization.Encoding.DER)
     return f"sha256:{hashlib.sha256(der).hexdigest()}"
 
 

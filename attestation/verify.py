@@ -13,10 +13,12 @@ the class of the first failing check:
 6. workload-identity  ``workload.*``
 
 Nothing read from the report is trusted before the signature verifies: after a failed
-stage 1-3, later checks are listed with ``ok=None`` ("not run"). Stage 4 and later always all
-run, so every violation is reported. Verification failures never raise; they become failed
-checks. Envelope mode appends its binding (7) and expectation (8) checks to
-:attr:`ReportChecks.checks` and builds the result with :meth:`VerificationResult.from_checks`.
+stage 1-3, later checks are listed with ``ok=None`` ("not run"). Stage 4 and later all run,
+so every violation is reported (stages 5-6 are "not run" only when the report and certificate
+name different product lines: their TCB layouts differ). Verification failures never raise;
+they become failed checks. Envelope mode (:mod:`attestation.envelope_verify`) follows
+:attr:`ReportChecks.checks` with its binding (7) and expectation (8) checks and builds the
+result with :meth:`VerificationResult.from_checks`.
 
 Chain validation is the expensive, report-independent part: :class:`Verifier` memoizes it per
 distinct (certificate, intermediates, product line, now, CRL).
@@ -34,7 +36,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from attestation.chain import verify_chain
+from attestation.chain import VerifiedChain, verify_chain
 from attestation.checks import Check, VerificationResult
 from attestation.endorsement import Endorsement, endorsement_from_certificate, load_certificates
 from attestation.errors import AttestationError, FailureClass, MalformedError
@@ -75,13 +77,15 @@ _TURIN_HWID_LENGTH = 8
 class ReportChecks:
     """The checks of one raw-report verification and what they established.
 
-    ``report``/``endorsement`` are set when they parsed; ``authentic`` is True only when the
-    chain and the signature verified (later stages may then trust the report's contents).
+    ``report``/``endorsement`` are set when they parsed, ``chain`` when it verified;
+    ``authentic`` is True only when the chain and the signature verified (later stages may then
+    trust the report's contents).
     """
 
     checks: list[Check] = field(default_factory=list)
     report: AttestationReport | None = None
     endorsement: Endorsement | None = None
+    chain: VerifiedChain | None = None
     product_line: ProductLine | None = None
     authentic: bool = False
 
@@ -118,7 +122,9 @@ class Verifier:
         self._policy = policy
         self._crl = crl
         self._cache_size = cache_size
-        self._chain_cache: OrderedDict[tuple[object, ...], AttestationError | None] = OrderedDict()
+        self._chain_cache: OrderedDict[tuple[object, ...], VerifiedChain | AttestationError] = (
+            OrderedDict()
+        )
         self._endorsement_cache: OrderedDict[bytes, _Parsed] = OrderedDict()
 
     # Read-only: memoized chain verdicts hold only for the trust store and CRL they were
@@ -153,13 +159,14 @@ class Verifier:
             self._remember(self._endorsement_cache, endorsement, cached)
         return cached
 
-    def _chain_error(
+    def _chain(
         self,
         endorsement: Endorsement,
         intermediates: tuple[x509.Certificate, ...],
         product: ProductLine,
         now: datetime,
-    ) -> AttestationError | None:
+    ) -> VerifiedChain | AttestationError:
+        """The verified chain, or the error that stopped it (both memoized)."""
         key = (
             endorsement.der,
             tuple(c.public_bytes(serialization.Encoding.DER) for c in intermediates),
@@ -170,9 +177,9 @@ class Verifier:
         if key in self._chain_cache:
             self._chain_cache.move_to_end(key)
             return self._chain_cache[key]
-        error: AttestationError | None = None
+        outcome: VerifiedChain | AttestationError
         try:
-            verify_chain(
+            outcome = verify_chain(
                 endorsement,
                 product,
                 trust=self.trust,
@@ -181,9 +188,9 @@ class Verifier:
                 intermediates=intermediates,
             )
         except AttestationError as exc:
-            error = exc
-        self._remember(self._chain_cache, key, error)
-        return error
+            outcome = exc
+        self._remember(self._chain_cache, key, outcome)
+        return outcome
 
     def check(
         self, report_bytes: bytes, endorsement: EndorsementInput, *, now: datetime
@@ -229,10 +236,11 @@ class Verifier:
                 )
             )
             return _skip_rest(out, 1, "no trusted chain")
-        error = self._chain_error(cert, intermediates, chain_product, now)
-        if error is not None:
-            out.checks.append(Check.from_error("endorsement.chain", error))
+        chain = self._chain(cert, intermediates, chain_product, now)
+        if isinstance(chain, AttestationError):
+            out.checks.append(Check.from_error("endorsement.chain", chain))
             return _skip_rest(out, 1, "no trusted chain")
+        out.chain = chain
         out.checks.append(
             Check.passed(
                 "endorsement.chain",
@@ -382,10 +390,8 @@ def _chip_id(report: AttestationReport, cert: Endorsement, product: ProductLine)
             and chip[:_TURIN_HWID_LENGTH] == cert.hwid
             and not any(chip[_TURIN_HWID_LENGTH:])
         )
-        shown = chip.hex()
     else:
         ok = cert.hwid == chip
-        shown = chip.hex()
     if ok:
         return Check.passed(name, _MISMATCH, f"hwID {cert.hwid.hex()} matches CHIP_ID")
-    return Check.failed(name, _MISMATCH, f"hwID {cert.hwid.hex()} != CHIP_ID {shown}")
+    return Check.failed(name, _MISMATCH, f"hwID {cert.hwid.hex()} != CHIP_ID {chip.hex()}")

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def publish_level(url: str, token: str, spool: Path, level: int, per_publisher: 
         return [latency for batch in pool.map(publisher, range(level)) for latency in batch]
 
 
-def publishing(url: str, spool: Path, per_publisher: int) -> None:
+def publishing(url: str, tokens: dict[str, str], spool: Path, per_publisher: int) -> None:
     print("== publish throughput and latency (loopback, full publish = 2 PUTs)")
     print(
         f"{'publishers':>10} {'envelopes':>9} {'env/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'vs 1':>6}"
@@ -146,7 +147,7 @@ def publishing(url: str, spool: Path, per_publisher: int) -> None:
     baseline = None
     for level in LEVELS:
         began = time.perf_counter()
-        latencies = publish_level(url, token_for[f"bench-{level}"], spool, level, per_publisher)
+        latencies = publish_level(url, tokens[f"bench-{level}"], spool, level, per_publisher)
         elapsed = time.perf_counter() - began
         rate = len(latencies) / elapsed
         baseline = baseline or rate
@@ -157,9 +158,6 @@ def publishing(url: str, spool: Path, per_publisher: int) -> None:
             f"{level:>10} {len(latencies):>9} {rate:>8.1f} {p50:>8.1f} {p99:>8.1f} "
             f"{rate / baseline:>5.2f}x"
         )
-
-
-token_for: dict[str, str] = {}
 
 
 def merkle(size: int) -> None:
@@ -200,8 +198,7 @@ def merkle(size: int) -> None:
     )
 
 
-def _timed(fn: object, repeat: int) -> float:
-    assert callable(fn)
+def _timed(fn: Callable[[], object], repeat: int) -> float:
     began = time.perf_counter()
     for _ in range(repeat):
         fn()
@@ -226,13 +223,15 @@ def main() -> None:
             database = args.db or str(state / "publish.sqlite3")
             state.mkdir()
             storage = open_storage(database)
-            for level in LEVELS:
-                token_for[f"bench-{level}"] = create_token(storage, f"bench-{level}", Role.OPERATOR)
+            tokens = {
+                f"bench-{level}": create_token(storage, f"bench-{level}", Role.OPERATOR)
+                for level in LEVELS
+            }
             storage.close()
             process, url = start_server(state, database)
             try:
                 print(f"storage: {'PostgreSQL' if args.db else 'SQLite'}")
-                publishing(url, Path(scratch) / "spool", args.per_publisher)
+                publishing(url, tokens, Path(scratch) / "spool", args.per_publisher)
             finally:
                 process.terminate()
                 process.wait()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
@@ -19,11 +18,13 @@ import structlog
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from runner.corpus.checksum import CASES_FILE
+from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.errors import InputError, SourceUnavailableError, UsageError
 
 #: A downloaded archive larger than this is refused (bytes).
 MAX_ARCHIVE_BYTES: Final = 4 * 1024**3
-CORPUS_FILES: Final = frozenset({"cases.jsonl", "runs.jsonl", "marks.json", "plan.json"})
+CORPUS_FILES: Final = frozenset({CASES_FILE, RUNS_FILE, MARKS_FILE, PLAN_FILE})
 _CHUNK: Final = 1024 * 1024
 _TRANSIENT_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 
@@ -134,7 +135,3 @@ def _unpack(archive: Path, target: Path) -> None:
                         out.write(chunk)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise InputError(f"corpus archive {archive.name} is not a valid .tar.gz: {exc}") from exc
-
-
-def temporary_workdir() -> tempfile.TemporaryDirectory[str]:
-    return tempfile.TemporaryDirectory(prefix="attested-replay-")

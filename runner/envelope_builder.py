@@ -17,36 +17,12 @@ from attestation.envelope import (
     Binding,
     Envelope,
     Evidence,
-    Workload,
 )
 from attestation.envelope_verify import platform_of_chain
 from attestation.errors import AttestationError
 from attestation.report import parse_report
 from runner.errors import EvidenceError
 from runner.evidence.base import Evidence as ProviderEvidence
-
-
-def build_binding(
-    *,
-    run_id: str,
-    tenant: str,
-    corpus_checksum: str,
-    evaluation_digest: str,
-    result_digest: str,
-    workload: Workload,
-    nonce: str | None = None,
-    image_digest: str | None = None,
-) -> Binding:
-    return Binding(
-        run_id=run_id,
-        tenant=tenant,
-        corpus_checksum=corpus_checksum,
-        evaluation_digest=evaluation_digest,
-        workload=workload,
-        result_digest=result_digest,
-        nonce=nonce,
-        image_digest=image_digest,
-    )
 
 
 def certificates_to_pem(certificates: Sequence[bytes]) -> str:

@@ -7,7 +7,6 @@ from typing import Final
 
 from runner import errors
 
-OK: Final = 0
 INTERNAL: Final = 9
 
 #: Most specific class first; the first ``isinstance`` match wins.

@@ -38,6 +38,7 @@ from attestation.report import AttestationReport, parse_report
 from attestation.signature import verify_report_signature
 from attestation.trust import TrustStore, fingerprint
 from attestation.verify import endorsement_checks
+from runner.envelope_builder import certificates_to_pem
 from runner.errors import EvidenceError, InputError, UsageError
 from runner.fsutil import atomic_write
 
@@ -197,10 +198,7 @@ class FetchedVcek:
 
     def bundle_pem(self) -> bytes:
         """PEM bundle VCEK, ASK, ARK (what ``--endorsement-bundle`` reads)."""
-        return b"".join(
-            x509.load_der_x509_certificate(der).public_bytes(Encoding.PEM)
-            for der in (self.vcek_der, self.ask_der, self.ark_der)
-        )
+        return certificates_to_pem((self.vcek_der, self.ask_der, self.ark_der)).encode("ascii")
 
 
 def verify_vcek_for_report(
@@ -249,7 +247,6 @@ def fetch_vcek(
     cache_dir: Path | None = None,
     now: dt.datetime | None = None,
     trust: TrustStore | None = None,
-    fetch_chain: bool = True,
 ) -> FetchedVcek:
     """Fetch (or take from the cache) the VCEK for a raw report, verified."""
     try:
@@ -273,8 +270,7 @@ def fetch_vcek(
             return FetchedVcek(der, ask, ark, url, from_cache=True)
     der = client.get(request.path())
     ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
-    if fetch_chain:
-        check_cert_chain(client.get(cert_chain_path(line)), line, trust)
+    check_cert_chain(client.get(cert_chain_path(line)), line, trust)
     if cached is not None:
         atomic_write(cached, der)
     return FetchedVcek(der, ask, ark, url, from_cache=False)

@@ -8,25 +8,27 @@ run)); per-run results are a few counters. ``compute_checksum`` alone keeps noth
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from attestation.binding import result_digest as digest_of_result
-from runner.corpus.checksum import compute_checksum, scan_cases
+from runner.corpus.checksum import CASES_FILE, Progress, compute_checksum, scan_cases
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import RUNS_FILE, Evaluation, iter_runs, load_evaluation
+from runner.corpus.evaluation import (
+    PLAN_FILE,
+    RUNS_FILE,
+    Evaluation,
+    iter_runs,
+    load_evaluation,
+)
 from runner.corpus.models import RunCase, RunHeader, validate_record
 from runner.scoring.metrics import RunMetrics, RunTally
 from runner.scoring.report import build_report
 
 __all__ = ["Progress", "ReplayOutcome", "compute_checksum", "replay_corpus"]
-
-#: ``progress(done, total)``: cases read from cases.jsonl (total None, unknown yet), then
-#: case results scored, counted on from there (total = cases * (1 + runs)).
-Progress = Callable[[int, int | None], None]
 
 
 class ReplayOutcome(BaseModel):
@@ -42,6 +44,9 @@ class ReplayOutcome(BaseModel):
 def replay_corpus(corpus_dir: Path, *, progress: Progress | None = None) -> ReplayOutcome:
     """Validate the corpus in ``corpus_dir``, checksum it and score every run.
 
+    ``progress(done, total)`` counts the cases read from cases.jsonl (total None, not known
+    yet), then the case results scored, counted on from there (total = cases * (1 + runs)).
+
     Raises ``runner.corpus.CorpusError`` (an ``InputError``) naming file, line and field.
     """
     evaluation = load_evaluation(corpus_dir)
@@ -51,7 +56,7 @@ def replay_corpus(corpus_dir: Path, *, progress: Progress | None = None) -> Repl
     plan = evaluation.plan
     if plan.set_ref and plan.set_ref != scan.checksum:
         raise CorpusError(
-            "plan.json",
+            PLAN_FILE,
             f"field 'set_ref': {plan.set_ref} is not the corpus checksum {scan.checksum}",
         )
     if plan.abstain_label is not None:
@@ -61,7 +66,7 @@ def replay_corpus(corpus_dir: Path, *, progress: Progress | None = None) -> Repl
         for line, (case_id, label) in enumerate(labels.items(), start=1):
             if label == plan.abstain_label:
                 raise CorpusError(
-                    "cases.jsonl",
+                    CASES_FILE,
                     f"field 'label': case {case_id!r} is labelled with the plan's abstain_label "
                     f"{label!r}; a label must be an answer, not an abstention",
                     line=line,

@@ -7,6 +7,7 @@ import hashlib
 from importlib import resources
 from importlib.resources.abc import Traversable
 
+from attestation.binding import sha256_digest
 from attestation.envelope import Workload
 from runner import __version__
 
@@ -28,7 +29,7 @@ def code_digest() -> str:
         for relative, content in _python_sources(resources.files(package), package):
             lines.append(relative.encode() + b"\0" + hashlib.sha256(content).hexdigest().encode())
     lines.sort()
-    return "sha256:" + hashlib.sha256(b"\n".join(lines) + b"\n").hexdigest()
+    return sha256_digest(b"\n".join(lines) + b"\n")
 
 
 def _python_sources(root: Traversable, prefix: str) -> list[tuple[str, bytes]]:

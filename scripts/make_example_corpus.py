@@ -17,6 +17,7 @@ import random
 import sys
 from pathlib import Path
 
+from attestation.binding import sha256_digest
 from attestation.canonical import canonicalize
 from runner.corpus.checksum import compute_checksum
 from runner.fsutil import atomic_write
@@ -137,7 +138,7 @@ def generate(out: Path, count: int, seed: int) -> str:
         ],
     }
     marks_bytes = canonicalize(marks)
-    marks_ref = "sha256:" + hashlib.sha256(marks_bytes).hexdigest()
+    marks_ref = sha256_digest(marks_bytes)
     plan = {
         "question": "Does the candidate prompt flag risky messages better than the baseline?",
         "decision": "Adopt A1 as the default classifier if every mark is met.",

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 from attestation import cli as verifier_cli
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
-from runner.commands.run import perform_run
+from runner.cli import ArgumentParser
+from runner.commands.run import add_run_arguments, perform_run
 from runner.errors import UsageError, VerificationFailedError
 from runner.fsutil import atomic_write_text
 from runner.simulated_state import load_or_create_simulated_amd
@@ -58,30 +59,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--out-dir {out_dir}: cannot create the directory: {exc}") from exc
     with resources.as_file(resources.files("runner") / "examples" / "corpus") as corpus_dir:
         _say(f"1. replaying the bundled example corpus ({corpus_dir}) with simulated evidence")
-        run_args = argparse.Namespace(
-            corpus=str(corpus_dir),
-            run_id=DEMO_RUN_ID,
-            tenant=DEMO_TENANT,
-            evidence="simulated",
-            out=out_dir / "envelope.json",
-            result_out=None,
-            expect_checksum=None,
-            nonce=None,
-            image_digest=None,
-            endorsement_bundle=None,
-            state_dir=args.state_dir,
-            agent_url=None,
-            agent_encoding="auto",
-            agent_timeout=30.0,
-            configfs_root=None,
-            sev_guest_device=None,
-            trust_simulated_root=False,
-            omit_result=False,
-            publish=None,
-            publish_token_file=None,
-            termination_log=None,
-            frame_envelope=False,
-        )
+        run_args = _run_arguments(corpus_dir, out_dir / "envelope.json", args.state_dir)
         output = perform_run(run_args)
     outcome = output.outcome
     _say(f"   {outcome.case_count} cases, corpus checksum {outcome.corpus_checksum}")
@@ -126,6 +104,24 @@ def handle(args: argparse.Namespace) -> int:
     _say(f"demo complete: genuine envelope verified (0), tampered copy rejected ({tampered_code}),")
     _say(f"unpinned simulated root rejected ({unpinned_code}). Files are in {out_dir}/.")
     return 0
+
+
+def _run_arguments(corpus_dir: Path, envelope: Path, state_dir: Path | None) -> argparse.Namespace:
+    """The demo's ``run`` arguments, parsed by ``run``'s own options so that every other
+    option keeps its real default."""
+    parser = ArgumentParser(prog="attested-replay run")
+    add_run_arguments(parser)
+    # "--option=value": a path that starts with "-" is still a value.
+    argv = [
+        f"--corpus={corpus_dir}",
+        f"--run-id={DEMO_RUN_ID}",
+        f"--tenant={DEMO_TENANT}",
+        "--evidence=simulated",
+        f"--out={envelope}",
+    ]
+    if state_dir is not None:
+        argv.append(f"--state-dir={state_dir}")
+    return parser.parse_args(argv)
 
 
 def _verify(envelope: Path, expected: Path) -> int:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from attestation.product import ProductLine
 from runner.errors import InputError
 from runner.fsutil import atomic_write
-from runner.kds import KDS_BASE_URL, KdsClient, fetch_vcek
+from runner.kds import DEFAULT_MAX_WAIT, DEFAULT_TIMEOUT, KDS_BASE_URL, KdsClient, fetch_vcek
 from runner.reference.initdata import ALGORITHMS, ANNOTATION, render_initdata
 from runner.reference.measure import (
     AGENT_REST_PARAMETER,
@@ -67,11 +67,13 @@ def _register_vcek(subparsers: Subparsers) -> None:
     fetch.add_argument("--kds-url", default=KDS_BASE_URL, help="KDS base URL")
     fetch.add_argument("--cache-dir", type=Path, help="reuse and keep verified VCEKs here")
     fetch.add_argument("--out", type=Path, help="write the PEM bundle here (default: stdout)")
-    fetch.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    fetch.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per HTTP request"
+    )
     fetch.add_argument(
         "--max-wait",
         type=float,
-        default=120.0,
+        default=DEFAULT_MAX_WAIT,
         help="longest Retry-After (seconds) to honour on HTTP 429 before giving up",
     )
     fetch.set_defaults(handler=handle_vcek_fetch)

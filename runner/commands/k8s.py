@@ -13,16 +13,24 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import structlog
 
 from runner.errors import SubmitError, UsageError
 from runner.fsutil import atomic_write
 from runner.k8s.config import connect
-from runner.k8s.job import OVERLAYS, CorpusSource, CorpusUrl, CorpusVolume, ReplaySpec, job_name
+from runner.k8s.job import (
+    DEFAULT_ACTIVE_DEADLINE_SECONDS,
+    OVERLAYS,
+    CorpusSource,
+    CorpusUrl,
+    CorpusVolume,
+    ReplaySpec,
+    job_name,
+)
 from runner.k8s.retry import RetryPolicy
-from runner.k8s.state import RunOutcome
+from runner.k8s.state import RunOutcome, State
 from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
 from runner.publish.tokens import read_token
 
@@ -32,6 +40,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("attested-replay.k8s")
 
 DEFAULT_NAMESPACE = "attested-replay"
+#: How much longer than the Job's deadline a client-side wait lasts (scheduling, collection).
+WAIT_GRACE_SECONDS = 300
 VerifierFactory = Callable[[Path], Callable[[bytes], None]]
 
 
@@ -59,7 +69,9 @@ def register(subparsers: Subparsers) -> None:
     submit.add_argument("--runtime-class", help="override the overlay's runtime class")
     submit.add_argument("--cpu", default="2", help="whole vCPUs (part of the launch measurement)")
     submit.add_argument("--memory", default="4Gi")
-    submit.add_argument("--active-deadline", type=int, default=7200, metavar="SECONDS")
+    submit.add_argument(
+        "--active-deadline", type=int, default=DEFAULT_ACTIVE_DEADLINE_SECONDS, metavar="SECONDS"
+    )
     submit.add_argument(
         "--ttl",
         type=int,
@@ -155,7 +167,7 @@ def handle_submit(args: argparse.Namespace) -> int:
     print(json.dumps(submission.to_json_dict(), sort_keys=True))
     if verifier is None:
         return 0
-    timeout = args.timeout if args.timeout is not None else spec.active_deadline_seconds + 300
+    timeout = _wait_timeout(args.timeout, spec.active_deadline_seconds)
     outcome = _wait(submitter, [submission.name], timeout)[submission.name]
     raise_for_outcome(outcome)
     collected = submitter.collect(
@@ -181,7 +193,7 @@ def handle_collect(args: argparse.Namespace) -> int:
     submitter = _submitter(args)
     names = {run: job_name(args.tenant, run) for run in runs}
     if args.wait:
-        timeout = args.timeout if args.timeout is not None else 7200 + 300
+        timeout = _wait_timeout(args.timeout, DEFAULT_ACTIVE_DEADLINE_SECONDS)
         outcomes = _wait(submitter, list(names.values()), timeout)
     else:
         outcomes = {}
@@ -294,6 +306,11 @@ def _expected_for(expected: Path, run_id: str) -> Path:
     return path
 
 
+def _wait_timeout(given: float | None, deadline: int) -> float:
+    """``--timeout``, else the Job's deadline plus a grace period."""
+    return given if given is not None else deadline + WAIT_GRACE_SECONDS
+
+
 def _wait(submitter: Submitter, names: list[str], timeout: float) -> dict[str, RunOutcome]:
     with _progress(len(names)) as on_progress:
         return submitter.wait(names, timeout=timeout, on_progress=on_progress)
@@ -303,7 +320,7 @@ def _wait(submitter: Submitter, names: list[str], timeout: float) -> dict[str, R
 def _progress(total: int) -> Iterator[Callable[[str, str], None]]:
     """Rich status line on a terminal; structlog events otherwise."""
     done: set[str] = set()
-    terminal = {"succeeded", "failed", "cannot-run", "deleted", "timeout"}
+    terminal = set(get_args(State))  # every outcome state ends a run
     if not sys.stderr.isatty():
 
         def log_progress(name: str, phase: str) -> None:

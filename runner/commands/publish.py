@@ -116,7 +116,6 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _run_id_of(data: bytes, path: Path) -> str:
-
     from attestation.envelope import parse_envelope
     from attestation.errors import MalformedError
 

@@ -11,7 +11,8 @@ import argparse
 import base64
 import json
 import sys
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,18 +24,14 @@ from pydantic import TypeAdapter, ValidationError
 from attestation.binding import sha256_digest
 from attestation.canonical import canonicalize
 from attestation.envelope import Binding
-from runner.corpus_source import fetch_corpus, is_url, temporary_workdir
-from runner.envelope_builder import (
-    assemble_envelope,
-    build_binding,
-    certificates_to_pem,
-    envelope_json_bytes,
-)
+from runner.corpus_source import fetch_corpus, is_url
+from runner.envelope_builder import assemble_envelope, certificates_to_pem, envelope_json_bytes
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import EVIDENCE_CHOICES, get_provider, load_endorsement_bundle
 from runner.evidence.simulated import SIMULATED_PROVIDER
 from runner.fsutil import atomic_write
-from runner.replay import ReplayOutcome, compute_checksum, replay_corpus
+from runner.k8s.job import FRAME_PREFIX  # the pod contract: submit reads this line
+from runner.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
 from runner.simulated_state import load_or_create_simulated_amd
 from runner.verification import self_verify
 from runner.workload import current_workload
@@ -43,8 +40,6 @@ if TYPE_CHECKING:
     from runner.commands import Subparsers
 
 log = structlog.get_logger("attested-replay.run")
-
-FRAME_PREFIX = "ATTESTED-ENVELOPE "
 
 
 def register(subparsers: Subparsers) -> None:
@@ -181,9 +176,14 @@ def check_run_parameters(args: argparse.Namespace) -> None:
             option = "--" + attribute.replace("_", "-")
             shown = value if len(value) <= 80 else value[:77] + "..."
             raise UsageError(f"{option} {shown!r}: {problem}") from None
-    result_path = args.result_out or args.out.with_name(args.out.name + ".result.json")
+    result_path = _result_path(args)
     if result_path.resolve() == args.out.resolve():
         raise UsageError(f"--result-out {result_path} is the envelope's own path (--out)")
+
+
+def _result_path(args: argparse.Namespace) -> Path:
+    result_out: Path | None = args.result_out
+    return result_out or args.out.with_name(args.out.name + ".result.json")
 
 
 def _provider_options(args: argparse.Namespace) -> dict[str, object]:
@@ -211,7 +211,7 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
     # requested after the replay, since the binding holds the result digest.
     provider = get_provider(args.evidence, **_provider_options(args))
     provider.check_available()
-    with temporary_workdir() as workdir:
+    with tempfile.TemporaryDirectory(prefix="attested-replay-") as workdir:
         corpus_dir = _resolve_corpus(args.corpus, Path(workdir))
         if args.expect_checksum:
             actual = compute_checksum(corpus_dir)
@@ -226,7 +226,7 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
         raise ChecksumMismatchError(f"corpus changed during the replay: {outcome.corpus_checksum}")
     log.info("replayed", cases=outcome.case_count, result_digest=outcome.result_digest)
 
-    binding = build_binding(
+    binding = Binding(
         run_id=args.run_id,
         tenant=args.tenant,
         corpus_checksum=outcome.corpus_checksum,
@@ -256,7 +256,7 @@ def perform_run(args: argparse.Namespace) -> RunOutput:
         simulated_root = load_or_create_simulated_amd(args.state_dir).root_fingerprint
     self_verify(envelope_bytes, binding=binding, simulated_root=simulated_root)
 
-    result_path = args.result_out or args.out.with_name(args.out.name + ".result.json")
+    result_path = _result_path(args)
     atomic_write(result_path, canonicalize(outcome.result) + b"\n")
     atomic_write(args.out, envelope_bytes)
     envelope_digest = sha256_digest(envelope_bytes)
@@ -330,16 +330,16 @@ def _publish(args: argparse.Namespace, envelope_bytes: bytes, token: str | None)
 
 
 @contextmanager
-def _progress_reporter() -> Iterator[Callable[[int, int | None], None] | None]:
+def _progress_reporter() -> Iterator[Progress | None]:
     if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress as ProgressBar
 
     # On stderr, the terminal just checked: rich's default console is stdout, which may be a
     # pipe carrying the summary or the framed envelope.
-    with Progress(console=Console(stderr=True), transient=True) as bar:
+    with ProgressBar(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("replaying", total=None)
 
         def update(done: int, total: int | None) -> None:

@@ -9,13 +9,13 @@ over the files' JSON values as written (numbers as IEEE doubles).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from attestation.binding import sha256_digest
 from attestation.canonical import CanonicalizationError, canonicalize
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
@@ -24,7 +24,8 @@ from runner.corpus.jsonio import (
     open_corpus_file,
     parse_line,
     parse_line_with_number_check,
-    read_small_json,
+    parse_small_json,
+    read_small_file,
     require_corpus_dir,
 )
 from runner.corpus.models import PassMarks, Plan, RunHeader, validate_record
@@ -48,7 +49,7 @@ class Evaluation:
     @property
     def marks_ref(self) -> str:
         """What every run record's ``marks_ref`` must be: the digest of the committed marks."""
-        return "sha256:" + hashlib.sha256(self.marks_canonical).hexdigest()
+        return sha256_digest(self.marks_canonical)
 
     @property
     def run_count(self) -> int:
@@ -64,10 +65,13 @@ def _canonical(value: object, file: str, line: int | None = None) -> bytes:
 
 def load_evaluation(corpus_dir: Path) -> Evaluation:
     require_corpus_dir(corpus_dir)
-    plan_raw = read_small_json(corpus_dir / PLAN_FILE, decimal=True)
-    plan = validate_record(Plan, plan_raw, PLAN_FILE)
-    marks_raw = read_small_json(corpus_dir / MARKS_FILE, decimal=True)
-    marks = validate_record(PassMarks, marks_raw, MARKS_FILE)
+    # Each file is read once and parsed twice: exact decimals to validate, doubles to hash.
+    plan_bytes = read_small_file(corpus_dir / PLAN_FILE)
+    plan = validate_record(Plan, parse_small_json(plan_bytes, PLAN_FILE, decimal=True), PLAN_FILE)
+    marks_bytes = read_small_file(corpus_dir / MARKS_FILE)
+    marks = validate_record(
+        PassMarks, parse_small_json(marks_bytes, MARKS_FILE, decimal=True), MARKS_FILE
+    )
     known_metrics = set(METRIC_NAMES)
     for index, name in enumerate(plan.metrics):
         if name not in known_metrics:
@@ -89,10 +93,10 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
         plan=plan,
         marks=marks,
         plan_canonical=_canonical(
-            read_small_json(corpus_dir / PLAN_FILE, decimal=False), PLAN_FILE
+            parse_small_json(plan_bytes, PLAN_FILE, decimal=False), PLAN_FILE
         ),
         marks_canonical=_canonical(
-            read_small_json(corpus_dir / MARKS_FILE, decimal=False), MARKS_FILE
+            parse_small_json(marks_bytes, MARKS_FILE, decimal=False), MARKS_FILE
         ),
     )
 

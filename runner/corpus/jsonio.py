@@ -108,8 +108,8 @@ def parse_line_with_number_check(
     return value, not suspicious
 
 
-def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:
-    """``plan.json`` / ``marks.json``: a capped JSON object."""
+def read_small_file(path: Path) -> bytes:
+    """The bytes of ``plan.json`` / ``marks.json``, refused past the size cap."""
     file = path.name
     try:
         with path.open("rb") as handle:
@@ -120,6 +120,16 @@ def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:
         raise CorpusError(file, f"cannot read: {exc.strerror}") from exc
     if len(data) > MAX_SMALL_FILE_BYTES:
         raise CorpusError(file, f"file larger than {MAX_SMALL_FILE_BYTES} bytes")
+    return data
+
+
+def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:
+    """``plan.json`` / ``marks.json``: a capped JSON object."""
+    return parse_small_json(read_small_file(path), path.name, decimal=decimal)
+
+
+def parse_small_json(data: bytes, file: str, *, decimal: bool) -> dict[str, Any]:
+    """The JSON object in ``data``, the bytes of the small file ``file``."""
     try:
         value = parse_json(data, decimal=decimal)
     except (ValueError, RecursionError) as exc:

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-REPORT_SIZE: Final = 0x4A0
+from attestation.report import REPORT_SIZE, SIGNATURE_COMPONENT_SIZE
 
 #: Offsets of the fields (ABI names in comments where ours differ).
 OFF_VERSION: Final = 0x000
@@ -64,7 +64,6 @@ OFF_LAUNCH_MIT_VECTOR: Final = 0x1F8
 OFF_CURRENT_MIT_VECTOR: Final = 0x200
 OFF_SIGNATURE_R: Final = 0x2A0
 OFF_SIGNATURE_S: Final = 0x2E8
-SIGNATURE_COMPONENT_SIZE: Final = 72
 
 #: CPUID family of Turin; its TCB_VERSION puts FMC in byte 0 (virtee/sev from_turin_bytes).
 TURIN_CPUID_FAMILY: Final = 0x1A
@@ -344,6 +343,11 @@ def parse_agent_evidence(body: bytes | str) -> AgentEvidence:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise AgentJsonError(f"evidence is not JSON: {exc}") from exc
+    return agent_evidence_from_document(doc)
+
+
+def agent_evidence_from_document(doc: object) -> AgentEvidence:
+    """:func:`parse_agent_evidence` for an answer already decoded from JSON."""
     if not isinstance(doc, dict):
         raise AgentJsonError("evidence must be a JSON object")
     if "attestation_report" not in doc:

@@ -30,7 +30,7 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from attestation.binding import report_data_from_canonical
 from attestation.envelope import ReportDataEncoding
 from runner.errors import EvidenceError, EvidenceUnavailableError
-from runner.evidence.agent_json import AgentEvidence, AgentJsonError, parse_agent_evidence
+from runner.evidence.agent_json import AgentEvidence, AgentJsonError, agent_evidence_from_document
 from runner.evidence.base import Evidence
 from runner.evidence.common import AgentAttestationDisabledError, NoTeeError, check_report
 
@@ -173,6 +173,6 @@ class CocoAgentProvider:
                 "without SEV-SNP (e.g. runtime class kata-qemu-coco-dev); use kata-qemu-snp"
             )
         try:
-            return parse_agent_evidence(body)
+            return agent_evidence_from_document(doc)
         except AgentJsonError as exc:
             raise EvidenceError(f"coco-aa: malformed SNP evidence from the agent: {exc}") from exc

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Final
 
+from attestation.binding import REPORT_DATA_SIZE, report_data_matches
+from attestation.report import FIELDS, REPORT_SIZE
 from runner.errors import EvidenceError, EvidenceUnavailableError
 
-REPORT_SIZE: Final = 0x4A0
-REPORT_DATA_OFFSET: Final = 0x50
-REPORT_DATA_SIZE: Final = 64
+REPORT_DATA_OFFSET: Final = FIELDS["report_data"].offset
 
 
 class ReportDataMismatchError(EvidenceError):
@@ -32,7 +31,7 @@ def check_report(report: bytes, expected_report_data: bytes, *, provider: str) -
             f"expected {REPORT_SIZE} bytes"
         )
     actual = report[REPORT_DATA_OFFSET : REPORT_DATA_OFFSET + REPORT_DATA_SIZE]
-    if not hmac.compare_digest(actual, expected_report_data):
+    if not report_data_matches(expected_report_data, actual):
         raise ReportDataMismatchError(
             f"{provider}: the report's REPORT_DATA ({actual.hex()}) is not what was requested "
             f"({expected_report_data.hex()}); refusing the report"

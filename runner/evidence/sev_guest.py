@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Final
 
 from attestation.binding import report_data_from_canonical
+from attestation.report import REPORT_SIZE
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.base import Evidence
 from runner.evidence.certtable import CertTableError, chain_from_table, parse_cert_table
-from runner.evidence.common import REPORT_SIZE, check_report
+from runner.evidence.common import check_report
 
 DEFAULT_DEVICE: Final = Path("/dev/sev-guest")
 
@@ -47,6 +48,8 @@ RESP_REPORT_OFFSET: Final = 0x20
 
 #: ``exitinfo2`` values meaning "the request never reached the firmware" (see module doc).
 NO_FW_CALL_EXITINFO2: Final = frozenset({0xFF, 0xFFFF_FFFF_FFFF_FFFF})
+#: errno values meaning "this kernel/host does not do extended reports" (fall back).
+_UNSUPPORTED_ERRNOS: Final = frozenset({errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS})
 
 VMM_ERR_INVALID_LEN: Final = 1
 VMM_ERR_BUSY: Final = 2
@@ -149,6 +152,17 @@ def _real_ioctl(fd: int, request: int, arg: SnpGuestRequestIoctl) -> None:
     fcntl.ioctl(fd, request, arg, True)  # noqa: FBT003 (mutate_flag is positional-only)
 
 
+def _guest_request(
+    req: SnpReportReq | SnpExtReportReq, resp: SnpReportResp
+) -> SnpGuestRequestIoctl:
+    """The ioctl argument pointing at ``req`` and ``resp`` (both must outlive the call)."""
+    return SnpGuestRequestIoctl(
+        msg_version=MSG_VERSION,
+        req_data=ctypes.addressof(req),
+        resp_data=ctypes.addressof(resp),
+    )
+
+
 def reached_firmware(arg: SnpGuestRequestIoctl) -> bool:
     """False when ``exitinfo2`` says the failed request never got to the secure processor."""
     return int(arg.exitinfo2) not in NO_FW_CALL_EXITINFO2 and int(arg.exitinfo2) != 0
@@ -183,20 +197,20 @@ class SevGuestProvider:
 
     def check_available(self) -> None:
         if not self.device.exists():
-            raise EvidenceUnavailableError(
-                f"sev-guest: {self.device} does not exist (not an SEV-SNP guest, or the "
-                "device is not passed into this container)"
-            )
+            raise self._missing()
+
+    def _missing(self) -> EvidenceUnavailableError:
+        return EvidenceUnavailableError(
+            f"sev-guest: {self.device} does not exist (not an SEV-SNP guest, or the "
+            "device is not passed into this container)"
+        )
 
     def obtain(self, canonical_binding: bytes) -> Evidence:
         report_data = report_data_from_canonical(canonical_binding, "sha512")
         try:
             fd = os.open(self.device, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError as exc:
-            raise EvidenceUnavailableError(
-                f"sev-guest: {self.device} does not exist (not an SEV-SNP guest, or the "
-                "device is not passed into this container)"
-            ) from exc
+            raise self._missing() from exc
         except OSError as exc:
             raise EvidenceUnavailableError(f"sev-guest: cannot open {self.device}: {exc}") from exc
         try:
@@ -228,11 +242,7 @@ class SevGuestProvider:
                 certs_len=certs_len,
             )
             resp = SnpReportResp()
-            arg = SnpGuestRequestIoctl(
-                msg_version=MSG_VERSION,
-                req_data=ctypes.addressof(req),
-                resp_data=ctypes.addressof(resp),
-            )
+            arg = _guest_request(req, resp)
             try:
                 self.ioctl(fd, SNP_GET_EXT_REPORT, arg)
             except OSError as exc:
@@ -259,11 +269,7 @@ class SevGuestProvider:
     def _plain_report(self, fd: int, report_data: bytes) -> bytes:
         req = self._report_req(report_data)
         resp = SnpReportResp()
-        arg = SnpGuestRequestIoctl(
-            msg_version=MSG_VERSION,
-            req_data=ctypes.addressof(req),
-            resp_data=ctypes.addressof(resp),
-        )
+        arg = _guest_request(req, resp)
         try:
             self.ioctl(fd, SNP_GET_REPORT, arg)
         except OSError as exc:
@@ -296,7 +302,3 @@ class SevGuestProvider:
                 f"sev-guest: response says the report is {size} bytes, expected {REPORT_SIZE}"
             )
         return data[RESP_REPORT_OFFSET : RESP_REPORT_OFFSET + size]
-
-
-#: errno values meaning "this kernel/host does not do extended reports" (fall back).
-_UNSUPPORTED_ERRNOS: Final = frozenset({errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS})

@@ -57,7 +57,7 @@ class SimulatedProvider:
             measurement=self._measurement,
             host_data=self._host_data,
         )
-        chain_pem = amd.cert_chain_pem_for_report(report)
+        chain_pem = amd.endorsement_pem(report)
         certificates = x509.load_pem_x509_certificates(chain_pem.encode("ascii"))
         return Evidence(
             report=report,

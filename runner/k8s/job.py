@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from attestation.canonical import canonicalize
 from runner.errors import UsageError
 from runner.publish.client import check_target
+from runner.publish.entries import DIGEST_PATTERN, RUN_ID_PATTERN, TENANT_PATTERN
 from runner.reference.initdata import init_data_annotation
 
 Overlay = Literal["snp", "coco-dev", "peer-pods"]
@@ -31,15 +32,20 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "attested-replay"
 #: Every Job this tool creates carries it; the tracker's one watch selects on it.
 TRACKING_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-#: The Job controller puts this label on every pod of a Job.
-POD_JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+#: Pods carry the Job name in this label (set here on the pod template); the tracker and
+#: the collector select a Job's pods by it.
+INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 
 CONTAINER_NAME: Final = "replay"
 OUT_DIR: Final = "/replay/out"
 ENVELOPE_PATH: Final = f"{OUT_DIR}/envelope.json"
+#: With ``--frame-envelope`` the pod prints its envelope as one ``<prefix><base64>`` log line.
+FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
 CORPUS_MOUNT: Final = "/replay/corpus"
 PUBLISH_TOKEN_DIR: Final = "/var/run/secrets/attested-replay/publish"  # noqa: S105 - a path
 PUBLISH_TOKEN_KEY: Final = "token"  # noqa: S105 - a Secret key name, not a secret
+#: The Job's activeDeadlineSeconds unless the operator chooses another.
+DEFAULT_ACTIVE_DEADLINE_SECONDS: Final = 7200
 #: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.
 RUN_AS_UID: Final = 65532
 
@@ -79,9 +85,6 @@ OVERLAYS: Final[dict[str, OverlayProfile]] = {
     "peer-pods": OverlayProfile(runtime_class="kata-remote", evidence="coco-aa", aa_rest_api=True),
 }
 
-_TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
 _MEMORY = re.compile(r"^[1-9][0-9]{0,5}(Mi|Gi)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
@@ -154,7 +157,7 @@ class ReplaySpec:
     cpu: int = 2
     memory: str = "4Gi"
     backoff_limit: int = 2
-    active_deadline_seconds: int = 7200
+    active_deadline_seconds: int = DEFAULT_ACTIVE_DEADLINE_SECONDS
     ttl_seconds_after_finished: int = 86400
     publish_url: str | None = None
     publish_token_secret: str | None = None
@@ -166,7 +169,7 @@ class ReplaySpec:
         _check_run_id(self.run_id)
         if self.overlay not in OVERLAYS:
             raise UsageError(f"unknown overlay {self.overlay!r}; choose one of {sorted(OVERLAYS)}")
-        if not _SHA256.match(self.checksum):
+        if not DIGEST_PATTERN.match(self.checksum):
             raise UsageError(f"checksum must be sha256:<64 lowercase hex>, got {self.checksum!r}")
         if not _IMAGE.match(self.image):
             raise UsageError(
@@ -234,7 +237,7 @@ def build_job(spec: ReplaySpec) -> dict[str, Any]:
     profile = spec.profile
     pod_labels = {
         "app.kubernetes.io/name": "attested-replay",
-        "app.kubernetes.io/instance": name,
+        INSTANCE_LABEL: name,
         "app.kubernetes.io/component": "replay",
         "app.kubernetes.io/part-of": "attested-replay",
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -400,10 +403,10 @@ def _version() -> str:
 
 
 def _check_tenant(tenant: str) -> None:
-    if not _TENANT.match(tenant):
+    if not TENANT_PATTERN.match(tenant):
         raise UsageError(f"tenant {tenant!r} must be a DNS label (a-z, 0-9, '-', <= 63 chars)")
 
 
 def _check_run_id(run_id: str) -> None:
-    if not _RUN_ID.match(run_id):
+    if not RUN_ID_PATTERN.match(run_id):
         raise UsageError(f"run ID {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")

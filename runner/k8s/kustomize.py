@@ -66,14 +66,6 @@ def render(directory: Path) -> list[Resource]:
     return resources
 
 
-def dump(resources: list[Resource]) -> str:
-    """Multi-document YAML with sorted keys: stable bytes for golden files."""
-    return "".join(
-        "---\n" + yaml.safe_dump(resource, sort_keys=True, default_flow_style=False)
-        for resource in resources
-    )
-
-
 def _load_documents(path: Path) -> Iterator[Resource]:
     try:
         documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))

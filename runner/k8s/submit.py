@@ -12,7 +12,6 @@ import base64
 import binascii
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -22,8 +21,6 @@ import structlog
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from attestation.envelope import parse_envelope
 from attestation.errors import MalformedError
@@ -46,22 +43,26 @@ from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
     ANNOTATION_TENANT,
     CONTAINER_NAME,
+    FRAME_PREFIX,
+    INSTANCE_LABEL,
     TRACKING_SELECTOR,
     ReplaySpec,
     build_job,
 )
 from runner.k8s.retry import RetryPolicy, read_json
 from runner.k8s.state import RunOutcome, RunStatus, job_outcome, job_status
-from runner.k8s.watch import INSTANCE_LABEL, JobTracker, ProgressCallback
+from runner.k8s.watch import JobTracker, ProgressCallback
+from runner.publish.client import RetryPolicy as HttpRetryPolicy
+from runner.publish.client import new_session
+from runner.publish.entries import DIGEST_PATTERN, MAX_ENVELOPE_BYTES
 
 log = structlog.get_logger("attested-replay.k8s")
 
 VerifyEnvelope = Callable[[bytes], None]
-FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
 #: Upper bound on the pod log read for the framed line (an envelope is ~10 KB).
 MAX_LOG_BYTES: Final = 4 * 1024 * 1024
-MAX_ENVELOPE_BYTES: Final = 1024 * 1024
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+#: Reading an envelope back from the publication endpoint (GET only; idempotent).
+PUBLICATION_RETRY: Final = HttpRetryPolicy(total=5, connect=3, read=3, status=3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ class TerminationReport:
         fields = {}
         for key in ("runId", "envelope", "result", "corpusChecksum"):
             value = data.get(key)
-            if not isinstance(value, str) or (key != "runId" and not _DIGEST.match(value)):
+            if not isinstance(value, str) or (key != "runId" and not DIGEST_PATTERN.match(value)):
                 raise EnvelopeMissingError(
                     f"{where}: termination message field {key!r} is missing or malformed"
                 )
@@ -155,7 +156,7 @@ class Submitter:
         self.namespace = namespace
         self._retry = retry_policy or RetryPolicy()
         self._watch_timeout = watch_timeout
-        self._http = http or _publication_session()
+        self._http = http or new_session(None, PUBLICATION_RETRY)
         self._publish_token = publish_token
 
     # -- submit ---------------------------------------------------------------------------
@@ -357,8 +358,9 @@ class Submitter:
         headers = {"Accept": "application/json"}
         if self._publish_token is not None:
             headers["Authorization"] = f"Bearer {self._publish_token}"
+        timeout = (PUBLICATION_RETRY.connect_timeout, PUBLICATION_RETRY.read_timeout)
         try:
-            with self._http.get(url, headers=headers, timeout=(3.05, 30), stream=True) as response:
+            with self._http.get(url, headers=headers, timeout=timeout, stream=True) as response:
                 body = response.raw.read(MAX_ENVELOPE_BYTES + 1, decode_content=True)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise EnvelopeMissingError(f"publication endpoint {url}: {exc}") from exc
@@ -464,22 +466,3 @@ def _check_envelope_fields(
             raise EnvelopeMismatchError(
                 f"Job {name}: envelope {field} is {actual!r}, expected {expected!r}"
             )
-
-
-def _publication_session() -> requests.Session:
-    session = requests.Session()
-    adapter = HTTPAdapter(
-        max_retries=Retry(
-            total=5,
-            connect=3,
-            read=3,
-            status=3,
-            backoff_factor=0.5,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods={"GET"},
-            raise_on_status=False,
-        )
-    )
-    session.mount("https://", adapter)
-    session.mount("http://", adapter)
-    return session

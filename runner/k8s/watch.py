@@ -14,20 +14,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import structlog
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from runner.k8s.job import TRACKING_SELECTOR
+from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
 from runner.k8s.retry import RetryPolicy, describe, is_transient, read_json
 from runner.k8s.state import RunOutcome, job_outcome, pod_blocker
 
 log = structlog.get_logger("attested-replay.k8s")
-
-#: Pods carry the Job name in this label (set by the builder on the pod template).
-INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 
 Kind = Literal["job", "pod"]
 ProgressCallback = Callable[[str, str], None]
@@ -90,19 +87,12 @@ class _ResourceWatcher(threading.Thread):
                 version = self._list()
                 failures = 0
                 self._watch_from(version)
-            except ApiException as exc:
-                if self._stopped.is_set():
-                    return
-                if exc.status == 410:
-                    log.info("k8s_watch_expired", kind=self.kind)
-                    continue  # re-list
-                if not is_transient(exc):
-                    self._sink.put(_Event(self.kind, "FATAL", {"error": describe(exc)}))
-                    return
-                failures += 1
             except Exception as exc:  # noqa: BLE001 - a dying thread must report, not vanish
                 if self._stopped.is_set():
                     return
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    log.info("k8s_watch_expired", kind=self.kind)
+                    continue  # re-list
                 if not is_transient(exc):
                     self._sink.put(_Event(self.kind, "FATAL", {"error": describe(exc)}))
                     return

@@ -18,6 +18,8 @@ ENTRY_VERSION = "1"
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 TENANT_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+#: The largest envelope the publication service accepts; readers cap downloads at it too.
+MAX_ENVELOPE_BYTES = 1024 * 1024
 
 
 class EntryError(ValueError):

@@ -31,14 +31,12 @@ from runner.publish.checkpoint import (
     verify_signed_checkpoint,
 )
 from runner.publish.client import RetryPolicy, check_target, new_session
-from runner.publish.entries import EntryError, LogEntry
+from runner.publish.entries import MAX_ENVELOPE_BYTES, EntryError, LogEntry
 from runner.publish.merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
 
 log = structlog.get_logger("attested-replay.tenant")
 
 PAGE = 1000
-#: The service refuses larger envelopes, so a larger answer is not a published envelope.
-MAX_ENVELOPE_BYTES = 1024 * 1024
 _CHUNK = 64 * 1024
 
 

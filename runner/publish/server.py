@@ -23,14 +23,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from attestation.envelope import parse_envelope
 from attestation.errors import MalformedError
 from runner.publish.checkpoint import Checkpoint, CheckpointSigner
-from runner.publish.entries import DIGEST_PATTERN, RUN_ID_PATTERN, TENANT_PATTERN, LogEntry
+from runner.publish.entries import (
+    DIGEST_PATTERN,
+    MAX_ENVELOPE_BYTES,
+    RUN_ID_PATTERN,
+    TENANT_PATTERN,
+    LogEntry,
+)
 from runner.publish.merkle import MerkleTree, leaf_hash
 from runner.publish.storage import DigestCollisionError, Role, RunPointer, Storage
 from runner.publish.tokens import authenticate, hash_token
 
-MAX_ENVELOPE_BYTES = 1024 * 1024
 MAX_RUN_BODY_BYTES = 4096
 MAX_PAGE = 1000
+#: Log entries read from storage per query while a cached tree catches up.
+_CATCH_UP_BATCH = 10_000
 CONTENT_DIGEST = re.compile(r"^\s*sha-256=:([A-Za-z0-9+/=]+):\s*$")
 
 log = structlog.get_logger("attested-replay.serve")
@@ -40,7 +47,7 @@ class RunPointerBody(BaseModel):
     """Body of ``PUT runs/{runId}``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    envelope: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+    envelope: Annotated[str, Field(pattern=DIGEST_PATTERN.pattern)]
 
 
 class ApiError(Exception):
@@ -84,10 +91,10 @@ class LogView:
     def _caught_up(self, tenant: str, state: _TenantTree) -> MerkleTree:
         tree = state.tree
         while True:
-            batch = self._storage.log_entries(tenant, tree.size, tree.size + 10_000)
+            batch = self._storage.log_entries(tenant, tree.size, tree.size + _CATCH_UP_BATCH)
             for entry in batch:
                 tree.append_leaf_hash(leaf_hash(entry))
-            if len(batch) < 10_000:
+            if len(batch) < _CATCH_UP_BATCH:
                 return tree
 
     def snapshot(self, tenant: str, proof_for: int | None = None) -> dict[str, Any]:

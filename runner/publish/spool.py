@@ -84,7 +84,7 @@ class Spool:
                     tenant=str(meta["tenant"]),
                     run_id=str(meta["runId"]),
                     target=str(meta["target"]),
-                    envelope_path=self._paths(str(meta["digest"]))[0],
+                    envelope_path=self.envelope_path(str(meta["digest"])),
                 )
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"spool metadata {meta_path} is malformed: {exc}") from exc

@@ -299,9 +299,7 @@ class PostgresStorage:
                 (tenant, digest),
             ).fetchone()
             if row is not None:
-                if bytes(row[0]) != data:  # type: ignore[call-overload]  # BYTEA is bytes
-                    raise DigestCollisionError(digest)
-                return AppendResult(created=False, log_index=int(row[1]))  # type: ignore[call-overload]  # BIGINT
+                return _existing(row[0], row[1], data, digest)  # type: ignore[arg-type]  # BYTEA, BIGINT
             count_row = db.execute(
                 "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = %s",
                 (tenant,),

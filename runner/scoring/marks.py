@@ -212,15 +212,13 @@ def _miss_text(
 
 
 def _spread(mark: PassMark, runs: Mapping[int, RunMetrics]) -> MarkOutcome:
-    nets = [runs[index].net_points for index in sorted(runs)]
     shown = "; ".join(
         f"run {index}: {text(runs[index].net_points, places=3)}" for index in sorted(runs)
     )
     detail = f"needs {mark.arm} net_points spread below {text(mark.threshold)}; {shown}"
-    known = [net for net in nets if net is not None]
-    if len(known) != len(nets):
+    spread = arm_spread(runs)
+    if spread is None:
         return MarkOutcome(mark.id, "unknown", detail + "; a run's net_points is null", None)
-    spread = max(known) - min(known)
     assert mark.threshold is not None
     if spread < mark.threshold:
         return MarkOutcome(mark.id, "met", f"{detail}; spread {text(spread, places=3)}", None)

@@ -19,10 +19,10 @@ import pytest
 from attestation.binding import sha256_digest
 from attestation.cli import main as verify_main
 from runner.cli import main as runner_main
-from runner.commands.run import FRAME_PREFIX
 from runner.corpus_source import fetch_corpus
 from runner.errors import SourceUnavailableError
 from runner.exit_codes import exit_code_for
+from runner.k8s.job import FRAME_PREFIX
 from runner.replay import compute_checksum
 from runner.workload import current_workload
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun

@@ -10,8 +10,6 @@ import pytest
 from attestation.simulated import SimulatedAmd
 from runner.simulated_state import load_or_create_simulated_amd
 
-REAL = Path(__file__).parent.parent / "assets" / "real"
-
 
 @pytest.fixture(scope="session")
 def sim_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

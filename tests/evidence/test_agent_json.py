@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attestation.report import REPORT_SIZE
 from runner.evidence.agent_json import (
     FIELDS,
     OFF_SIGNATURE_R,
     OFF_SIGNATURE_S,
-    REPORT_SIZE,
     AgentCertEntry,
     AgentJsonError,
     evidence_to_agent_json,

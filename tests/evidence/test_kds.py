@@ -6,6 +6,8 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 from pytest_httpserver import HTTPServer
 
 from attestation.product import ProductLine
@@ -226,8 +228,8 @@ def test_turin_fetch(httpserver: HTTPServer) -> None:
     httpserver.expect_request("/vcek/v1/Turin/cert_chain").respond_with_data(_chain_pem("turin"))
     fetched = fetch_vcek(report_bytes, client=_client(httpserver), now=NOW)
     assert fetched.vcek_der == (REAL / "oak-turin-v5-vcek.der").read_bytes()
-    assert fetched.ask_der == load_endorsement_bundle_der(ROOTS / "turin" / "ask.pem")
-    assert fetched.ark_der == load_endorsement_bundle_der(ROOTS / "turin" / "ark.pem")
+    assert fetched.ask_der == _pem_file_der(ROOTS / "turin" / "ask.pem")
+    assert fetched.ark_der == _pem_file_der(ROOTS / "turin" / "ark.pem")
 
 
 def test_retry_after_forms() -> None:
@@ -263,15 +265,12 @@ def test_cli_writes_a_bundle_run_can_use(
     vcek, ask, ark = load_endorsement_bundle(out)
     assert vcek == MILAN_VCEK.read_bytes()
     assert (ask, ark) == (
-        load_endorsement_bundle_der(ROOTS / "milan" / "ask.pem"),
-        load_endorsement_bundle_der(ROOTS / "milan" / "ark.pem"),
+        _pem_file_der(ROOTS / "milan" / "ask.pem"),
+        _pem_file_der(ROOTS / "milan" / "ark.pem"),
     )
 
 
-def load_endorsement_bundle_der(path: Path) -> bytes:
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import Encoding
-
+def _pem_file_der(path: Path) -> bytes:
     return x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(Encoding.DER)
 
 

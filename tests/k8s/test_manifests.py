@@ -23,7 +23,7 @@ from runner.k8s.job import (
     ReplaySpec,
     build_job,
 )
-from runner.k8s.kustomize import dump, render
+from runner.k8s.kustomize import render
 from runner.reference.initdata import init_data_annotation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +37,14 @@ REGENERATE = os.environ.get("ATTESTED_REPLAY_REGEN_GOLDEN") == "1"
 
 def rendered(overlay: str) -> list[dict[str, Any]]:
     return render(K8S / "overlays" / overlay)
+
+
+def dump(resources: list[dict[str, Any]]) -> str:
+    """Multi-document YAML with sorted keys: stable bytes for golden files."""
+    return "".join(
+        "---\n" + yaml.safe_dump(resource, sort_keys=True, default_flow_style=False)
+        for resource in resources
+    )
 
 
 def by_kind(resources: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
