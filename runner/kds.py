@@ -239,6 +239,29 @@ def check_cert_chain(pem: bytes, product: ProductLine, trust: TrustStore) -> Non
         )
 
 
+def _verified_cache_entry(
+    cached: Path,
+    report: AttestationReport,
+    line: ProductLine,
+    *,
+    now: dt.datetime,
+    trust: TrustStore,
+) -> tuple[bytes, bytes, bytes] | None:
+    """A cached VCEK that still verifies for this report; None (fetch again) when it is
+    unreadable or no longer verifies, since the cache is a convenience, never trusted."""
+    try:
+        der = cached.read_bytes()
+    except OSError as exc:
+        _log.warning("kds_cache_entry_unreadable", path=str(cached), error=str(exc))
+        return None
+    try:
+        ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
+    except KdsVerificationError as exc:
+        _log.warning("kds_cache_entry_rejected", path=str(cached), error=str(exc))
+        return None
+    return der, ask, ark
+
+
 def fetch_vcek(
     report_bytes: bytes,
     *,
@@ -261,12 +284,9 @@ def fetch_vcek(
     url = client.base_url + request.path()
     cached = cache_dir / request.cache_name() if cache_dir else None
     if cached is not None and cached.is_file():
-        der = cached.read_bytes()
-        try:
-            ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
-        except KdsVerificationError as exc:
-            _log.warning("kds_cache_entry_rejected", path=str(cached), error=str(exc))
-        else:
+        hit = _verified_cache_entry(cached, report, line, now=now, trust=trust)
+        if hit is not None:
+            der, ask, ark = hit
             return FetchedVcek(der, ask, ark, url, from_cache=True)
     der = client.get(request.path())
     ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)

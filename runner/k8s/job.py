@@ -130,9 +130,9 @@ class CorpusVolume:
     path: str
 
     def __post_init__(self) -> None:
-        if not _DNS_SUBDOMAIN.match(self.claim):
+        if not _DNS_SUBDOMAIN.fullmatch(self.claim):
             raise UsageError(f"corpus claim {self.claim!r} is not a valid PVC name")
-        if not _CLAIM_PATH.match(self.path) or ".." in self.path.split("/"):
+        if not _CLAIM_PATH.fullmatch(self.path) or ".." in self.path.split("/"):
             raise UsageError(
                 f"corpus path {self.path!r} must be a relative path inside the claim "
                 "(letters, digits, '.', '_', '-', separated by '/', no '..')"
@@ -169,23 +169,23 @@ class ReplaySpec:
         _check_run_id(self.run_id)
         if self.overlay not in OVERLAYS:
             raise UsageError(f"unknown overlay {self.overlay!r}; choose one of {sorted(OVERLAYS)}")
-        if not DIGEST_PATTERN.match(self.checksum):
+        if not DIGEST_PATTERN.fullmatch(self.checksum):
             raise UsageError(f"checksum must be sha256:<64 lowercase hex>, got {self.checksum!r}")
-        if not _IMAGE.match(self.image):
+        if not _IMAGE.fullmatch(self.image):
             raise UsageError(
                 f"image must be pinned by digest (repo@sha256:<64 hex>), got {self.image!r}; "
                 "tags are mutable and the TEE must run exactly the image the tenant expects"
             )
-        if not _DNS_LABEL.match(self.namespace):
+        if not _DNS_LABEL.fullmatch(self.namespace):
             raise UsageError(f"namespace {self.namespace!r} is not a DNS-1123 label")
-        if self.runtime_class is not None and not _RUNTIME_CLASS.match(self.runtime_class):
+        if self.runtime_class is not None and not _RUNTIME_CLASS.fullmatch(self.runtime_class):
             raise UsageError(f"runtime class {self.runtime_class!r} is not a valid name")
         if type(self.cpu) is not int or not 1 <= self.cpu <= 64:
             raise UsageError(
                 f"cpu must be a whole number of vCPUs from 1 to 64, got {self.cpu!r} "
                 "(the vCPU count is part of the SNP launch measurement)"
             )
-        if not _MEMORY.match(self.memory):
+        if not _MEMORY.fullmatch(self.memory):
             raise UsageError(f"memory must look like 4Gi or 512Mi, got {self.memory!r}")
         for field, value, low in (
             ("backoff_limit", self.backoff_limit, 0),
@@ -209,7 +209,7 @@ class ReplaySpec:
         if self.publish_token_secret is not None:
             if self.publish_url is None:
                 raise UsageError("a publish token secret needs a publish URL")
-            if not _DNS_SUBDOMAIN.match(self.publish_token_secret):
+            if not _DNS_SUBDOMAIN.fullmatch(self.publish_token_secret):
                 raise UsageError(f"secret name {self.publish_token_secret!r} is not valid")
 
     @property
@@ -403,10 +403,10 @@ def _version() -> str:
 
 
 def _check_tenant(tenant: str) -> None:
-    if not TENANT_PATTERN.match(tenant):
+    if not TENANT_PATTERN.fullmatch(tenant):
         raise UsageError(f"tenant {tenant!r} must be a DNS label (a-z, 0-9, '-', <= 63 chars)")
 
 
 def _check_run_id(run_id: str) -> None:
-    if not RUN_ID_PATTERN.match(run_id):
+    if not RUN_ID_PATTERN.fullmatch(run_id):
         raise UsageError(f"run ID {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")

@@ -105,7 +105,9 @@ class TerminationReport:
         fields = {}
         for key in ("runId", "envelope", "result", "corpusChecksum"):
             value = data.get(key)
-            if not isinstance(value, str) or (key != "runId" and not DIGEST_PATTERN.match(value)):
+            if not isinstance(value, str) or (
+                key != "runId" and not DIGEST_PATTERN.fullmatch(value)
+            ):
                 raise EnvelopeMissingError(
                     f"{where}: termination message field {key!r} is missing or malformed"
                 )

@@ -191,6 +191,10 @@ def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() 
             "publish URL must be http(s)://, got 'dir:///srv/envelopes'",
         ),
         ({"namespace": "Bad_NS"}, "is not a DNS-1123 label"),
+        # `$` in a pattern also matches before a final newline: the whole value must match.
+        ({"tenant": "acme\n"}, "tenant 'acme\\n' must be a DNS label"),
+        ({"namespace": "ns\n"}, "is not a DNS-1123 label"),
+        ({"checksum": "sha256:" + "1" * 64 + "\n"}, "checksum must be sha256:<64 lowercase hex>"),
     ],
 )
 def test_invalid_specs_are_refused_with_the_reason(changes: dict[str, Any], message: str) -> None:
