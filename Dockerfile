@@ -25,6 +25,8 @@ WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY attestation/ attestation/
 COPY runner/ runner/
+COPY simulated_amd/ simulated_amd/
+COPY tenant/ tenant/
 # install-command: tests/evidence/test_image.py runs this pip command with the same arguments.
 RUN python -m venv /opt/attested-replay \
     && /opt/attested-replay/bin/pip install --no-compile --only-binary=:all: --constraint constraints.txt /src

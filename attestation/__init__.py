@@ -1,8 +1,143 @@
-"""Offline verification of AMD SEV-SNP attestation envelopes.
+"""Offline verification of AMD SEV-SNP attestation envelopes: the tenant's verifier.
 
-This package is the tenant side of attested-replay. It is pure: it depends only on
-``cryptography`` and ``pydantic``, never on ``runner``, ``requests`` or ``kubernetes``.
-Time (``now``) and trust roots are always arguments.
+This package is pure: it depends only on ``cryptography`` and ``pydantic``, never on
+``runner``, ``tenant``, ``simulated_amd``, ``requests`` or ``kubernetes`` (a test enforces it).
+Time (``now``) and trust roots are always arguments. Everything a caller needs is exported
+here; the sub-packages are its internals, grouped by concern:
+
+=================== =========================================================================
+``abi``             the 1184-byte report layout, TCB layouts, product lines, signature format
+``endorsement``     VCEK/VLEK certificates and AMD's KDS extensions, pinned roots, the chain
+``verify``          the policy, the ordered check records, the raw-report verifier
+``envelope``        the envelope model, REPORT_DATA binding, expected values, envelope mode
+``transparency``    publication-log proofs (RFC 6962) and signed checkpoints (C2SP)
+``contracts``       identifiers, size limits, digests and the pod's output format
+``encoding``        RFC 8785 canonical JSON and the strict JSON reader
+=================== =========================================================================
+
+Verify an envelope against the tenant's expected values (``verify-attested-run --envelope``)::
+
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    import attestation
+
+    expected = attestation.load_expected(Path("expected.json").read_bytes())
+    result = attestation.verify_envelope(
+        Path("envelope.json").read_bytes(), expected, now=datetime.now(UTC)
+    )
+    print(result.summary(), end="")  # VERIFIED (...) or NOT VERIFIED: <class> (exit N)
+    assert result.exit_code == 0     # 1-8: exactly one failure class each
+
+Verify a raw report and its VCEK (``verify-attested-run --report``)::
+
+    result = attestation.verify_report(
+        Path("report.bin").read_bytes(),
+        Path("vcek.der").read_bytes(),
+        policy=attestation.Policy(),          # {}: the secure defaults
+        trust=attestation.TrustStore.amd(),   # AMD's pinned roots only
+        now=datetime.now(UTC),
+    )
 """
 
+from attestation.abi.product import ProductLine, SignerKind
+from attestation.abi.report import AttestationReport, parse_report, serialize_report
+from attestation.contracts import (
+    MAX_ENVELOPE_BYTES,
+    RunId,
+    Sha256Digest,
+    TenantId,
+    TerminationMessage,
+    sha256_digest,
+)
+from attestation.encoding.canonical import canonicalize
+from attestation.endorsement.chain import VerifiedChain
+from attestation.endorsement.trust import TrustStore, fingerprint
+from attestation.envelope.binding import report_data_for, result_digest
+from attestation.envelope.expected import ExpectedValues, load_expected
+from attestation.envelope.model import Binding, Envelope, Workload, parse_envelope
+from attestation.envelope.verification import verify_envelope
+from attestation.errors import (
+    AttestationError,
+    BadSignatureError,
+    BindingError,
+    EndorsementMismatchError,
+    ExpectationError,
+    FailureClass,
+    MalformedError,
+    PlatformPolicyError,
+    UntrustedChainError,
+    UsageError,
+    WorkloadIdentityError,
+)
+from attestation.exit_codes import EXIT_CODES, VERIFIED, exit_code_for
+from attestation.transparency.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    VerifierKey,
+    verify_signed_checkpoint,
+)
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from attestation.verify.checks import Check, VerificationResult
+from attestation.verify.policy import CRYPTO_ONLY, Policy, load_policy
+from attestation.verify.verifier import Verifier, verify_report
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "CRYPTO_ONLY",
+    "EXIT_CODES",
+    "MAX_ENVELOPE_BYTES",
+    "VERIFIED",
+    "AttestationError",
+    "AttestationReport",
+    "BadSignatureError",
+    "Binding",
+    "BindingError",
+    "Check",
+    "Checkpoint",
+    "CheckpointError",
+    "EndorsementMismatchError",
+    "Envelope",
+    "ExpectationError",
+    "ExpectedValues",
+    "FailureClass",
+    "LogEntry",
+    "MalformedError",
+    "PlatformPolicyError",
+    "Policy",
+    "ProductLine",
+    "RunId",
+    "Sha256Digest",
+    "SignerKind",
+    "TenantId",
+    "TerminationMessage",
+    "TrustStore",
+    "UntrustedChainError",
+    "UsageError",
+    "VerificationResult",
+    "VerifiedChain",
+    "Verifier",
+    "VerifierKey",
+    "Workload",
+    "WorkloadIdentityError",
+    "__version__",
+    "canonicalize",
+    "exit_code_for",
+    "fingerprint",
+    "leaf_hash",
+    "load_expected",
+    "load_policy",
+    "parse_envelope",
+    "parse_report",
+    "report_data_for",
+    "result_digest",
+    "serialize_report",
+    "sha256_digest",
+    "verify_consistency",
+    "verify_envelope",
+    "verify_inclusion",
+    "verify_report",
+    "verify_signed_checkpoint",
+]

@@ -24,7 +24,6 @@ Modes are a required mutually exclusive group; a new mode adds its option to the
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -33,23 +32,26 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, NoReturn, TextIO
+from typing import Final, NoReturn
 
-from attestation.checks import Check, VerificationResult
-from attestation.envelope import MAX_ENVELOPE_BYTES
-from attestation.envelope_verify import verify_envelope
+from attestation.contracts import (
+    MAX_CERTIFICATE_BYTES,
+    MAX_CRL_BYTES,
+    MAX_ENVELOPE_BYTES,
+    MAX_EXPECTED_BYTES,
+    MAX_POLICY_BYTES,
+    MAX_REPORT_FILE_BYTES,
+)
+from attestation.endorsement.trust import TrustStore
+from attestation.envelope.expected import load_expected
+from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError, FailureClass, MalformedError, UsageError
 from attestation.exit_codes import EXIT_CODES, exit_code_for
-from attestation.expected import MAX_EXPECTED_BYTES, load_expected
-from attestation.policy import MAX_POLICY_BYTES, Policy, load_policy
-from attestation.trust import TrustStore
-from attestation.verify import Verifier
+from attestation.verify.checks import Check, VerificationResult
+from attestation.verify.policy import Policy, load_policy
+from attestation.verify.verifier import Verifier
 
 PROG: Final = "verify-attested-run"
-#: Input size caps, checked before reading: anything larger exits 1 naming the limit.
-MAX_REPORT_FILE_BYTES: Final = 64 * 1024
-MAX_CERTIFICATE_BYTES: Final = 1024 * 1024
-MAX_CRL_BYTES: Final = 16 * 1024 * 1024
 _SERIAL_ZERO_WARNING: Final = "Parsed a serial number which wasn't positive"
 
 
@@ -189,30 +191,6 @@ def _input_failure(error: AttestationError) -> VerificationResult:
     return VerificationResult.from_checks([Check.from_error("input", error)])
 
 
-def _text(result: VerificationResult) -> str:
-    buffer = io.StringIO()
-    render_text(result, buffer)
-    return buffer.getvalue()
-
-
-def render_text(result: VerificationResult, out: TextIO) -> None:
-    """A one-line verdict, then one line per failed check."""
-    if result.ok:
-        report = result.report
-        what = "" if report is None else f" (report version {report.version}"
-        if report is not None:
-            signer = report.signer_kind.value if report.signer_kind else "unsigned"
-            what += f", {result.product_line}, {signer})"
-        out.write(f"VERIFIED{what}\n")
-        return
-    failure = result.failure_class or FailureClass.USAGE
-    failed = result.failed_checks
-    out.write(f"NOT VERIFIED: {failure.value} (exit {result.exit_code})\n")
-    out.writelines(
-        f"  FAILED {check.name} [{check.failure_class.value}]: {check.detail}\n" for check in failed
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (never calls ``sys.exit``)."""
     want_json = "--json" in (sys.argv[1:] if argv is None else argv)
@@ -223,7 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             result = run_mode(args)
             output = (
-                json.dumps(result.to_json_dict(), indent=2) + "\n" if args.json else _text(result)
+                json.dumps(result.to_json_dict(), indent=2) + "\n"
+                if args.json
+                else result.summary()
             )
         code = result.exit_code
     except AttestationError as error:

@@ -33,11 +33,13 @@ from pathlib import Path
 import requests
 import structlog
 
-from attestation.envelope import Binding, Envelope, Evidence, Workload
-from runner.publish.client import RetryPolicy, new_session, publish_envelope
-from runner.publish.merkle import MerkleTree, leaf_hash, verify_consistency, verify_inclusion
+from attestation.envelope.model import Binding, Envelope, Evidence, Workload
+from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from runner.publish.client import publish_envelope
+from runner.publish.merkle import MerkleTree
 from runner.publish.storage import Role, open_storage
 from runner.publish.tokens import create_token
+from tenant.http import RetryPolicy, new_session
 
 LEVELS = (1, 8, 32)
 

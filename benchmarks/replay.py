@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from runner.corpus.checksum import scan_cases
-    from runner.replay import replay_corpus
+    from runner.pipeline.replay import replay_corpus
 
     with tempfile.TemporaryDirectory(prefix="replay-bench-") as scratch:
         corpus = args.corpus

@@ -22,12 +22,12 @@ from pathlib import Path
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attestation.endorsement import load_endorsement
-from attestation.policy import Policy
-from attestation.report import SIGNED_REGION_END, parse_report
-from attestation.signature import signature_der
-from attestation.trust import TrustStore
-from attestation.verify import Verifier
+from attestation.abi.report import SIGNED_REGION_END, parse_report
+from attestation.abi.signature import signature_der
+from attestation.endorsement.certificate import load_endorsement
+from attestation.endorsement.trust import TrustStore
+from attestation.verify.policy import Policy
+from attestation.verify.verifier import Verifier
 
 ASSETS = Path(__file__).resolve().parents[1] / "tests" / "assets" / "real"
 

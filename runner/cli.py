@@ -20,6 +20,7 @@ from runner import __version__
 from runner.errors import RunnerError, UsageError
 from runner.exit_codes import INTERNAL, exit_code_for
 from runner.log import configure_logging
+from tenant.errors import TenantError
 
 #: Subcommand modules, in the order they appear in ``--help``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except RunnerError as exc:
+    except (RunnerError, TenantError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         log.debug("command_failed", error=str(exc), error_type=type(exc).__name__)
         return exit_code_for(exc)

@@ -1,4 +1,5 @@
-"""The ``runner`` package's exception hierarchy (exit codes: ``runner.exit_codes``)."""
+"""The ``runner`` package's exception hierarchy (exit codes: ``runner.exit_codes``, which also
+maps the ``tenant`` package's errors, since ``attested-replay`` runs the tenant commands too)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,3 @@ class SubmitError(RunnerError):
 
 class PublishError(RunnerError):
     """An envelope could not be published (it stays in the spool)."""
-
-
-class TamperingError(RunnerError):
-    """A publication log or checkpoint shows removed, reordered or rewritten entries."""

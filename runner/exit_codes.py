@@ -6,6 +6,7 @@ from types import MappingProxyType
 from typing import Final
 
 from runner import errors
+from tenant import errors as tenant_errors
 
 INTERNAL: Final = 9
 
@@ -18,9 +19,12 @@ EXIT_CODES: Final = MappingProxyType(
         errors.VerificationFailedError: 4,
         errors.SubmitError: 5,
         errors.PublishError: 6,
-        errors.TamperingError: 7,
+        tenant_errors.TamperingError: 7,
         errors.SourceUnavailableError: 8,
         errors.UsageError: 9,
+        tenant_errors.TenantInputError: 1,
+        tenant_errors.ServiceUnavailableError: 6,
+        tenant_errors.TenantUsageError: 9,
     }
 )
 

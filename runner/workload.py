@@ -7,17 +7,18 @@ import hashlib
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-from attestation.binding import sha256_digest
-from attestation.envelope import Workload
+from attestation.contracts import sha256_digest
+from attestation.envelope.model import Workload
 from runner import __version__
 
 WORKLOAD_NAME = "attested-replay"
-_CODE_PACKAGES = ("attestation", "runner")
+#: Every package of the distribution: the code that scored the corpus.
+_CODE_PACKAGES = ("attestation", "runner", "simulated_amd", "tenant")
 
 
 @functools.cache
 def code_digest() -> str:
-    """``sha256:`` over every Python source file of the two packages, in path order.
+    """``sha256:`` over every Python source file of the distribution's packages, in path order.
 
     Each file contributes ``<package-relative path> NUL <sha256 of its bytes> LF``, so the
     digest is independent of where the packages are installed. It identifies the code that

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attestation.schemas import SCHEMA_MODELS, render_schema
+from attestation.envelope.schemas import SCHEMA_MODELS, render_schema
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schema"
 

@@ -17,10 +17,10 @@ import random
 import sys
 from pathlib import Path
 
-from attestation.binding import sha256_digest
-from attestation.canonical import canonicalize
+from attestation.contracts import sha256_digest
+from attestation.encoding.canonical import canonicalize
 from runner.corpus.checksum import compute_checksum
-from runner.fsutil import atomic_write
+from tenant.fsutil import atomic_write
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "runner" / "examples" / "corpus"
 TOPICS = ("invoice", "login", "refund", "shipping", "password", "upgrade", "report", "contract")

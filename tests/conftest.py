@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from attestation.simulated import SimulatedAmd
+from simulated_amd import SimulatedAmd
 
 ASSETS = Path(__file__).parent / "assets"
 

@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attestation.canonical import canonicalize
+from attestation.encoding.canonical import canonicalize
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
 from runner.errors import UsageError
-from runner.fsutil import atomic_write
+from tenant.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

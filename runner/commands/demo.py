@@ -1,8 +1,9 @@
 """``attested-replay demo``: the main job end to end on its embedded default.
 
-1. a simulated attested replay of the bundled example corpus (``attested-replay run``),
-2. the tenant's expected-values file (``attested-replay expected``),
-3. offline verification of the envelope (``verify-attested-run``): exit 0,
+1. a simulated attested replay of the bundled example corpus (what ``attested-replay run``
+   does, through the same library object, ``runner.pipeline.run``),
+2. the tenant's expected-values file (what ``attested-replay expected`` writes),
+3. offline verification of the envelope (what ``verify-attested-run`` does): exit 0,
 4. a tampered copy of the envelope (one metric of the result changed): the verifier rejects it
    with the binding class (exit 7); and the genuine envelope without the simulated root pinned:
    rejected as an untrusted chain (exit 2).
@@ -13,19 +14,20 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from attestation import cli as verifier_cli
+from attestation.envelope.expected import ExpectedValues
+from attestation.envelope.verification import verify_envelope
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
-from runner.cli import ArgumentParser
-from runner.commands.run import add_run_arguments, perform_run
 from runner.errors import UsageError, VerificationFailedError
-from runner.fsutil import atomic_write_text
-from runner.simulated_state import load_or_create_simulated_amd
+from runner.evidence.simulated import load_or_create_simulated_amd
+from runner.pipeline import RunRequest, run
 from runner.workload import current_workload
+from tenant.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -59,41 +61,42 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--out-dir {out_dir}: cannot create the directory: {exc}") from exc
     with resources.as_file(resources.files("runner") / "examples" / "corpus") as corpus_dir:
         _say(f"1. replaying the bundled example corpus ({corpus_dir}) with simulated evidence")
-        run_args = _run_arguments(corpus_dir, out_dir / "envelope.json", args.state_dir)
-        output = perform_run(run_args)
-    outcome = output.outcome
+        result = run(
+            RunRequest(
+                corpus=str(corpus_dir),
+                run_id=DEMO_RUN_ID,
+                tenant=DEMO_TENANT,
+                evidence="simulated",
+                out=out_dir / "envelope.json",
+                state_dir=args.state_dir,
+            )
+        )
+    outcome = result.outcome
     _say(f"   {outcome.case_count} cases, corpus checksum {outcome.corpus_checksum}")
     _say(f"   result digest {outcome.result_digest}")
-    _say(f"   envelope {output.envelope_path} ({output.envelope_digest})")
+    _say(f"   envelope {result.envelope_path} ({result.envelope_digest})")
 
     root = load_or_create_simulated_amd(args.state_dir).root_fingerprint
-    expected = {
-        "runId": DEMO_RUN_ID,
-        "tenant": DEMO_TENANT,
-        "corpusChecksum": outcome.corpus_checksum,
-        "workloadDigest": current_workload().digest,
-        "simulatedRoots": [root],
-    }
+    expected = _expected(outcome.corpus_checksum, simulated_roots=(root,))
     expected_path = out_dir / "expected.json"
-    atomic_write_text(expected_path, json.dumps(expected, indent=2) + "\n")
+    _write_json(expected_path, expected.to_json_dict())
     _say(f"2. the tenant's expectations: {expected_path} (simulated root {root} pinned)")
 
     _say("3. verify-attested-run on the genuine envelope:")
-    genuine = _verify(output.envelope_path, expected_path)
+    genuine = _verify(result.envelope_path, result.envelope_bytes, expected, expected_path)
 
-    envelope = json.loads(output.envelope_bytes)
-    tampered = copy.deepcopy(envelope)
+    tampered = copy.deepcopy(json.loads(result.envelope_bytes))
     _tamper_with_result(tampered["result"])
     tampered_path = out_dir / "tampered-envelope.json"
-    atomic_write_text(tampered_path, json.dumps(tampered, indent=2) + "\n")
+    tampered_bytes = _write_json(tampered_path, tampered)
     _say(f"4. verify-attested-run on {tampered_path} (one number of the result changed):")
-    tampered_code = _verify(tampered_path, expected_path)
+    tampered_code = _verify(tampered_path, tampered_bytes, expected, expected_path)
 
     unpinned_path = out_dir / "expected-without-simulated-root.json"
-    unpinned = {key: value for key, value in expected.items() if key != "simulatedRoots"}
-    atomic_write_text(unpinned_path, json.dumps(unpinned, indent=2) + "\n")
+    unpinned = _expected(outcome.corpus_checksum, simulated_roots=())
+    _write_json(unpinned_path, unpinned.to_json_dict())
     _say("5. verify-attested-run on the genuine envelope without pinning the simulated root:")
-    unpinned_code = _verify(output.envelope_path, unpinned_path)
+    unpinned_code = _verify(result.envelope_path, result.envelope_bytes, unpinned, unpinned_path)
 
     wanted = (0, EXIT_CODES[FailureClass.BINDING], EXIT_CODES[FailureClass.UNTRUSTED_CHAIN])
     got = (genuine, tampered_code, unpinned_code)
@@ -106,36 +109,40 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_arguments(corpus_dir: Path, envelope: Path, state_dir: Path | None) -> argparse.Namespace:
-    """The demo's ``run`` arguments, parsed by ``run``'s own options so that every other
-    option keeps its real default."""
-    parser = ArgumentParser(prog="attested-replay run")
-    add_run_arguments(parser)
-    # "--option=value": a path that starts with "-" is still a value.
-    argv = [
-        f"--corpus={corpus_dir}",
-        f"--run-id={DEMO_RUN_ID}",
-        f"--tenant={DEMO_TENANT}",
-        "--evidence=simulated",
-        f"--out={envelope}",
-    ]
-    if state_dir is not None:
-        argv.append(f"--state-dir={state_dir}")
-    return parser.parse_args(argv)
+def _expected(corpus_checksum: str, *, simulated_roots: tuple[str, ...]) -> ExpectedValues:
+    """What the demo's tenant expects: its run, corpus and workload (this installation)."""
+    return ExpectedValues(
+        run_id=DEMO_RUN_ID,
+        tenant=DEMO_TENANT,
+        corpus_checksum=corpus_checksum,
+        workload_digest=current_workload().digest,
+        simulated_roots=simulated_roots,
+    )
 
 
-def _verify(envelope: Path, expected: Path) -> int:
-    _say(f"   $ verify-attested-run --envelope {envelope} --expected {expected}")
-    code = verifier_cli.main(["--envelope", str(envelope), "--expected", str(expected)])
-    _say(f"   exit code {code}")
-    return code
+def _write_json(path: Path, document: dict[str, Any]) -> bytes:
+    text = json.dumps(document, indent=2) + "\n"
+    atomic_write_text(path, text)
+    return text.encode("utf-8")
+
+
+def _verify(
+    envelope_path: Path, envelope: bytes, expected: ExpectedValues, expected_path: Path
+) -> int:
+    """The verifier's verdict on ``envelope``, shown as the equivalent command would show it."""
+    _say(f"   $ verify-attested-run --envelope {envelope_path} --expected {expected_path}")
+    result = verify_envelope(envelope, expected, now=datetime.now(UTC))
+    for line in result.summary().splitlines():
+        _say(f"   {line}")
+    _say(f"   exit code {result.exit_code}")
+    return result.exit_code
 
 
 def _tamper_with_result(result: dict[str, Any]) -> None:
     """Change the first numeric metric found in the result, as a dishonest operator might."""
     for arm in result.get("arms", []):
-        for run in arm.get("runs", []):
-            for metric in run.get("metrics", []):
+        for arm_run in arm.get("runs", []):
+            for metric in arm_run.get("metrics", []):
                 if isinstance(metric.get("value"), int | float):
                     metric["value"] = metric["value"] + 10
                     return

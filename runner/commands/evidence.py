@@ -13,10 +13,15 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attestation.product import ProductLine
+from attestation.abi.product import ProductLine
 from runner.errors import InputError
-from runner.fsutil import atomic_write
-from runner.kds import DEFAULT_MAX_WAIT, DEFAULT_TIMEOUT, KDS_BASE_URL, KdsClient, fetch_vcek
+from runner.evidence.kds import (
+    DEFAULT_MAX_WAIT,
+    DEFAULT_TIMEOUT,
+    KDS_BASE_URL,
+    KdsClient,
+    fetch_vcek,
+)
 from runner.reference.initdata import ALGORITHMS, ANNOTATION, render_initdata
 from runner.reference.measure import (
     AGENT_REST_PARAMETER,
@@ -26,6 +31,7 @@ from runner.reference.measure import (
     expected_measurement,
     measurements_snippet,
 )
+from tenant.fsutil import atomic_write
 
 if TYPE_CHECKING:
     # argparse has no public name for the type add_subparsers() returns.

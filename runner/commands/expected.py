@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attestation.envelope.expected import ExpectedValues, load_expected
 from attestation.errors import AttestationError
-from attestation.expected import ExpectedValues, load_expected
-from attestation.policy import load_policy
+from attestation.verify.policy import load_policy
 from runner.errors import InputError, UsageError
-from runner.fsutil import atomic_write_text
-from runner.replay import compute_checksum
+from runner.pipeline.replay import compute_checksum
 from runner.workload import current_workload
+from tenant.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -100,7 +100,7 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         document["hostData"] = [value.lower() for value in args.host_data]
     roots = list(args.simulated_root)
     if args.trust_local_simulated_root:
-        from runner.simulated_state import load_or_create_simulated_amd
+        from runner.evidence.simulated import load_or_create_simulated_amd
 
         roots.append(load_or_create_simulated_amd(args.state_dir).root_fingerprint)
     if roots:

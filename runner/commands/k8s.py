@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, get_args
 import structlog
 
 from runner.errors import SubmitError, UsageError
-from runner.fsutil import atomic_write
 from runner.k8s.config import connect
 from runner.k8s.job import (
     DEFAULT_ACTIVE_DEADLINE_SECONDS,
@@ -32,7 +31,8 @@ from runner.k8s.job import (
 from runner.k8s.retry import RetryPolicy
 from runner.k8s.state import RunOutcome, State
 from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
-from runner.publish.tokens import read_token
+from tenant.fsutil import atomic_write
+from tenant.http import read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -46,8 +46,8 @@ VerifierFactory = Callable[[Path], Callable[[bytes], None]]
 
 
 def load_verifier(expected_path: Path) -> Callable[[bytes], None]:
-    """The tenant's verifier for one expected-values file (``runner.verification``)."""
-    from runner.verification import envelope_verifier
+    """The tenant's verifier for one expected-values file (``runner.pipeline.verification``)."""
+    from runner.pipeline.verification import envelope_verifier
 
     return envelope_verifier(expected_path)
 

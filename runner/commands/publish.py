@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attestation.contracts import is_tenant_id
 from runner.errors import InputError, PublishError, UsageError
-from runner.publish.tokens import read_token
+from tenant.http import read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -116,7 +117,7 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _run_id_of(data: bytes, path: Path) -> str:
-    from attestation.envelope import parse_envelope
+    from attestation.envelope.model import parse_envelope
     from attestation.errors import MalformedError
 
     try:
@@ -163,11 +164,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    from runner.publish.entries import TENANT_PATTERN
     from runner.publish.storage import Role, open_storage
     from runner.publish.tokens import create_token
 
-    if not TENANT_PATTERN.fullmatch(args.tenant):
+    if not is_tenant_id(args.tenant):
         raise UsageError(f"tenant {args.tenant!r} is not a tenant id (a DNS label)")
     storage = open_storage(args.db)
     try:
@@ -178,7 +178,7 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _tenant_fetch(args: argparse.Namespace) -> int:
-    from runner.publish.fetch import fetch_tenant, load_verifier_key
+    from tenant.fetch import fetch_tenant, load_verifier_key
 
     report = fetch_tenant(
         server=args.server,

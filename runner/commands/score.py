@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.corpus.jsonio import read_small_json
-from runner.replay import replay_corpus
+from runner.pipeline.replay import replay_corpus
 from runner.scoring.worked_example import score_worked_example
 
 if TYPE_CHECKING:

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attestation.abi.product import ProductLine, SignerKind
+from attestation.abi.report import REPORT_SIZE
 from attestation.errors import AttestationError
-from attestation.product import ProductLine, SignerKind
-from attestation.report import REPORT_SIZE
 from runner.errors import UsageError
-from runner.fsutil import atomic_write, atomic_write_text
-from runner.simulated_state import load_or_create_simulated_amd
+from runner.evidence.simulated import load_or_create_simulated_amd
+from tenant.fsutil import atomic_write, atomic_write_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

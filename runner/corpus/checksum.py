@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from attestation.canonical import CanonicalizationError, canonicalize
+from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
     MAX_CASE_LINE_BYTES,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from attestation.binding import sha256_digest
-from attestation.canonical import CanonicalizationError, canonicalize
+from attestation.contracts import sha256_digest
+from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
     MAX_RUN_LINE_BYTES,
@@ -29,8 +29,6 @@ from runner.corpus.jsonio import (
     require_corpus_dir,
 )
 from runner.corpus.models import PassMarks, Plan, RunHeader, validate_record
-from runner.scoring.marks import mark_definition_error
-from runner.scoring.metrics import METRIC_NAMES
 
 PLAN_FILE: Final = "plan.json"
 MARKS_FILE: Final = "marks.json"
@@ -64,6 +62,9 @@ def _canonical(value: object, file: str, line: int | None = None) -> bytes:
 
 
 def load_evaluation(corpus_dir: Path) -> Evaluation:
+    """Read and validate plan and marks (each on its own; whether the plan's metrics and the
+    marks can be scored is the scoring rules' question: ``runner.scoring.marks.check_evaluation``).
+    """
     require_corpus_dir(corpus_dir)
     # Each file is read once and parsed twice: exact decimals to validate, doubles to hash.
     plan_bytes = read_small_file(corpus_dir / PLAN_FILE)
@@ -72,23 +73,11 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
     marks = validate_record(
         PassMarks, parse_small_json(marks_bytes, MARKS_FILE, decimal=True), MARKS_FILE
     )
-    known_metrics = set(METRIC_NAMES)
-    for index, name in enumerate(plan.metrics):
-        if name not in known_metrics:
-            raise CorpusError(
-                PLAN_FILE,
-                f"field 'metrics.{index}': unknown metric {name!r} "
-                f"(known: {', '.join(METRIC_NAMES)})",
-            )
-    arm_ids = frozenset(arm.arm_id for arm in plan.arms)
     seen: set[str] = set()
     for index, mark in enumerate(marks.marks):
         if mark.id in seen:
             raise CorpusError(MARKS_FILE, f"field 'marks.{index}.id': duplicate mark {mark.id!r}")
         seen.add(mark.id)
-        problem = mark_definition_error(mark, arm_ids)
-        if problem is not None:
-            raise CorpusError(MARKS_FILE, f"mark {mark.id!r}: {problem}")
     return Evaluation(
         plan=plan,
         marks=marks,

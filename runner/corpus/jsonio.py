@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from attestation.canonical import MAX_SAFE_INTEGER
+from attestation.encoding.canonical import MAX_SAFE_INTEGER
 from runner.corpus.errors import CorpusError
 
 #: One case line; a case is a label and a modest input, never a document.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from attestation.canonical import canonicalize
+from attestation.encoding.canonical import canonicalize
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.jsonio import MAX_CASE_LINE_BYTES, iter_lines, open_corpus_file, parse_line

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from attestation.canonical import CanonicalizationError, canonicalize
+from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE

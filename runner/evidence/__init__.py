@@ -7,7 +7,7 @@ simulated one; ``auto`` searches only real interfaces (see :mod:`runner.evidence
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, get_args
 
 from runner.errors import UsageError
 from runner.evidence.auto import AutoProvider
@@ -17,7 +17,11 @@ from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, CocoAgent
 from runner.evidence.configfs_tsm import DEFAULT_ROOT, ConfigfsTsmProvider
 from runner.evidence.sev_guest import DEFAULT_DEVICE, SevGuestProvider
 
-EVIDENCE_CHOICES: Final = ("simulated", "coco-aa", "configfs-tsm", "sev-guest", "auto")
+EvidenceKind = Literal["simulated", "coco-aa", "configfs-tsm", "sev-guest", "auto"]
+EVIDENCE_CHOICES: Final[tuple[EvidenceKind, ...]] = get_args(EvidenceKind)
+#: How coco-aa passes REPORT_DATA (``auto``: from the agent's /info version).
+AgentEncoding = Literal["auto", "sha512", "sha256-hex"]
+AGENT_ENCODINGS: Final[tuple[AgentEncoding, ...]] = get_args(AgentEncoding)
 
 #: Options ``get_provider`` understands; each provider uses the ones that concern it.
 _OPTION_NAMES: Final = frozenset(
@@ -32,8 +36,11 @@ _OPTION_NAMES: Final = frozenset(
 )
 
 __all__ = [
+    "AGENT_ENCODINGS",
     "EVIDENCE_CHOICES",
+    "AgentEncoding",
     "Evidence",
+    "EvidenceKind",
     "EvidenceProvider",
     "get_provider",
     "load_endorsement_bundle",
@@ -42,7 +49,7 @@ __all__ = [
 
 def _coco(options: dict[str, object]) -> CocoAgentProvider:
     encoding = options.get("agent_encoding") or "auto"
-    if encoding not in ("auto", "sha512", "sha256-hex"):
+    if encoding not in AGENT_ENCODINGS:
         raise UsageError(f"unknown agent encoding {encoding!r} (auto, sha512, sha256-hex)")
     timeout = options.get("agent_timeout") or DEFAULT_TIMEOUT
     if not isinstance(timeout, int | float):

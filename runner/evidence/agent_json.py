@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from attestation.report import REPORT_SIZE, SIGNATURE_COMPONENT_SIZE
+from attestation.abi.report import REPORT_SIZE, SIGNATURE_COMPONENT_SIZE
 
 #: Offsets of the fields (ABI names in comments where ours differ).
 OFF_VERSION: Final = 0x000

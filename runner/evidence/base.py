@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from attestation.envelope import ReportDataEncoding
+from attestation.envelope.model import ReportDataEncoding
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +37,8 @@ class EvidenceProvider(Protocol):
         """Request a report whose REPORT_DATA commits to ``canonical_binding``.
 
         Implementations derive REPORT_DATA with
-        :func:`attestation.binding.report_data_from_canonical`, check that the returned report
-        carries exactly that REPORT_DATA, and raise :class:`runner.errors.EvidenceError`
+        :func:`attestation.envelope.binding.report_data_from_canonical`, check that the returned
+        report carries exactly that REPORT_DATA, and raise :class:`runner.errors.EvidenceError`
         subclasses on failure. They never fall back to another provider.
         """
         ...

@@ -8,13 +8,14 @@ AMD's pinned roots, so nothing here decides trust.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from runner.errors import InputError
+from runner.errors import EvidenceError, InputError
 
 _PEM_BEGIN: Final = b"-----BEGIN "
 _CERT_BEGIN: Final = b"-----BEGIN CERTIFICATE-----"
@@ -63,3 +64,15 @@ def load_endorsement_bundle(path: Path) -> tuple[bytes, ...]:
     except OSError as exc:
         raise InputError(f"cannot read endorsement bundle {path}: {exc}") from exc
     return parse_endorsement_bundle(data, source=str(path))
+
+
+def certificates_to_pem(certificates: Sequence[bytes]) -> str:
+    """DER certificates (leaf first) as one PEM bundle."""
+    pem = []
+    for der in certificates:
+        try:
+            certificate = x509.load_der_x509_certificate(der)
+        except ValueError as exc:
+            raise EvidenceError(f"the platform returned an unparseable certificate: {exc}") from exc
+        pem.append(certificate.public_bytes(Encoding.PEM).decode("ascii"))
+    return "".join(pem)

@@ -27,8 +27,8 @@ import requests
 import structlog
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from attestation.binding import report_data_from_canonical
-from attestation.envelope import ReportDataEncoding
+from attestation.envelope.binding import report_data_from_canonical
+from attestation.envelope.model import ReportDataEncoding
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.agent_json import AgentEvidence, AgentJsonError, agent_evidence_from_document
 from runner.evidence.base import Evidence

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from attestation.binding import REPORT_DATA_SIZE, report_data_matches
-from attestation.report import FIELDS, REPORT_SIZE
+from attestation.abi.report import FIELDS, REPORT_SIZE
+from attestation.envelope.binding import REPORT_DATA_SIZE, report_data_matches
 from runner.errors import EvidenceError, EvidenceUnavailableError
 
 REPORT_DATA_OFFSET: Final = FIELDS["report_data"].offset

@@ -20,7 +20,7 @@ from typing import Final
 
 import structlog
 
-from attestation.binding import report_data_from_canonical
+from attestation.envelope.binding import report_data_from_canonical
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.base import Evidence
 from runner.evidence.certtable import CertTableError, chain_from_table, parse_cert_table

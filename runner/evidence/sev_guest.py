@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from attestation.binding import report_data_from_canonical
-from attestation.report import REPORT_SIZE
+from attestation.abi.report import REPORT_SIZE
+from attestation.envelope.binding import report_data_from_canonical
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.base import Evidence
 from runner.evidence.certtable import CertTableError, chain_from_table, parse_cert_table

@@ -1,24 +1,66 @@
-"""Simulated evidence: real report layout and signatures from the simulated AMD-like PKI.
+"""Simulated evidence: real report layout and signatures from this machine's simulated AMD.
 
 Used only when asked for by name (``--evidence simulated``). A tenant accepts such evidence
 only by pinning the simulated root's fingerprint in its expected-values file.
+
+The simulated AMD (:mod:`simulated_amd`) is kept under ``<state dir>/simulated-amd/`` (see
+:mod:`runner.statedir`), created on first use and never replaced: a tenant may have pinned it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from attestation.binding import report_data_from_canonical
-from attestation.product import ProductLine
+from attestation.abi.product import ProductLine
+from attestation.envelope.binding import report_data_from_canonical
+from runner.errors import InputError, UsageError
 from runner.evidence.base import Evidence
-from runner.simulated_state import load_or_create_simulated_amd
+from runner.statedir import default_state_dir
 from runner.workload import code_digest
+from simulated_amd import SimulatedAmd
+from simulated_amd import state as simulated_state
 
-SIMULATED_PROVIDER = "simulated"
+SIMULATED_PROVIDER: Final = "simulated"
+SIMULATED_AMD_DIR: Final = "simulated-amd"
+
+
+def simulated_amd_dir(state_dir: Path | None = None) -> Path:
+    """The directory holding the simulated AMD's keys and certificates."""
+    return (default_state_dir() if state_dir is None else state_dir) / SIMULATED_AMD_DIR
+
+
+def load_or_create_simulated_amd(
+    state_dir: Path | None = None,
+    *,
+    factory: Callable[[], SimulatedAmd] | None = None,
+) -> SimulatedAmd:
+    """The simulated AMD of this state dir, created on first use.
+
+    Raises:
+        InputError: the state exists but is incomplete or corrupt (it is never replaced).
+        UsageError: the state directory cannot be created.
+    """
+    directory = simulated_amd_dir(state_dir)
+    try:
+        return simulated_state.load_or_create(directory, factory=factory)
+    except simulated_state.StateError as exc:
+        raise InputError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the simulated PKI state in {directory.parent}: {exc.strerror or exc}"
+            " (choose another --state-dir or ATTESTED_REPLAY_STATE_DIR)"
+        ) from exc
+
+
+def simulated_root_fingerprint(state_dir: Path | None = None) -> str:
+    """``sha256:<hex>`` of the simulated ARK of this state dir (created on first use)."""
+    return load_or_create_simulated_amd(state_dir).root_fingerprint
 
 
 def simulated_measurement() -> bytes:

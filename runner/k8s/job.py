@@ -12,10 +12,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from attestation.canonical import canonicalize
+from attestation.contracts import (
+    RUN_ID_GRAMMAR,
+    is_run_id,
+    is_sha256_digest,
+    is_tenant_id,
+    sha256_digest,
+)
+from attestation.encoding.canonical import canonicalize
 from runner.errors import UsageError
 from runner.publish.client import check_target
-from runner.publish.entries import DIGEST_PATTERN, RUN_ID_PATTERN, TENANT_PATTERN
 from runner.reference.initdata import init_data_annotation
 
 Overlay = Literal["snp", "coco-dev", "peer-pods"]
@@ -39,8 +45,6 @@ INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 CONTAINER_NAME: Final = "replay"
 OUT_DIR: Final = "/replay/out"
 ENVELOPE_PATH: Final = f"{OUT_DIR}/envelope.json"
-#: With ``--frame-envelope`` the pod prints its envelope as one ``<prefix><base64>`` log line.
-FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
 CORPUS_MOUNT: Final = "/replay/corpus"
 PUBLISH_TOKEN_DIR: Final = "/var/run/secrets/attested-replay/publish"  # noqa: S105 - a path
 PUBLISH_TOKEN_KEY: Final = "token"  # noqa: S105 - a Secret key name, not a secret
@@ -169,7 +173,7 @@ class ReplaySpec:
         _check_run_id(self.run_id)
         if self.overlay not in OVERLAYS:
             raise UsageError(f"unknown overlay {self.overlay!r}; choose one of {sorted(OVERLAYS)}")
-        if not DIGEST_PATTERN.fullmatch(self.checksum):
+        if not is_sha256_digest(self.checksum):
             raise UsageError(f"checksum must be sha256:<64 lowercase hex>, got {self.checksum!r}")
         if not _IMAGE.fullmatch(self.image):
             raise UsageError(
@@ -228,7 +232,7 @@ class ReplaySpec:
 
 def spec_digest(job_spec: dict[str, Any]) -> str:
     """``sha256:`` of the RFC 8785 canonical JSON of a Job's ``spec``."""
-    return "sha256:" + hashlib.sha256(canonicalize(job_spec)).hexdigest()
+    return sha256_digest(canonicalize(job_spec))
 
 
 def build_job(spec: ReplaySpec) -> dict[str, Any]:
@@ -403,10 +407,10 @@ def _version() -> str:
 
 
 def _check_tenant(tenant: str) -> None:
-    if not TENANT_PATTERN.fullmatch(tenant):
+    if not is_tenant_id(tenant):
         raise UsageError(f"tenant {tenant!r} must be a DNS label (a-z, 0-9, '-', <= 63 chars)")
 
 
 def _check_run_id(run_id: str) -> None:
-    if not RUN_ID_PATTERN.fullmatch(run_id):
-        raise UsageError(f"run ID {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")
+    if not is_run_id(run_id):
+        raise UsageError(f"run ID {run_id!r} must match {RUN_ID_GRAMMAR}")

@@ -8,10 +8,6 @@ Job's ``spec-digest`` annotation decides: equal means attach to it, different me
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -22,7 +18,16 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from attestation.envelope import parse_envelope
+from attestation.contracts import (
+    FRAME_PREFIX,
+    MAX_ENVELOPE_BYTES,
+    MAX_POD_LOG_BYTES,
+    TerminationMessage,
+    framed_payloads,
+    sha256_digest,
+    unframe_envelope,
+)
+from attestation.envelope.model import parse_envelope
 from attestation.errors import MalformedError
 from runner.errors import VerificationFailedError
 from runner.k8s import retry
@@ -43,7 +48,6 @@ from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
     ANNOTATION_TENANT,
     CONTAINER_NAME,
-    FRAME_PREFIX,
     INSTANCE_LABEL,
     TRACKING_SELECTOR,
     ReplaySpec,
@@ -52,15 +56,12 @@ from runner.k8s.job import (
 from runner.k8s.retry import RetryPolicy, read_json
 from runner.k8s.state import RunOutcome, RunStatus, job_outcome, job_status
 from runner.k8s.watch import JobTracker, ProgressCallback
-from runner.publish.client import RetryPolicy as HttpRetryPolicy
-from runner.publish.client import new_session
-from runner.publish.entries import DIGEST_PATTERN, MAX_ENVELOPE_BYTES
+from tenant.http import RetryPolicy as HttpRetryPolicy
+from tenant.http import new_session
 
 log = structlog.get_logger("attested-replay.k8s")
 
 VerifyEnvelope = Callable[[bytes], None]
-#: Upper bound on the pod log read for the framed line (an envelope is ~10 KB).
-MAX_LOG_BYTES: Final = 4 * 1024 * 1024
 #: Reading an envelope back from the publication endpoint (GET only; idempotent).
 PUBLICATION_RETRY: Final = HttpRetryPolicy(total=5, connect=3, read=3, status=3)
 
@@ -85,34 +86,16 @@ class Submission:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class TerminationReport:
-    """The pod's termination message: the digests it produced."""
+def read_termination_message(message: str, *, where: str) -> TerminationMessage:
+    """The pod's termination message (:class:`~attestation.contracts.TerminationMessage`).
 
-    run_id: str
-    envelope: str
-    result: str
-    corpus_checksum: str
-
-    @classmethod
-    def parse(cls, message: str, *, where: str) -> TerminationReport:
-        try:
-            data = json.loads(message)
-        except ValueError as exc:
-            raise EnvelopeMissingError(f"{where}: termination message is not JSON: {exc}") from exc
-        if not isinstance(data, dict) or data.get("v") != 1:
-            raise EnvelopeMissingError(f"{where}: termination message is not version 1: {data!r}")
-        fields = {}
-        for key in ("runId", "envelope", "result", "corpusChecksum"):
-            value = data.get(key)
-            if not isinstance(value, str) or (
-                key != "runId" and not DIGEST_PATTERN.fullmatch(value)
-            ):
-                raise EnvelopeMissingError(
-                    f"{where}: termination message field {key!r} is missing or malformed"
-                )
-            fields[key] = value
-        return cls(fields["runId"], fields["envelope"], fields["result"], fields["corpusChecksum"])
+    Raises:
+        EnvelopeMissingError: ``<where>: termination message ...`` naming what is wrong.
+    """
+    try:
+        return TerminationMessage.parse(message)
+    except MalformedError as exc:
+        raise EnvelopeMissingError(f"{where}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +275,7 @@ class Submitter:
         else:
             envelope = self._from_pod_log(pod)
             source = "pod-log"
-        digest = "sha256:" + hashlib.sha256(envelope).hexdigest()
+        digest = sha256_digest(envelope)
         if digest != report.envelope:
             raise EnvelopeMismatchError(
                 f"Job {name}: collected envelope is {digest}, the pod reported {report.envelope}"
@@ -302,7 +285,7 @@ class Submitter:
         log.info("k8s_envelope_collected", job=name, envelope=digest, source=source)
         return CollectedEnvelope(name, run_id, tenant, envelope, digest, report.result, source)
 
-    def _termination_report(self, name: str) -> tuple[str, TerminationReport]:
+    def _termination_report(self, name: str) -> tuple[str, TerminationMessage]:
         pods = read_json(
             retry.call(
                 self._retry,
@@ -325,7 +308,7 @@ class Submitter:
                         raise EnvelopeMissingError(
                             f"pod {pod_name} of Job {name} left no termination message"
                         )
-                    return pod_name, TerminationReport.parse(message, where=f"pod {pod_name}")
+                    return pod_name, read_termination_message(message, where=f"pod {pod_name}")
         raise EnvelopeMissingError(
             f"Job {name} has no succeeded pod (it may have been removed by its TTL)"
         )
@@ -338,29 +321,25 @@ class Submitter:
             pod,
             self.namespace,
             container=CONTAINER_NAME,
-            limit_bytes=MAX_LOG_BYTES,
+            limit_bytes=MAX_POD_LOG_BYTES,
         )
-        frames = {
-            line[len(FRAME_PREFIX) :].strip()
-            for line in str(text).splitlines()
-            if line.startswith(FRAME_PREFIX)
-        }
+        frames = framed_payloads(str(text))
         if len(frames) != 1:
             raise EnvelopeMissingError(
                 f"pod {pod}: expected one {FRAME_PREFIX.strip()} line in the log, found "
                 f"{len(frames)} (a CoCo agent policy may block log reads; use --publish-url)"
             )
         try:
-            return base64.b64decode(frames.pop(), validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise EnvelopeMissingError(f"pod {pod}: framed envelope is not base64: {exc}") from exc
+            return unframe_envelope(frames.pop())
+        except MalformedError as exc:
+            raise EnvelopeMissingError(f"pod {pod}: {exc}") from exc
 
     def _from_publication(self, base_url: str, tenant: str, run_id: str) -> bytes:
         url = f"{base_url.rstrip('/')}/v1/tenants/{tenant}/runs/{run_id}"
         headers = {"Accept": "application/json"}
         if self._publish_token is not None:
             headers["Authorization"] = f"Bearer {self._publish_token}"
-        timeout = (PUBLICATION_RETRY.connect_timeout, PUBLICATION_RETRY.read_timeout)
+        timeout = PUBLICATION_RETRY.timeout
         try:
             with self._http.get(url, headers=headers, timeout=timeout, stream=True) as response:
                 body = response.raw.read(MAX_ENVELOPE_BYTES + 1, decode_content=True)
@@ -371,7 +350,9 @@ class Submitter:
                 f"publication endpoint {url} answered HTTP {response.status_code}"
             )
         if len(body) > MAX_ENVELOPE_BYTES:
-            raise EnvelopeMissingError(f"publication endpoint {url}: envelope exceeds 1 MiB")
+            raise EnvelopeMissingError(
+                f"publication endpoint {url}: envelope exceeds {MAX_ENVELOPE_BYTES} bytes"
+            )
         return bytes(body)
 
     # -- status, list, cancel -------------------------------------------------------------
@@ -448,7 +429,7 @@ def raise_for_outcome(outcome: RunOutcome) -> None:
 
 
 def _check_envelope_fields(
-    envelope: bytes, *, run_id: str, tenant: str, report: TerminationReport, name: str
+    envelope: bytes, *, run_id: str, tenant: str, report: TerminationMessage, name: str
 ) -> None:
     """The envelope must be about this run; full verification is the injected verifier's."""
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,51 +21,22 @@ from urllib.parse import urlsplit
 
 import requests
 import structlog
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
-from attestation.envelope import parse_envelope
+from attestation.contracts import RUN_ID_GRAMMAR, is_run_id, is_tenant_id, sha256_digest
+from attestation.envelope.model import parse_envelope
 from attestation.errors import MalformedError
+from attestation.transparency.checkpoint import CheckpointError, parse_signed_note
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash, verify_inclusion
 from runner.errors import InputError, PublishError, UsageError
-from runner.fsutil import atomic_write
-from runner.publish.checkpoint import CheckpointError, parse_signed_note
-from runner.publish.entries import RUN_ID_PATTERN, TENANT_PATTERN, LogEntry
-from runner.publish.merkle import leaf_hash, verify_inclusion
 from runner.publish.spool import Spool, SpoolItem, default_spool_dir
+from tenant.errors import TenantUsageError
+from tenant.fsutil import atomic_write
+from tenant.http import RetryPolicy, check_url, new_session
 
 log = structlog.get_logger("attested-replay.publish")
 
 Status = Literal["created", "already-present"]
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How hard one delivery tries before the envelope is left in the spool."""
-
-    total: int = 6
-    connect: int = 4
-    read: int = 3
-    status: int = 4
-    backoff_factor: float = 0.5
-    backoff_max: float = 30.0
-    connect_timeout: float = 3.05
-    read_timeout: float = 30.0
-
-    def retry(self) -> Retry:
-        return Retry(
-            total=self.total,
-            connect=self.connect,
-            read=self.read,
-            status=self.status,
-            other=0,
-            backoff_factor=self.backoff_factor,
-            backoff_max=self.backoff_max,
-            backoff_jitter=self.backoff_factor / 2,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods=frozenset({"GET", "HEAD", "PUT"}),
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,17 +54,6 @@ class DeliveryError(Exception):
     """One delivery attempt (with its retries) failed; the item stays spooled."""
 
 
-def new_session(token: str | None, policy: RetryPolicy) -> requests.Session:
-    session = requests.Session()
-    adapter = HTTPAdapter(max_retries=policy.retry())
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    if token is not None:
-        session.headers["Authorization"] = f"Bearer {token}"
-    session.headers["User-Agent"] = "attested-replay-publisher/1"
-    return session
-
-
 def check_target(target: str) -> None:
     """Refuse targets other than ``dir://``, ``https://`` and loopback ``http://``."""
     parts = urlsplit(target)
@@ -104,24 +63,17 @@ def check_target(target: str) -> None:
         return
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise UsageError(f"target {target!r} must be dir://PATH or https://HOST[/PREFIX]")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
-        raise UsageError(f"plain http:// is allowed only for loopback hosts, not {parts.hostname}")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        check_url(target, what="target")
+    except TenantUsageError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _check_envelope(envelope_bytes: bytes, tenant: str, run_id: str) -> None:
-    if not TENANT_PATTERN.fullmatch(tenant):
+    if not is_tenant_id(tenant):
         raise UsageError(f"tenant {tenant!r} is not a tenant id (a DNS label)")
-    if not RUN_ID_PATTERN.fullmatch(run_id):
-        raise UsageError(f"run id {run_id!r} must match [A-Za-z0-9._-]{{1,128}}")
+    if not is_run_id(run_id):
+        raise UsageError(f"run id {run_id!r} must match {RUN_ID_GRAMMAR}")
     try:
         envelope = parse_envelope(envelope_bytes)
     except MalformedError as exc:
@@ -150,7 +102,7 @@ def publish_envelope(
     if urlsplit(target).scheme != "dir" and token is None:
         raise UsageError(f"publishing to {target} needs a token (--publish-token-file)")
     spool = Spool(spool_dir or default_spool_dir())
-    digest = "sha256:" + hashlib.sha256(envelope_bytes).hexdigest()
+    digest = sha256_digest(envelope_bytes)
     item = SpoolItem(digest, tenant, run_id, target, spool.envelope_path(digest))
     try:
         return deliver(
@@ -264,7 +216,7 @@ def _deliver_http(
     policy: RetryPolicy,
 ) -> PublishOutcome:
     base = target.rstrip("/") + f"/v1/tenants/{item.tenant}"
-    timeout = (policy.connect_timeout, policy.read_timeout)
+    timeout = policy.timeout
     content_digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
     headers = {
         "Content-Type": "application/json",

@@ -18,19 +18,24 @@ import anyio.to_thread
 import structlog
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from attestation.envelope import parse_envelope
-from attestation.errors import MalformedError
-from runner.publish.checkpoint import Checkpoint, CheckpointSigner
-from runner.publish.entries import (
-    DIGEST_PATTERN,
+from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
-    RUN_ID_PATTERN,
-    TENANT_PATTERN,
-    LogEntry,
+    RUN_ID_GRAMMAR,
+    Sha256Digest,
+    format_sha256,
+    is_run_id,
+    is_sha256_digest,
+    is_tenant_id,
 )
-from runner.publish.merkle import MerkleTree, leaf_hash
+from attestation.envelope.model import parse_envelope
+from attestation.errors import MalformedError
+from attestation.transparency.checkpoint import Checkpoint
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.merkle import MerkleTree
 from runner.publish.storage import DigestCollisionError, Role, RunPointer, Storage
 from runner.publish.tokens import authenticate, hash_token
 
@@ -47,7 +52,7 @@ class RunPointerBody(BaseModel):
     """Body of ``PUT runs/{runId}``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    envelope: Annotated[str, Field(pattern=DIGEST_PATTERN.pattern)]
+    envelope: Sha256Digest
 
 
 class ApiError(Exception):
@@ -144,7 +149,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         if identity is None:
             raise ApiError(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
         token_tenant, role = identity
-        if token_tenant != tenant or not TENANT_PATTERN.fullmatch(tenant):
+        if token_tenant != tenant or not is_tenant_id(tenant):
             raise _not_found()
         if write and role is not Role.OPERATOR:
             raise ApiError(403, "this token may read, not publish")
@@ -155,7 +160,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         return hash_token(_bearer(request) or "")[:12]
 
     def checked_digest(digest: str) -> str:
-        if not DIGEST_PATTERN.fullmatch(digest):
+        if not is_sha256_digest(digest):
             raise ApiError(400, "the path must name the envelope as sha256:<64 lowercase hex>")
         return digest
 
@@ -188,8 +193,8 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
             raise ApiError(400, "Content-Digest: sha-256=:<base64>: is required")
         if match.group(1) != base64.b64encode(actual).decode():
             raise ApiError(422, "Content-Digest does not match the body")
-        if digest != "sha256:" + actual.hex():
-            raise ApiError(422, f"body digest sha256:{actual.hex()} does not match the path")
+        if digest != format_sha256(actual):
+            raise ApiError(422, f"body digest {format_sha256(actual)} does not match the path")
         try:
             envelope = parse_envelope(body)
         except MalformedError as exc:
@@ -226,8 +231,8 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
     @app.put("/v1/tenants/{tenant}/runs/{run_id}")
     async def put_run(request: Request, tenant: str, run_id: str) -> Response:
         await authorize_async(request, tenant, write=True)
-        if not RUN_ID_PATTERN.fullmatch(run_id):
-            raise ApiError(400, "run id must match [A-Za-z0-9._-]{1,128}")
+        if not is_run_id(run_id):
+            raise ApiError(400, f"run id must match {RUN_ID_GRAMMAR}")
         body = await read_body(request, MAX_RUN_BODY_BYTES)
         try:
             pointer = RunPointerBody.model_validate_json(body)
@@ -277,7 +282,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
     @app.get("/v1/tenants/{tenant}/runs/{run_id}")
     def get_run(request: Request, tenant: str, run_id: str) -> Response:
         authorize(request, tenant, write=False)
-        digest = storage.run_digest(tenant, run_id) if RUN_ID_PATTERN.fullmatch(run_id) else None
+        digest = storage.run_digest(tenant, run_id) if is_run_id(run_id) else None
         stored = None if digest is None else storage.envelope(tenant, digest)
         if digest is None or stored is None:
             raise _not_found()

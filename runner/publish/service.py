@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from attestation.transparency.checkpoint import CheckpointError
 from runner.errors import UsageError
-from runner.fsutil import atomic_write_text
-from runner.publish.checkpoint import CheckpointError, CheckpointSigner
+from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.storage import Storage, open_storage
+from tenant.fsutil import atomic_write_text
 
 DEFAULT_LOG_NAME = "attested-replay.local"
 SIGNING_KEY_FILE = "log-signing-key.pem"

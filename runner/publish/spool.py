@@ -9,26 +9,19 @@ an item exists once its metadata does. Tokens are never spooled.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from attestation.contracts import is_run_id, is_tenant_id, sha256_digest
 from runner.errors import InputError
-from runner.fsutil import atomic_write
-from runner.publish.entries import RUN_ID_PATTERN, TENANT_PATTERN
+from runner.statedir import default_state_dir
+from tenant.fsutil import atomic_write
 
 
 def default_spool_dir() -> Path:
-    """``$ATTESTED_REPLAY_STATE_DIR/spool``, else ``$XDG_CACHE_HOME/attested-replay/spool``,
-    else ``~/.cache/attested-replay/spool``."""
-    state = os.environ.get("ATTESTED_REPLAY_STATE_DIR")
-    if state:
-        return Path(state) / "spool"
-    cache = os.environ.get("XDG_CACHE_HOME")
-    base = Path(cache) if cache else Path.home() / ".cache"
-    return base / "attested-replay" / "spool"
+    """``spool`` in the runner's state directory (:func:`runner.statedir.default_state_dir`)."""
+    return default_state_dir() / "spool"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +34,7 @@ class SpoolItem:
 
     def envelope_bytes(self) -> bytes:
         data = self.envelope_path.read_bytes()
-        if "sha256:" + hashlib.sha256(data).hexdigest() != self.digest:
+        if sha256_digest(data) != self.digest:
             raise InputError(
                 f"spooled envelope {self.envelope_path} no longer matches {self.digest}"
             )
@@ -63,7 +56,7 @@ class Spool:
         return self._paths(digest)[0]
 
     def add(self, envelope: bytes, *, tenant: str, run_id: str, target: str) -> SpoolItem:
-        digest = "sha256:" + hashlib.sha256(envelope).hexdigest()
+        digest = sha256_digest(envelope)
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         envelope_path, meta_path = self._paths(digest)
         atomic_write(envelope_path, envelope, mode=0o600)
@@ -90,8 +83,8 @@ class Spool:
                 raise InputError(f"spool metadata {meta_path} is malformed: {exc}") from exc
             if (
                 self._paths(item.digest)[1] != meta_path
-                or not TENANT_PATTERN.fullmatch(item.tenant)
-                or not RUN_ID_PATTERN.fullmatch(item.run_id)
+                or not is_tenant_id(item.tenant)
+                or not is_run_id(item.run_id)
             ):
                 raise InputError(f"spool metadata {meta_path} names a bad digest, tenant or run")
             found.append(item)

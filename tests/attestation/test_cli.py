@@ -15,12 +15,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from attestation import cli
+from attestation.abi.product import ProductLine
+from attestation.contracts import MAX_CERTIFICATE_BYTES, MAX_REPORT_FILE_BYTES
+from attestation.endorsement.trust import AmdRole, TrustStore
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
-from attestation.product import ProductLine
-from attestation.simulated import SimulatedAmd
-from attestation.trust import AmdRole, TrustStore
-from attestation.verify import Verifier
+from attestation.verify.verifier import Verifier
+from simulated_amd import SimulatedAmd
 
 ASSETS = Path(__file__).parents[1] / "assets"
 REAL = ASSETS / "real"
@@ -187,18 +188,18 @@ def test_truncated_or_garbage_report_exits_1_naming_the_problem(
 def test_oversized_report_exits_1_naming_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report = write(tmp_path / "big.bin", bytes(cli.MAX_REPORT_FILE_BYTES + 1))
+    report = write(tmp_path / "big.bin", bytes(MAX_REPORT_FILE_BYTES + 1))
     code, _, err = run(
         capsys, "--report", report, "--endorsement", REAL / "azure-milan-v3-vcek.der", "--now", NOW
     )
     assert code == 1
-    assert f"is over the {cli.MAX_REPORT_FILE_BYTES}-byte limit" in err
+    assert f"is over the {MAX_REPORT_FILE_BYTES}-byte limit" in err
 
 
 def test_oversized_report_with_json_still_prints_a_document(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report = write(tmp_path / "big.bin", bytes(cli.MAX_REPORT_FILE_BYTES + 1))
+    report = write(tmp_path / "big.bin", bytes(MAX_REPORT_FILE_BYTES + 1))
     code, out, _ = run(
         capsys, "--report", report, "--endorsement", REAL / "azure-milan-v3-vcek.der", "--json"
     )
@@ -224,12 +225,12 @@ def test_garbage_endorsement_exits_1(
 
 
 def test_oversized_endorsement_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cert = write(tmp_path / "c.pem", b"A" * (cli.MAX_CERTIFICATE_BYTES + 1))
+    cert = write(tmp_path / "c.pem", b"A" * (MAX_CERTIFICATE_BYTES + 1))
     code, _, err = run(
         capsys, "--report", REAL / "azure-milan-v3-report.bin", "--endorsement", cert
     )
     assert code == 1
-    assert f"over the {cli.MAX_CERTIFICATE_BYTES}-byte limit" in err
+    assert f"over the {MAX_CERTIFICATE_BYTES}-byte limit" in err
 
 
 def test_malformed_policy_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

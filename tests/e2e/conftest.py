@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main as runner_main
-from runner.simulated_state import load_or_create_simulated_amd
+from runner.evidence.simulated import load_or_create_simulated_amd
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from attestation.binding import result_digest
 from attestation.cli import main as verify_main
+from attestation.envelope.binding import result_digest
 from runner.cli import main as runner_main
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 

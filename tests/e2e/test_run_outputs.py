@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from attestation.binding import sha256_digest
 from attestation.cli import main as verify_main
+from attestation.contracts import FRAME_PREFIX, sha256_digest
 from runner.cli import main as runner_main
-from runner.corpus_source import fetch_corpus
 from runner.errors import SourceUnavailableError
 from runner.exit_codes import exit_code_for
-from runner.k8s.job import FRAME_PREFIX
-from runner.replay import compute_checksum
+from runner.pipeline.corpus_source import fetch_corpus
+from runner.pipeline.replay import compute_checksum
 from runner.workload import current_workload
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 
@@ -381,9 +380,12 @@ def test_demo_fails_when_a_verdict_is_not_the_one_it_shows(
 ) -> None:
     # A verifier that accepted everything would make the demo's tampering step a lie: the
     # demo must then fail (exit 4, verification failed) rather than print "demo complete".
-    from attestation import cli as verifier_cli  # what the demo calls for each verdict
+    from attestation.errors import FailureClass
+    from attestation.verify.checks import Check, VerificationResult
+    from runner.commands import demo  # the demo asks this verifier for each verdict
 
-    monkeypatch.setattr(verifier_cli, "main", lambda _argv: 0)
+    accept_all = VerificationResult.from_checks([Check.passed("all", FailureClass.USAGE, "ok")])
+    monkeypatch.setattr(demo, "verify_envelope", lambda *_args, **_kwargs: accept_all)
     capsys.readouterr()
     assert runner_main(["demo", "--out-dir", str(tmp_path), "--state-dir", str(state_dir)]) == 4
     captured = capsys.readouterr()

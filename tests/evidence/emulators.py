@@ -43,8 +43,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from werkzeug import Request, Response
 
-from attestation.product import ProductLine
-from attestation.simulated import SimulatedAmd
+from attestation.abi.product import ProductLine
 from runner.evidence.agent_json import AgentCertEntry, evidence_to_agent_json
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK, build_cert_table
 from runner.evidence.configfs_tsm import ConfigfsAccess
@@ -58,6 +57,7 @@ from runner.evidence.sev_guest import (
     SnpReportReq,
     SnpReportResp,
 )
+from simulated_amd import SimulatedAmd
 
 
 def signed_chain(amd: SimulatedAmd, report: bytes) -> list[bytes]:
@@ -274,8 +274,8 @@ class IoctlEmulator:
 
 def assert_chain_signs(report: bytes, chain: tuple[bytes, ...], amd: SimulatedAmd) -> None:
     """``chain`` is leaf, ASK, ARK of the simulated PKI and its leaf verifies ``report``."""
-    from attestation.report import parse_report
-    from attestation.signature import verify_report_signature
+    from attestation.abi.report import parse_report
+    from attestation.abi.signature import verify_report_signature
 
     assert len(chain) == 3
     expected = signed_chain(amd, report)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attestation.report import REPORT_SIZE
+from attestation.abi.report import REPORT_SIZE
 from runner.evidence.agent_json import (
     FIELDS,
     OFF_SIGNATURE_R,

@@ -13,12 +13,11 @@ import requests
 from cryptography import x509
 from pytest_httpserver import HTTPServer
 
-from attestation.binding import report_data_from_canonical
-from attestation.policy import CRYPTO_ONLY
-from attestation.product import ProductLine
-from attestation.simulated import SimulatedAmd
-from attestation.trust import TrustStore
-from attestation.verify import verify_report
+from attestation.abi.product import ProductLine
+from attestation.endorsement.trust import TrustStore
+from attestation.envelope.binding import report_data_from_canonical
+from attestation.verify.policy import CRYPTO_ONLY
+from attestation.verify.verifier import verify_report
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.coco_aa import CocoAgentProvider, parse_agent_version
 from runner.evidence.common import (
@@ -27,6 +26,7 @@ from runner.evidence.common import (
     ReportDataMismatchError,
 )
 from runner.exit_codes import exit_code_for
+from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import AgentEmulator, assert_chain_signs
 
 

@@ -10,12 +10,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from pytest_httpserver import HTTPServer
 
-from attestation.product import ProductLine
-from attestation.report import parse_report
+from attestation.abi.product import ProductLine
+from attestation.abi.report import parse_report
 from runner.cli import main
 from runner.errors import UsageError
 from runner.evidence import load_endorsement_bundle
-from runner.kds import (
+from runner.evidence.kds import (
     KdsClient,
     KdsError,
     KdsVerificationError,
@@ -26,7 +26,7 @@ from runner.kds import (
 )
 
 REAL = Path(__file__).parent.parent / "assets" / "real"
-ROOTS = Path(__file__).parent.parent.parent / "attestation" / "roots"
+ROOTS = Path(__file__).parent.parent.parent / "attestation" / "endorsement" / "roots"
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 MILAN_REPORT = REAL / "virtee-milan-v2-report.bin"
 MILAN_VCEK = REAL / "virtee-milan-v2-vcek.der"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sevsnpmeasure import guest
 
-from attestation.policy import Policy
+from attestation.verify.policy import Policy
 from runner.cli import main
 from runner.errors import UsageError
 from runner.reference.initdata import image_policy_json, render_initdata

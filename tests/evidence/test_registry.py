@@ -8,7 +8,6 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from attestation.simulated import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError, InputError, UsageError
 from runner.evidence import EVIDENCE_CHOICES, get_provider, load_endorsement_bundle
 from runner.evidence.auto import AutoProvider
@@ -17,6 +16,7 @@ from runner.evidence.coco_aa import CocoAgentProvider
 from runner.evidence.configfs_tsm import ConfigfsTsmProvider
 from runner.evidence.sev_guest import SevGuestProvider
 from runner.evidence.simulated import SimulatedProvider
+from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import signed_chain
 from tests.evidence.test_coco_aa import free_loopback_port
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pytest_httpserver import HTTPServer
 
+from attestation.abi.product import ProductLine
 from attestation.cli import main as verify_main
-from attestation.product import ProductLine
-from attestation.simulated import SimulatedAmd
 from runner.cli import main as runner_main
+from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import AgentEmulator
 from tests.evidence.test_coco_aa import free_loopback_port
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from attestation.simulated import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
 from runner.evidence.common import ReportDataMismatchError
@@ -24,6 +23,7 @@ from runner.evidence.sev_guest import (
     SnpReportResp,
     describe_errors,
 )
+from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import IoctlEmulator, assert_chain_signs
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from attestation.envelope import Envelope
+from attestation.envelope.model import Envelope
 from runner.cli import main as runner_main
 from runner.k8s.job import job_name
 from tests.k8s.apiserver import ApiServer, FakeCluster
@@ -56,12 +56,9 @@ class Pods:
         """A genuine envelope for ``run_id``: same replay, new binding, new simulated report."""
         if run_id in self._cache:
             return self._cache[run_id]
-        from runner.envelope_builder import (
-            assemble_envelope,
-            certificates_to_pem,
-            envelope_json_bytes,
-        )
+        from runner.evidence.bundle import certificates_to_pem
         from runner.evidence.simulated import SimulatedProvider
+        from runner.pipeline.envelope import assemble_envelope, envelope_json_bytes
 
         base = Envelope.model_validate_json(self.base.envelope)
         binding = base.binding.model_copy(update={"run_id": run_id})

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attestation.canonical import canonicalize
+from attestation.encoding.canonical import canonicalize
 from runner.errors import UsageError
 from runner.k8s.errors import EnvelopeMissingError
 from runner.k8s.job import (
@@ -26,7 +26,7 @@ from runner.k8s.job import (
     spec_digest,
 )
 from runner.k8s.state import job_outcome, pod_blocker
-from runner.k8s.submit import TerminationReport
+from runner.k8s.submit import read_termination_message
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 TENANTS = st.from_regex(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", fullmatch=True)
@@ -277,7 +277,7 @@ JSON = st.recursive(
 def test_termination_messages_either_parse_exactly_or_fail_as_missing_envelope(text: str) -> None:
     failure = None
     try:
-        report = TerminationReport.parse(text, where="pod p")
+        report = read_termination_message(text, where="pod p")
     except EnvelopeMissingError as exc:
         failure = str(exc)
     if failure is not None:
@@ -305,6 +305,6 @@ def test_termination_messages_either_parse_exactly_or_fail_as_missing_envelope(t
     )
 )
 def test_well_formed_termination_messages_round_trip(data: dict[str, Any]) -> None:
-    report = TerminationReport.parse(json.dumps(data), where="pod p")
+    report = read_termination_message(json.dumps(data), where="pod p")
     assert report.envelope == data["envelope"]
     assert report.corpus_checksum == data["corpusChecksum"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from attestation.envelope import Envelope
+from attestation.envelope.model import Envelope
 from runner.cli import build_parser
 from runner.commands import run as run_command
 from runner.k8s.job import (

@@ -25,8 +25,9 @@ import structlog
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from attestation.envelope import Binding, Envelope, Evidence, Workload
-from runner.publish.checkpoint import CheckpointSigner, VerifierKey
+from attestation.envelope.model import Binding, Envelope, Evidence, Workload
+from attestation.transparency.checkpoint import VerifierKey
+from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.server import create_app
 from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
 from runner.publish.tokens import create_token

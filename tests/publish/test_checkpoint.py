@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from runner.publish.checkpoint import (
+from attestation.transparency.checkpoint import (
     Checkpoint,
     CheckpointError,
-    CheckpointSigner,
     VerifierKey,
     parse_signed_note,
     verify_signed_checkpoint,
 )
+from runner.publish.checkpoint import CheckpointSigner
 
 # The example key and signed note from the documentation of Go's golang.org/x/mod/sumdb/note.
 GO_NOTE_KEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"

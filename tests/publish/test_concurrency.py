@@ -9,10 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from runner.publish.checkpoint import verify_signed_checkpoint
-from runner.publish.client import PublishOutcome, RetryPolicy, new_session, publish_envelope
-from runner.publish.entries import LogEntry
-from runner.publish.merkle import MerkleTree, leaf_hash, verify_consistency, verify_inclusion
+from attestation.transparency.checkpoint import verify_signed_checkpoint
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from runner.publish.client import PublishOutcome, publish_envelope
+from runner.publish.merkle import MerkleTree
+from tenant.http import RetryPolicy, new_session
 
 PUBLISHERS = 100
 PER_PUBLISHER = 20

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.publish.checkpoint import CheckpointError, VerifierKey, parse_signed_note
-from runner.publish.entries import EntryError, LogEntry
+from attestation.transparency.checkpoint import CheckpointError, VerifierKey, parse_signed_note
+from attestation.transparency.entries import EntryError, LogEntry
 
 DIGEST = "sha256:" + "ab" * 32
 run_ids = st.from_regex(r"\A[A-Za-z0-9._-]{1,128}\Z")

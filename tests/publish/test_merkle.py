@@ -8,13 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pymerkle import InmemoryTree
 
-from runner.publish.merkle import (
+from attestation.transparency.merkle import (
     EMPTY_ROOT,
-    MerkleTree,
     leaf_hash,
     verify_consistency,
     verify_inclusion,
 )
+from runner.publish.merkle import MerkleTree
 
 # The eight leaves of the certificate-transparency reference test data (merkle_tree_test.cc),
 # with the published roots of sizes 1-8 and its consistency proofs 1 -> 8, 6 -> 8 and 2 -> 5.

@@ -16,8 +16,9 @@ import urllib3.util.retry
 
 from runner.cli import main
 from runner.errors import InputError, PublishError, UsageError
-from runner.publish.client import RetryPolicy, flush_spool, publish_envelope
+from runner.publish.client import flush_spool, publish_envelope
 from runner.publish.spool import Spool, default_spool_dir
+from tenant.http import RetryPolicy
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05, connect_timeout=1, read_timeout=5)
 

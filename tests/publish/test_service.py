@@ -10,9 +10,10 @@ from typing import Any
 
 import requests
 
-from runner.publish.checkpoint import verify_signed_checkpoint
-from runner.publish.entries import LogEntry
-from runner.publish.merkle import leaf_hash, verify_consistency, verify_inclusion
+from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.transparency.checkpoint import verify_signed_checkpoint
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 
 EnvelopeFor = Callable[..., bytes]
 
@@ -192,7 +193,7 @@ def test_authentication_and_roles(service: Any, envelope_for: EnvelopeFor) -> No
 def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> None:
     operator = service.token("acme")
     data = envelope_for("acme", "run-1", 1)
-    oversized = b"{" + b" " * (1024 * 1024) + b"}"
+    oversized = b"{" + b" " * MAX_ENVELOPE_BYTES + b"}"
     too_big = _put(service, "acme", oversized, token=operator)
     assert too_big.status_code == 413
     streamed = requests.put(  # chunked, no Content-Length: the cap applies while reading
@@ -202,7 +203,7 @@ def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> Non
         timeout=10,
     )
     assert streamed.status_code == 413
-    assert streamed.json() == {"error": "body exceeds 1048576 bytes"}
+    assert streamed.json() == {"error": f"body exceeds {MAX_ENVELOPE_BYTES} bytes"}
     wrong_path = _put(service, "acme", data, token=operator, name=_digest(b"something else"))
     assert wrong_path.status_code == 422
     assert "does not match the path" in wrong_path.json()["error"]

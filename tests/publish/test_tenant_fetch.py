@@ -14,10 +14,12 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.contracts import MAX_ENVELOPE_BYTES
 from runner.cli import main
 from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.client import RetryPolicy, publish_envelope
+from runner.publish.client import publish_envelope
 from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
+from tenant.http import RetryPolicy
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)
 TAMPERING = 7
@@ -276,14 +278,14 @@ def test_oversized_envelope_answer_is_tampering(
     _sql(
         storage,
         "UPDATE envelopes SET data = ? WHERE tenant = 'acme' AND digest = ?",
-        (fresh + b" " * (1024 * 1024), _digest(fresh)),
+        (fresh + b" " * MAX_ENVELOPE_BYTES, _digest(fresh)),
     )
     with _restarted(world) as service:
         _expect_tampering(
             world["tenant"],
             service.url,
             capsys,
-            f"envelope {_digest(fresh)} of log entry 5 exceeds 1048576 bytes, "
+            f"envelope {_digest(fresh)} of log entry 5 exceeds {MAX_ENVELOPE_BYTES} bytes, "
             "which the service never accepts",
         )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from attestation.canonical import canonicalize
+from attestation.encoding.canonical import canonicalize
 from runner import cli
 from runner.corpus.checksum import compute_checksum
 

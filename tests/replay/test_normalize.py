@@ -14,7 +14,7 @@ from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.normalize import normalize_corpus
 from runner.errors import UsageError
-from runner.replay import replay_corpus
+from runner.pipeline.replay import replay_corpus
 from tests.replay.conftest import EXAMPLE_CORPUS
 from tests.replay.golden import EXAMPLE_CHECKSUM
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from attestation.binding import result_digest
-from attestation.canonical import canonicalize
+from attestation.encoding.canonical import canonicalize
+from attestation.envelope.binding import result_digest
 from runner.corpus.errors import CorpusError
-from runner.replay import ReplayOutcome, compute_checksum, replay_corpus
+from runner.pipeline.replay import ReplayOutcome, compute_checksum, replay_corpus
 from tests.replay.conftest import EXAMPLE_CORPUS, CorpusBuilder
 from tests.replay.golden import EXAMPLE_CHECKSUM, EXAMPLE_EVALUATION_DIGEST, EXAMPLE_RESULT_DIGEST
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from runner.corpus.evaluation import is_canonical_line
 from runner.corpus.jsonio import parse_line_with_number_check
-from runner.replay import replay_corpus
+from runner.pipeline.replay import replay_corpus
 from tests.replay.golden import (
     EXAMPLE_EVALUATION_DIGEST,
     EXAMPLE_RESULT_DIGEST,

@@ -11,7 +11,7 @@ import pytest
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.errors import InputError
-from runner.replay import replay_corpus
+from runner.pipeline.replay import replay_corpus
 from tests.replay.conftest import CorpusBuilder
 
 

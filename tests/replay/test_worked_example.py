@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from attestation.canonical import canonicalize
+from attestation.encoding.canonical import canonicalize
 
 WORKED = Path(__file__).resolve().parents[1] / "assets" / "worked-example.json"
 #: The pack record's whole value, metadata included (see tests/replay/assets/README.md).

@@ -1,0 +1,239 @@
+"""Wire contracts: every identifier, size limit, digest and pod output format, defined once.
+
+Everything that crosses a process or trust boundary (the envelope, the publication log, the
+pod's termination message and framed log line, the tenant's input files) is spelled here, and
+every part of attested-replay imports it from here: the verifier, the tenant's tools, the
+replay pod, the Kubernetes operator commands and the publication service. A change to a
+grammar or a limit is one edit, and no two components can disagree on it.
+
+Identifiers
+    :data:`RunId` (``[A-Za-z0-9._-]{1,128}``), :data:`TenantId` (a DNS label: it appears in
+    Kubernetes names and URL paths) and :data:`Sha256Digest` (``sha256:`` + 64 lowercase hex)
+    are pydantic types; :func:`is_run_id`, :func:`is_tenant_id` and :func:`is_sha256_digest`
+    test plain strings with the same regular expressions.
+
+Limits (bytes; each refused before it is parsed or while it is read)
+    ==================================== =========== ========================================
+    limit                                value       applies to
+    ==================================== =========== ========================================
+    :data:`MAX_ENVELOPE_BYTES`           16 MiB      envelopes everywhere: the verifier, the
+                                                     publication service, ``tenant fetch``,
+                                                     ``collect``, the publisher
+    :data:`MAX_EXPECTED_BYTES`           1 MiB       the tenant's expected-values file
+    :data:`MAX_POLICY_BYTES`             1 MiB       a raw-mode policy file
+    :data:`MAX_REPORT_FILE_BYTES`        64 KiB      a raw report file (the report is 1184)
+    :data:`MAX_CERTIFICATE_BYTES`        1 MiB       a certificate or root file
+    :data:`MAX_CRL_BYTES`                16 MiB      a CRL file
+    :data:`MAX_TERMINATION_MESSAGE_BYTES` 4096       the pod's termination message (kubelet)
+    :data:`MAX_FRAME_BYTES`              ~21.4 MiB   one framed envelope line (base64 of the
+                                                     largest envelope)
+    :data:`MAX_POD_LOG_BYTES`            frame+4 MiB what ``collect`` reads of a pod's log
+    ==================================== =========== ========================================
+
+    The envelope cap is the verifier's: a report and its chain are about 10 KB and the rest is
+    the evaluation report, so 16 MiB leaves room for large results, and every component that
+    stores or forwards envelopes must accept every envelope the verifier accepts.
+
+Digests
+    :func:`sha256_digest` is the one ``sha256:<hex>`` of bytes (envelope digests, corpus and
+    result digests, workload code digests).
+
+Pod output
+    With ``--frame-envelope`` the pod prints its envelope as one line
+    ``FRAME_PREFIX + base64(envelope)`` (:func:`frame_envelope`, :func:`unframe_envelope`), and
+    it always writes a :class:`TerminationMessage` (digests only) to its termination log.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic.alias_generators import to_camel
+
+from attestation.encoding.canonical import canonicalize
+from attestation.errors import MalformedError
+
+# -- identifiers ------------------------------------------------------------------------------
+
+#: The grammar of a run ID, as shown in messages.
+RUN_ID_GRAMMAR: Final = "[A-Za-z0-9._-]{1,128}"
+RUN_ID_PATTERN: Final = rf"^{RUN_ID_GRAMMAR}$"
+#: Tenants are DNS labels: they appear in Kubernetes object names, labels and URL paths.
+TENANT_ID_PATTERN: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+SHA256_DIGEST_PATTERN: Final = r"^sha256:[0-9a-f]{64}$"
+
+RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
+TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]
+Sha256Digest = Annotated[str, StringConstraints(pattern=SHA256_DIGEST_PATTERN)]
+#: A tenant-chosen nonce bound into REPORT_DATA with the run.
+Nonce = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+_RUN_ID: Final = re.compile(RUN_ID_PATTERN)
+_TENANT_ID: Final = re.compile(TENANT_ID_PATTERN)
+_SHA256_DIGEST: Final = re.compile(SHA256_DIGEST_PATTERN)
+
+
+def is_run_id(text: str) -> bool:
+    """Whether ``text`` is a valid run ID (:data:`RunId`)."""
+    return _RUN_ID.fullmatch(text) is not None
+
+
+def is_tenant_id(text: str) -> bool:
+    """Whether ``text`` is a valid tenant ID (:data:`TenantId`, a DNS label)."""
+    return _TENANT_ID.fullmatch(text) is not None
+
+
+def is_sha256_digest(text: str) -> bool:
+    """Whether ``text`` is ``sha256:`` followed by 64 lowercase hex digits."""
+    return _SHA256_DIGEST.fullmatch(text) is not None
+
+
+# -- limits (bytes) ---------------------------------------------------------------------------
+
+MAX_ENVELOPE_BYTES: Final = 16 * 1024 * 1024
+MAX_EXPECTED_BYTES: Final = 1024 * 1024
+MAX_POLICY_BYTES: Final = 1024 * 1024
+MAX_REPORT_FILE_BYTES: Final = 64 * 1024
+MAX_CERTIFICATE_BYTES: Final = 1024 * 1024
+MAX_CRL_BYTES: Final = 16 * 1024 * 1024
+#: The kubelet truncates termination messages at 4096 bytes: digests only, never the envelope.
+MAX_TERMINATION_MESSAGE_BYTES: Final = 4096
+
+# -- digests ----------------------------------------------------------------------------------
+
+
+def sha256_digest(data: bytes) -> str:
+    """``sha256:<lowercase hex>`` of ``data``."""
+    return format_sha256(hashlib.sha256(data).digest())
+
+
+def format_sha256(raw: bytes) -> str:
+    """``sha256:<lowercase hex>`` of a 32-byte SHA-256 value computed elsewhere."""
+    if len(raw) != hashlib.sha256().digest_size:
+        raise ValueError(f"a SHA-256 value has 32 bytes, got {len(raw)}")
+    return "sha256:" + raw.hex()
+
+
+# -- the model base of every wire document ----------------------------------------------------
+
+
+class WireModel(BaseModel):
+    """Frozen, strict-keyed model with camelCase JSON names: the base of every wire document.
+
+    Unknown keys are rejected (in a security document a typo would silently change its
+    meaning); documents are built from these models, never from dicts.
+    """
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON object of this model (camelCase keys, absent optionals omitted)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def canonical_bytes(self) -> bytes:
+        """RFC 8785 canonical bytes of :meth:`to_json_dict`."""
+        return canonicalize(self.to_json_dict())
+
+
+# -- the pod's output -------------------------------------------------------------------------
+
+#: With ``--frame-envelope`` the pod prints its envelope as one ``<prefix><base64>`` log line.
+FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
+#: One framed line of the largest envelope (base64 grows 4/3, plus the prefix and newline).
+MAX_FRAME_BYTES: Final = len(FRAME_PREFIX) + 4 * -(-MAX_ENVELOPE_BYTES // 3) + 1
+#: What ``collect`` reads of a pod's log: the frame plus room for the pod's other log lines.
+MAX_POD_LOG_BYTES: Final = MAX_FRAME_BYTES + 4 * 1024 * 1024
+
+
+def frame_envelope(envelope: bytes) -> str:
+    """The log line that carries ``envelope`` (without the newline)."""
+    return FRAME_PREFIX + base64.b64encode(envelope).decode("ascii")
+
+
+def framed_payloads(log_text: str) -> set[str]:
+    """The base64 payloads of every framed line in a log (normally exactly one)."""
+    return {
+        line[len(FRAME_PREFIX) :].strip()
+        for line in log_text.splitlines()
+        if line.startswith(FRAME_PREFIX)
+    }
+
+
+def unframe_envelope(payload: str) -> bytes:
+    """The envelope bytes of one framed payload (from :func:`framed_payloads`).
+
+    Raises:
+        MalformedError: the payload is not base64 or decodes to more than
+            :data:`MAX_ENVELOPE_BYTES`.
+    """
+    try:
+        envelope = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedError(f"framed envelope is not base64: {exc}") from exc
+    if len(envelope) > MAX_ENVELOPE_BYTES:
+        raise MalformedError(
+            f"framed envelope is {len(envelope)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
+        )
+    return envelope
+
+
+class TerminationMessage(WireModel):
+    """The pod's termination message, version 1: the digests the run produced.
+
+    The JSON is ``{"corpusChecksum", "envelope", "result", "runId", "v": 1}`` with sorted keys
+    (the kubelet keeps at most :data:`MAX_TERMINATION_MESSAGE_BYTES`).
+    """
+
+    v: Literal[1] = 1
+    #: Any string: ``collect`` compares it with the Job's run-ID annotation.
+    run_id: str
+    envelope: Sha256Digest
+    result: Sha256Digest
+    corpus_checksum: Sha256Digest
+
+    def to_json(self) -> str:
+        """The message as written to the termination log."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str) -> TerminationMessage:
+        """Read a termination message.
+
+        Raises:
+            MalformedError: ``termination message ...`` naming what is wrong (not JSON, not
+                version 1, a missing or malformed field).
+        """
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_TERMINATION_MESSAGE_BYTES:
+            raise MalformedError(
+                f"termination message is over {MAX_TERMINATION_MESSAGE_BYTES} bytes"
+            )
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise MalformedError(f"termination message is not JSON: {exc}") from exc
+        if not isinstance(data, dict) or data.get("v") != 1:
+            raise MalformedError(f"termination message is not version 1: {data!r}")
+        keys = {info.alias or name for name, info in cls.model_fields.items()}
+        unknown = sorted(str(key) for key in data if key not in keys)
+        if unknown:
+            raise MalformedError(f"termination message has unknown keys {unknown}")
+        try:
+            return cls.model_validate(data, by_alias=True, by_name=False, strict=True)
+        except ValidationError as exc:
+            key = str(exc.errors(include_url=False)[0]["loc"][0])
+            raise MalformedError(
+                f"termination message field {key!r} is missing or malformed"
+            ) from None

@@ -1,0 +1,429 @@
+"""Chain validation: VCEK/VLEK -> ASK/ASVK -> ARK, trusting only pinned roots.
+
+Spike result (cryptography 50.0.2): ``cryptography.x509.verification.PolicyBuilder`` cannot
+validate AMD chains. A CA ``ExtensionPolicy.permit_all()`` is refused outright ("A CA extension
+policy must require the basicConstraints extension to be present"), and with basicConstraints
+required the verifier rejects every AMD certificate with "Forbidden signature algorithm"
+(RSASSA-PSS SHA-384 salt 48 is outside its Web PKI algorithm set). So each hop is checked here
+explicitly: ``verify_directly_issued_by`` for the signature, plus our own checks of the exact
+signature algorithm (RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48, trailer 1, parsed from the
+DER), RSA-4096 issuer keys, CA basic constraints and key usage, no unknown critical extension,
+and validity of every certificate at the caller's ``now``.
+
+Path selection: the intermediate is chosen by signer kind (ASK for a VCEK, ASVK for a VLEK, by
+the pinned certificate or, for supplied certificates, by CN ``SEV-<line>`` vs
+``SEV-VLEK-<line>``), under the root of the given product line. Supplied intermediates are
+tried only after the pinned one and only if they verify under a pinned root; a supplied root is
+never used. A simulated root takes part only when the caller pinned it in the ``TrustStore``.
+
+CRL (optional, DER): it must be signed by the path's ARK with the same PSS parameters, its
+issuer must be the ARK, ``thisUpdate <= now <= nextUpdate`` (a CRL without nextUpdate is
+refused), and the chain fails if the intermediate's serial is listed. AMD's CRL is issued by
+the ARK, so its entries name certificates the ARK issued (ASK/ASVK). VCEK/VLEK serials are
+all 0 on real certificates, so the leaf serial is looked up only when it is non-zero (a
+simulated or future PKI); a serial-0 entry never revokes every VCEK.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+from attestation.abi.product import ProductLine, SignerKind
+from attestation.endorsement import der
+from attestation.endorsement.certificate import PARSE_ERRORS, Endorsement, require_fully_parseable
+from attestation.endorsement.trust import (
+    SIMULATED_ORGANIZATION,
+    TrustStore,
+    fingerprint,
+    intermediate_role,
+)
+from attestation.errors import MalformedError, UntrustedChainError, UsageError
+
+OID_RSASSA_PSS = "1.2.840.113549.1.1.10"
+OID_MGF1 = "1.2.840.113549.1.1.8"
+OID_SHA384 = "2.16.840.1.101.3.4.2.2"
+PSS_SALT_LENGTH = 48
+AMD_RSA_KEY_BITS = 4096
+
+_VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
+_VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, *PARSE_ERRORS)
+_HANDLED_CRITICAL = frozenset(
+    {x509.BasicConstraints.oid.dotted_string, x509.KeyUsage.oid.dotted_string}
+)
+_HOW_TO_PIN = (
+    "to accept simulated evidence, pin that root explicitly (raw reports: "
+    "verify-attested-run --simulated-root ROOT.pem; envelopes: list the sha256 fingerprint of "
+    "the root's DER in the expected values' simulatedRoots, and the root must be in the "
+    "envelope's certChain; `attested-replay simulate root` prints it)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedChain:
+    """The path that verified: which root, which intermediate, and whether it is simulated."""
+
+    ark: x509.Certificate
+    intermediate: x509.Certificate
+    leaf: x509.Certificate
+    simulated: bool
+
+
+def verify_chain(
+    endorsement: Endorsement,
+    product_line: ProductLine,
+    *,
+    trust: TrustStore,
+    now: dt.datetime,
+    crl: bytes | x509.CertificateRevocationList | None = None,
+    intermediates: Iterable[x509.Certificate] = (),
+) -> VerifiedChain:
+    """Check that the endorsement chains to a pinned root at ``now``; raise UntrustedChainError.
+
+    ``intermediates`` are extra ASK/ASVK candidates from the input (e.g. an envelope's
+    certChain); any root among them is ignored.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise UsageError("verification time `now` must be timezone-aware")
+    leaf_label = endorsement.signer_kind.value.upper()
+    supplied = tuple(intermediates)
+    for index, certificate in enumerate(supplied, start=1):
+        require_fully_parseable(certificate, f"supplied certificate {index}")
+    ark, intermediate, simulated = _find_path(endorsement, product_line, trust, supplied)
+    intermediate_label = f"{_intermediate_kind(endorsement.signer_kind)} {_cn(intermediate)!r}"
+    ark_label = f"{'simulated ARK' if simulated else f'{product_line.value} ARK'} {_cn(ark)!r}"
+    for certificate, label in (
+        (ark, ark_label),
+        (intermediate, intermediate_label),
+        (endorsement.certificate, leaf_label),
+    ):
+        require_amd_signature_algorithm(_der(certificate), label)
+        _require_validity(certificate, label, now)
+        _require_no_unknown_critical_extensions(certificate, label)
+    for certificate, label in ((ark, ark_label), (intermediate, intermediate_label)):
+        _require_signing_authority(certificate, label)
+    _require_end_entity(endorsement.certificate, leaf_label)
+    if crl is not None:
+        _check_crl(
+            crl,
+            ark=ark,
+            ark_label=ark_label,
+            intermediate=intermediate,
+            intermediate_label=intermediate_label,
+            endorsement=endorsement,
+            now=now,
+        )
+    return VerifiedChain(ark, intermediate, endorsement.certificate, simulated)
+
+
+def require_amd_signature_algorithm(signed_der: bytes, what: str) -> None:
+    """Require RSASSA-PSS / SHA-384 / MGF1-SHA-384 / salt 48 on a Certificate or CertificateList.
+
+    Both the outer signatureAlgorithm and the copy inside the signed TBS part are checked.
+    """
+    try:
+        outer = der.read_single(signed_der, what=what, tag=der.TAG_SEQUENCE)
+        parts = der.read_all(outer.content, what=what)
+        tbs, algorithm, signature = parts
+        if signature.tag != der.TAG_BIT_STRING or signature.content[:1] != b"\0":
+            raise UntrustedChainError(
+                f"{what}: the signature is not a BIT STRING with 0 unused bits"
+            )
+        tbs_parts = der.read_all(tbs.content, what=what)
+        # Certificate TBS: [0] version, serial, signature...; CRL TBS: version, signature...
+        index = next(i for i, part in enumerate(tbs_parts) if part.tag == der.TAG_SEQUENCE)
+        if tbs_parts[index] != algorithm:
+            raise UntrustedChainError(
+                f"{what}: signed and unsigned signature algorithm identifiers differ"
+            )
+        _check_pss_parameters(algorithm.content, what)
+    except (MalformedError, StopIteration, ValueError) as exc:
+        raise UntrustedChainError(f"{what}: signature algorithm cannot be read: {exc}") from exc
+
+
+def _check_pss_parameters(content: bytes, what: str) -> None:
+    items = der.read_all(content, what=what)
+    oid = der.decode_oid(items[0].content, what=what) if items else ""
+    if oid != OID_RSASSA_PSS or len(items) != 2 or items[1].tag != der.TAG_SEQUENCE:
+        raise UntrustedChainError(
+            f"{what}: signature algorithm {oid or '?'} is not RSASSA-PSS "
+            "(AMD signs with RSASSA-PSS SHA-384, salt 48)"
+        )
+    fields = {part.tag: part.content for part in der.read_all(items[1].content, what=what)}
+    hash_oid = _algorithm_oid(fields.get(0xA0, b""), what)
+    mgf = der.read_all(der.read_single(fields.get(0xA1, b""), what=what).content, what=what)
+    mgf_oid = der.decode_oid(mgf[0].content, what=what) if mgf else ""
+    mgf_hash = _algorithm_oid(mgf[1].content if len(mgf) == 2 else b"", what, wrapped=False)
+    salt = der.decode_non_negative_integer(
+        der.read_single(fields.get(0xA2, b"\x02\x01\x14"), what=what).content, what=what
+    )
+    trailer = der.decode_non_negative_integer(
+        der.read_single(fields.get(0xA3, b"\x02\x01\x01"), what=what).content, what=what
+    )
+    if (hash_oid, mgf_oid, mgf_hash, salt, trailer) != (
+        OID_SHA384,
+        OID_MGF1,
+        OID_SHA384,
+        PSS_SALT_LENGTH,
+        1,
+    ) or set(fields) - {0xA0, 0xA1, 0xA2, 0xA3}:
+        raise UntrustedChainError(
+            f"{what}: RSASSA-PSS parameters (hash {hash_oid}, mask {mgf_oid}/{mgf_hash}, "
+            f"salt {salt}) are not SHA-384 / MGF1-SHA-384 / salt 48"
+        )
+
+
+def _algorithm_oid(data: bytes, what: str, *, wrapped: bool = True) -> str:
+    # [n] EXPLICIT AlgorithmIdentifier (wrapped) or the AlgorithmIdentifier SEQUENCE content.
+    if not data:
+        return "absent (defaults to SHA-1)"
+    sequence = der.read_single(data, what=what).content if wrapped else data
+    items = der.read_all(sequence, what=what)
+    if not items or items[0].tag != der.TAG_OID:
+        raise UntrustedChainError(f"{what}: malformed AlgorithmIdentifier")
+    if len(items) > 2 or (len(items) == 2 and items[1] != der.DerElement(der.TAG_NULL, b"")):
+        raise UntrustedChainError(f"{what}: unexpected hash parameters")
+    return der.decode_oid(items[0].content, what=what)
+
+
+def _find_path(
+    endorsement: Endorsement,
+    product_line: ProductLine,
+    trust: TrustStore,
+    supplied: Sequence[x509.Certificate],
+) -> tuple[x509.Certificate, x509.Certificate, bool]:
+    leaf = endorsement.certificate
+    kind = endorsement.signer_kind
+    label = kind.value.upper()
+    pinned = trust.intermediate(product_line, kind)
+    matching_role = [c for c in supplied if _is_intermediate_for(c, kind)]
+    anchors: list[tuple[x509.Certificate, list[x509.Certificate], bool]] = [
+        (trust.ark(product_line), [pinned, *matching_role], False)
+    ]
+    if trust.simulated_root is not None:
+        anchors.append((trust.simulated_root, matching_role, True))
+    failures: list[str] = []
+    for ark, candidates, simulated in anchors:
+        root_label = "simulated ARK" if simulated else f"{product_line.value} ARK"
+        if not _signed_by(ark, ark):
+            failures.append(f"{root_label} {_cn(ark)!r} is not validly self-signed")
+            continue
+        for candidate in candidates:
+            if candidate.subject != leaf.issuer:
+                continue
+            candidate_label = f"{_intermediate_kind(kind)} {_cn(candidate)!r}"
+            if not _signed_by(leaf, candidate):
+                failures.append(
+                    f"{label} signature does not verify under the {candidate_label} "
+                    f"({fingerprint(candidate)}): the certificate is not issued by it"
+                )
+                continue
+            if not _signed_by(candidate, ark):
+                failures.append(
+                    f"supplied {candidate_label} does not verify under the pinned {root_label}"
+                )
+                continue
+            return ark, candidate, simulated
+    if trust.simulated_root is None and (
+        _looks_simulated(leaf.issuer) or any(_looks_simulated(c.subject) for c in supplied)
+    ):
+        raise UntrustedChainError(
+            f"{label} chains to a simulated root (O={SIMULATED_ORGANIZATION}), which is not "
+            f"trusted; {_HOW_TO_PIN}"
+        )
+    if failures:
+        raise UntrustedChainError("; ".join(dict.fromkeys(failures)))
+    raise UntrustedChainError(_no_issuer_message(endorsement, product_line, trust, supplied))
+
+
+def _no_issuer_message(
+    endorsement: Endorsement,
+    product_line: ProductLine,
+    trust: TrustStore,
+    supplied: Sequence[x509.Certificate],
+) -> str:
+    leaf = endorsement.certificate
+    kind = endorsement.signer_kind
+    label = kind.value.upper()
+    issuer = leaf.issuer.rfc4514_string()
+    other_kind = SignerKind.VLEK if kind is SignerKind.VCEK else SignerKind.VCEK
+    wanted = _intermediate_kind(kind)
+    for line in ProductLine:
+        for signer in SignerKind:
+            if trust.intermediate(line, signer).subject != leaf.issuer:
+                continue
+            if signer is other_kind:
+                return (
+                    f"{label} is issued by {issuer}, AMD's {_intermediate_kind(signer)} "
+                    f"for {signer.value.upper()}s; a {label} must chain through the {wanted}"
+                )
+            return (
+                f"{label} is issued by AMD's {line.value} {wanted} ({issuer}), "
+                f"but the chain is checked against the {product_line.value} roots"
+            )
+    for certificate in supplied:
+        if certificate.subject == leaf.issuer and _is_intermediate_for(certificate, other_kind):
+            return (
+                f"{label} is issued by {issuer}, the {_intermediate_kind(other_kind)} for "
+                f"{other_kind.value.upper()}s; a {label} must chain through the {wanted}"
+            )
+    if _looks_simulated(leaf.issuer) or any(_looks_simulated(c.subject) for c in supplied):
+        assert trust.simulated_root is not None  # _find_path reported the unpinned case
+        return (
+            f"{label} is issued by {issuer}, a simulated certificate that does not chain to the "
+            f"pinned simulated root {fingerprint(trust.simulated_root)}"
+        )
+    return (
+        f"{label} issuer {issuer} is neither the pinned {product_line.value} {wanted} nor a "
+        "supplied intermediate that chains to a pinned root"
+    )
+
+
+def _check_crl(
+    crl_input: bytes | x509.CertificateRevocationList,
+    *,
+    ark: x509.Certificate,
+    ark_label: str,
+    intermediate: x509.Certificate,
+    intermediate_label: str,
+    endorsement: Endorsement,
+    now: dt.datetime,
+) -> None:
+    if isinstance(crl_input, bytes):
+        try:
+            crl = x509.load_der_x509_crl(crl_input)
+        except ValueError as exc:
+            raise MalformedError(f"CRL is not a DER X.509 CRL: {exc}") from exc
+    else:
+        crl = crl_input
+    require_amd_signature_algorithm(crl.public_bytes(serialization.Encoding.DER), "CRL")
+    if crl.issuer != ark.subject:
+        raise UntrustedChainError(
+            f"CRL is issued by {crl.issuer.rfc4514_string()}, not by the {ark_label}"
+        )
+    public_key = ark.public_key()
+    if not isinstance(public_key, rsa.RSAPublicKey) or not crl.is_signature_valid(public_key):
+        raise UntrustedChainError(f"CRL signature does not verify under the {ark_label}")
+    if now < crl.last_update_utc:
+        raise UntrustedChainError(
+            f"CRL is not yet valid: thisUpdate {crl.last_update_utc.isoformat()}, "
+            f"now {now.isoformat()}"
+        )
+    next_update = crl.next_update_utc
+    if next_update is None:
+        raise UntrustedChainError("CRL has no nextUpdate; its freshness cannot be judged")
+    if now > next_update:
+        raise UntrustedChainError(
+            f"CRL is stale: nextUpdate {next_update.isoformat()}, now {now.isoformat()}"
+        )
+    entry = crl.get_revoked_certificate_by_serial_number(intermediate.serial_number)
+    if entry is not None:
+        raise UntrustedChainError(
+            f"{intermediate_label} (serial {intermediate.serial_number}) is revoked by the CRL "
+            f"since {entry.revocation_date_utc.isoformat()}"
+        )
+    leaf_serial = endorsement.certificate.serial_number
+    if leaf_serial != 0:
+        entry = crl.get_revoked_certificate_by_serial_number(leaf_serial)
+        if entry is not None:
+            raise UntrustedChainError(
+                f"{endorsement.signer_kind.value.upper()} (serial {leaf_serial}) is revoked by "
+                f"the CRL since {entry.revocation_date_utc.isoformat()}"
+            )
+
+
+def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+    public_key = issuer.public_key()
+    if not isinstance(public_key, rsa.RSAPublicKey) or public_key.key_size != AMD_RSA_KEY_BITS:
+        return False
+    try:
+        child.verify_directly_issued_by(issuer)
+    except _VERIFY_ERRORS:
+        return False
+    return True
+
+
+def _require_validity(certificate: x509.Certificate, label: str, now: dt.datetime) -> None:
+    not_before = certificate.not_valid_before_utc
+    not_after = certificate.not_valid_after_utc
+    if now < not_before:
+        raise UntrustedChainError(
+            f"{label} is not yet valid: notBefore {not_before.isoformat()}, now {now.isoformat()}"
+        )
+    if now > not_after:
+        raise UntrustedChainError(
+            f"{label} expired: notAfter {not_after.isoformat()}, now {now.isoformat()}"
+        )
+
+
+def _require_no_unknown_critical_extensions(certificate: x509.Certificate, label: str) -> None:
+    try:
+        extensions = list(certificate.extensions)
+    except PARSE_ERRORS as exc:
+        raise UntrustedChainError(f"{label} extensions cannot be parsed: {exc}") from exc
+    unknown = [
+        e.oid.dotted_string
+        for e in extensions
+        if e.critical and e.oid.dotted_string not in _HANDLED_CRITICAL
+    ]
+    if unknown:
+        raise UntrustedChainError(f"{label} has unknown critical extensions {unknown}")
+
+
+def _require_signing_authority(certificate: x509.Certificate, label: str) -> None:
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        raise UntrustedChainError(f"{label} has no basicConstraints; it is not a CA") from None
+    if not constraints.value.ca:
+        raise UntrustedChainError(f"{label} has basicConstraints cA=false; it is not a CA")
+    try:
+        usage = certificate.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return
+    if not usage.key_cert_sign:
+        raise UntrustedChainError(f"{label} key usage does not allow certificate signing")
+
+
+def _require_end_entity(certificate: x509.Certificate, label: str) -> None:
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        return
+    if constraints.value.ca:
+        raise UntrustedChainError(f"{label} is marked as a CA (basicConstraints cA=true)")
+
+
+def _is_intermediate_for(certificate: x509.Certificate, kind: SignerKind) -> bool:
+    name = _cn(certificate)
+    if not name.startswith("SEV-") or name in {"SEV-VCEK", "SEV-VLEK"}:
+        return False
+    return name.startswith(_VLEK_INTERMEDIATE_PREFIX) == (kind is SignerKind.VLEK)
+
+
+def _intermediate_kind(kind: SignerKind) -> str:
+    return intermediate_role(kind).name
+
+
+def _looks_simulated(name: x509.Name) -> bool:
+    return any(
+        attribute.value == SIMULATED_ORGANIZATION
+        for attribute in name.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    )
+
+
+def _cn(certificate: x509.Certificate) -> str:
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = names[0].value if names else ""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def _der(certificate: x509.Certificate) -> bytes:
+    return certificate.public_bytes(serialization.Encoding.DER)

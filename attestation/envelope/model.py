@@ -1,0 +1,117 @@
+"""Attestation envelope v1: the JSON a replay emits and a tenant verifies offline.
+
+The models validate on construction and are frozen. JSON uses camelCase keys; unknown
+keys are rejected (an unknown key in a security document is a typo that would silently
+change its meaning). ``docs/envelope.md`` describes every field; ``docs/schema/`` holds the
+JSON Schema generated from these models.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, JsonValue, StringConstraints, field_validator
+
+from attestation.contracts import (
+    MAX_ENVELOPE_BYTES,
+    Nonce,
+    RunId,
+    Sha256Digest,
+    TenantId,
+    WireModel,
+    sha256_digest,
+)
+from attestation.encoding.json_document import load_json_document
+
+API_VERSION: Final = "attested-replay.dev/v1"
+ENVELOPE_KIND: Final = "AttestationEnvelope"
+Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Hex48 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{96}$")]
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
+
+#: How REPORT_DATA is derived from the canonical binding. ``sha512``: the 64 bytes of
+#: SHA-512(JCS(binding)). ``sha256-hex``: the 64 ASCII characters of the lowercase hex
+#: SHA-256(JCS(binding)), for attestation agents that pass ``runtime_data`` as raw text.
+ReportDataEncoding = Literal["sha512", "sha256-hex"]
+REPORT_DATA_ENCODINGS: Final[tuple[ReportDataEncoding, ...]] = ("sha512", "sha256-hex")
+
+Platform = Literal["sev-snp", "simulated"]
+
+
+class Workload(WireModel):
+    """The code that ran the replay."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    code_digest: Sha256Digest
+
+    @property
+    def digest(self) -> str:
+        """``sha256:`` of this object's canonical JSON: the expected-values ``workloadDigest``."""
+        return sha256_digest(self.canonical_bytes())
+
+
+class Binding(WireModel):
+    """The exact object whose hash is REPORT_DATA."""
+
+    run_id: RunId
+    tenant: TenantId
+    corpus_checksum: Sha256Digest
+    evaluation_digest: Sha256Digest
+    workload: Workload
+    result_digest: Sha256Digest
+    nonce: Nonce | None = None
+    image_digest: Sha256Digest | None = None
+
+
+class Evidence(WireModel):
+    """The hardware (or simulated) evidence and its endorsement."""
+
+    report: Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+    provider: Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,32}$")]
+    cert_chain: Annotated[str, StringConstraints(max_length=65536)] = Field(
+        description="PEM: VCEK or VLEK first, then ASK or ASVK, then ARK. The ARK here is "
+        "never trusted; the verifier pins its own.",
+    )
+    report_data_encoding: ReportDataEncoding = "sha512"
+
+    @field_validator("report")
+    @classmethod
+    def _report_is_base64(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"evidence.report is not base64: {exc}") from exc
+        return value
+
+    def report_bytes(self) -> bytes:
+        """The raw attestation report bytes."""
+        return base64.b64decode(self.report, validate=True)
+
+
+class Envelope(WireModel):
+    """Attestation envelope v1."""
+
+    api_version: Literal["attested-replay.dev/v1"]
+    kind: Literal["AttestationEnvelope"]
+    run_id: RunId
+    tenant: TenantId
+    binding: Binding
+    report_data: Hex64
+    measurement: Hex48
+    host_data: Hex32
+    platform: Platform
+    evidence: Evidence
+    result: dict[str, JsonValue] | None = None
+
+
+def parse_envelope(data: bytes) -> Envelope:
+    """An envelope from its JSON bytes, as strictly as the verifier reads it: at most
+    :data:`MAX_ENVELOPE_BYTES`, strict JSON (no duplicate keys), camelCase keys only.
+
+    Raises:
+        MalformedError: naming what is wrong.
+    """
+    return load_json_document(data, Envelope, what="envelope", limit=MAX_ENVELOPE_BYTES)

@@ -1,0 +1,279 @@
+"""Envelope-mode verification: every raw-report check, then binding (7), then expectations (8).
+
+The envelope carries its own endorsement (VCEK/VLEK, ASK/ASVK, ARK as PEM); the ARK in it is
+never trusted. AMD's pinned roots are; a simulated root is trusted only when its fingerprint
+is listed in the tenant's ``simulatedRoots``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cryptography import x509
+
+from attestation.abi.product import ProductLine
+from attestation.abi.report import AttestationReport
+from attestation.endorsement.certificate import endorsement_from_certificate, load_certificates
+from attestation.endorsement.chain import verify_chain
+from attestation.endorsement.trust import TrustStore, fingerprint
+from attestation.envelope.binding import report_data_for, report_data_matches, result_digest
+from attestation.envelope.expected import ExpectedValues
+from attestation.envelope.model import Envelope, Platform, parse_envelope
+from attestation.errors import AttestationError, FailureClass, MalformedError
+from attestation.verify.checks import Check, VerificationResult
+from attestation.verify.verifier import LATER_STAGES, Verifier
+
+_MALFORMED = FailureClass.MALFORMED
+_BINDING = FailureClass.BINDING
+_EXPECTATION = FailureClass.EXPECTATION
+
+#: Raw-report stages listed as "not run" when the envelope or its certChain does not parse.
+_RAW_STAGES: tuple[tuple[str, FailureClass], ...] = (
+    ("report.parse", _MALFORMED),
+    ("endorsement.parse", _MALFORMED),
+    *LATER_STAGES,
+)
+_BINDING_CHECKS = ("binding.report-data", "binding.envelope-fields", "binding.result-digest")
+_EXPECTATION_CHECKS = (
+    "expectation.run-id",
+    "expectation.corpus-checksum",
+    "expectation.tenant",
+    "expectation.workload",
+    "expectation.result-digest",
+    "expectation.evaluation-digest",
+    "expectation.image-digest",
+)
+
+
+def verify_envelope(
+    envelope_bytes: bytes,
+    expected: ExpectedValues,
+    *,
+    now: datetime,
+    trust: TrustStore | None = None,
+    crl: bytes | None = None,
+) -> VerificationResult:
+    """Verify an envelope against the tenant's expectations. Never raises for a failed check."""
+    checks: list[Check] = []
+    envelope = _parse_envelope(envelope_bytes, checks)
+    if envelope is None:
+        checks.append(
+            Check.not_run("envelope.cert-chain", _MALFORMED, "the envelope did not parse")
+        )
+        checks.extend(
+            Check.not_run(name, cls, "the envelope did not parse") for name, cls in _RAW_STAGES
+        )
+        checks.extend(_not_run_later("the envelope did not parse"))
+        return VerificationResult.from_checks(checks)
+
+    base = trust if trust is not None else TrustStore.amd()
+    try:
+        certificates = load_certificates(envelope.evidence.cert_chain.encode("ascii"))
+    except (AttestationError, UnicodeEncodeError) as exc:
+        checks.append(Check.failed("envelope.cert-chain", _MALFORMED, f"evidence.certChain: {exc}"))
+        checks.extend(Check.not_run(name, cls, "no endorsement") for name, cls in _RAW_STAGES)
+        checks.extend(_not_run_later("no endorsement"))
+        return VerificationResult.from_checks(checks)
+    checks.append(
+        Check.passed(
+            "envelope.cert-chain",
+            _MALFORMED,
+            f"{len(certificates)} certificate(s), the first is the endorsement",
+        )
+    )
+    store = _with_pinned_simulated_root(base, certificates, expected)
+
+    verifier = Verifier(store, policy=expected.policy(), crl=crl)
+    raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
+    checks.extend(raw.checks)
+    if not raw.authentic or raw.report is None or raw.chain is None:
+        checks.extend(_not_run_later("the report is not authentic"))
+        return VerificationResult.from_checks(checks, raw.report, raw.product_line)
+
+    # The chain that verified says which root it reached: only AMD's may be labelled sev-snp.
+    platform: Platform = "simulated" if raw.chain.simulated else "sev-snp"
+    binding_checks = _binding_checks(envelope, raw.report, platform=platform)
+    checks.extend(binding_checks)
+    if any(check.ok is False for check in binding_checks):
+        checks.extend(
+            Check.not_run(name, _EXPECTATION, "the binding does not hold")
+            for name in _EXPECTATION_CHECKS
+        )
+    else:
+        checks.extend(_expectation_checks(envelope, expected))
+    return VerificationResult.from_checks(checks, raw.report, raw.product_line)
+
+
+def _parse_envelope(data: bytes, checks: list[Check]) -> Envelope | None:
+    name = "envelope.parse"
+    try:
+        envelope = parse_envelope(data)
+    except MalformedError as exc:
+        checks.append(Check.from_error(name, exc))
+        return None
+    checks.append(
+        Check.passed(
+            name, _MALFORMED, f"{envelope.kind} {envelope.api_version}, run {envelope.run_id}"
+        )
+    )
+    return envelope
+
+
+def _with_pinned_simulated_root(
+    base: TrustStore, certificates: tuple[x509.Certificate, ...], expected: ExpectedValues
+) -> TrustStore:
+    """Trust a simulated root from the chain only when the tenant pinned its fingerprint."""
+    pinned = set(expected.simulated_roots)
+    for certificate in certificates:
+        if fingerprint(certificate) in pinned:
+            try:
+                return base.with_simulated_root(certificate)
+            except AttestationError:
+                continue  # an AMD certificate listed as "simulated": ignore the listing
+    return base
+
+
+def platform_of_chain(certificates: Sequence[x509.Certificate], *, now: datetime) -> Platform:
+    """``sev-snp`` when the endorsement chains to AMD's pinned roots at ``now``, else
+    ``simulated``. Only an AMD chain may ever be labelled real hardware."""
+    if not certificates:
+        return "simulated"
+    try:
+        leaf = endorsement_from_certificate(certificates[0])
+    except AttestationError:
+        return "simulated"
+    lines = [leaf.product_line] if leaf.product_line is not None else list(ProductLine)
+    for line in lines:
+        try:
+            verify_chain(
+                leaf, line, trust=TrustStore.amd(), now=now, intermediates=certificates[1:]
+            )
+        except AttestationError:
+            continue
+        return "sev-snp"
+    return "simulated"
+
+
+def _binding_checks(
+    envelope: Envelope, report: AttestationReport, *, platform: Platform
+) -> list[Check]:
+    binding = envelope.binding
+    encoding = envelope.evidence.report_data_encoding
+    expected_report_data = report_data_for(binding, encoding)
+    checks = []
+    if report_data_matches(expected_report_data, report.report_data):
+        checks.append(
+            Check.passed(
+                "binding.report-data",
+                _BINDING,
+                f"REPORT_DATA = {encoding} of the canonical binding",
+            )
+        )
+    else:
+        checks.append(
+            Check.failed(
+                "binding.report-data",
+                _BINDING,
+                f"REPORT_DATA {report.report_data.hex()} is not the {encoding} binding of this "
+                f"envelope ({expected_report_data.hex()}): the binding or the report was changed",
+            )
+        )
+
+    mismatches = []
+    pairs = {
+        "reportData": (envelope.report_data, report.report_data.hex()),
+        "measurement": (envelope.measurement, report.measurement.hex()),
+        "hostData": (envelope.host_data, report.host_data.hex()),
+        "runId": (envelope.run_id, binding.run_id),
+        "tenant": (envelope.tenant, binding.tenant),
+        "platform": (envelope.platform, platform),
+    }
+    for key, (claimed, actual) in pairs.items():
+        if claimed != actual:
+            mismatches.append(f"{key} says {claimed!r} but the evidence says {actual!r}")
+    if mismatches:
+        checks.append(Check.failed("binding.envelope-fields", _BINDING, "; ".join(mismatches)))
+    else:
+        checks.append(
+            Check.passed("binding.envelope-fields", _BINDING, "convenience fields equal the report")
+        )
+
+    if envelope.result is None:
+        checks.append(
+            Check.passed(
+                "binding.result-digest",
+                _BINDING,
+                "no result in the envelope; resultDigest is bound, fetch the result separately",
+            )
+        )
+    else:
+        try:
+            actual_digest = result_digest(envelope.result)
+        except AttestationError as exc:
+            actual_digest = f"<not canonicalizable: {exc}>"
+        if actual_digest == binding.result_digest:
+            checks.append(
+                Check.passed("binding.result-digest", _BINDING, f"result digest {actual_digest}")
+            )
+        else:
+            checks.append(
+                Check.failed(
+                    "binding.result-digest",
+                    _BINDING,
+                    f"the result's digest is {actual_digest}, the binding says "
+                    f"{binding.result_digest}: the result was changed",
+                )
+            )
+    return checks
+
+
+def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Check]:
+    binding = envelope.binding
+    comparisons: list[tuple[str, str, str | None, str | None]] = [
+        ("expectation.run-id", "runId", expected.run_id, binding.run_id),
+        (
+            "expectation.corpus-checksum",
+            "corpusChecksum",
+            expected.corpus_checksum,
+            binding.corpus_checksum,
+        ),
+        ("expectation.tenant", "tenant", expected.tenant, binding.tenant),
+        (
+            "expectation.workload",
+            "workloadDigest",
+            expected.workload_digest,
+            binding.workload.digest,
+        ),
+        (
+            "expectation.result-digest",
+            "resultDigest",
+            expected.result_digest,
+            binding.result_digest,
+        ),
+        (
+            "expectation.evaluation-digest",
+            "evaluationDigest",
+            expected.evaluation_digest,
+            binding.evaluation_digest,
+        ),
+        ("expectation.image-digest", "imageDigest", expected.image_digest, binding.image_digest),
+    ]
+    checks = []
+    for name, key, wanted, actual in comparisons:
+        if wanted is None:
+            checks.append(Check.passed(name, _EXPECTATION, f"{key} not pinned by the tenant"))
+        elif wanted == actual:
+            checks.append(Check.passed(name, _EXPECTATION, f"{key} {actual}"))
+        else:
+            shown = "absent from the binding" if actual is None else actual
+            checks.append(
+                Check.failed(name, _EXPECTATION, f"{key} is {shown}, the tenant expected {wanted}")
+            )
+    return checks
+
+
+def _not_run_later(why: str) -> list[Check]:
+    return [Check.not_run(name, _BINDING, why) for name in _BINDING_CHECKS] + [
+        Check.not_run(name, _EXPECTATION, why) for name in _EXPECTATION_CHECKS
+    ]

@@ -1,0 +1,341 @@
+"""The verification policy: what a tenant accepts once a report is authentic.
+
+A :class:`Policy` is a frozen pydantic model with camelCase JSON keys. Every key is optional
+and ``{}`` is the secure default; unknown keys are rejected (a typo must not weaken a policy).
+
+=========================== ============ ===================================================
+key                         default      meaning
+=========================== ============ ===================================================
+allowDebug                  false        accept POLICY.DEBUG = 1
+allowMigrationAgent         false        accept POLICY.MIGRATE_MA = 1
+allowedVmpl                 [0]          accepted VMPL values (0..3)
+allowProvisionalFirmware    false        false: COMMITTED_TCB == CURRENT_TCB and committed
+                                         firmware == current firmware. true: committed may be
+                                         older, but never newer, than current
+minimumTcb                  none         REPORTED_TCB must be >= this, component-wise
+minimumFirmware             none         "major.minor.build": CURRENT *and* COMMITTED
+                                         firmware versions must be >= it
+allowedProducts             any          ["Milan", "Genoa", "Turin"]
+allowedSigners              both         ["vcek", "vlek"]
+measurements                not checked  allowed MEASUREMENT values (96 hex chars)
+hostData                    not checked  allowed HOST_DATA values (64 hex chars)
+idKeyDigests                not checked  allowed ID_KEY_DIGEST values (96 hex chars)
+authorKeyDigests            not checked  allowed AUTHOR_KEY_DIGEST values (96 hex chars)
+rejectUnknownPlatformInfo   false        fail on PLATFORM_INFO bits this verifier cannot name
+=========================== ============ ===================================================
+
+``minimumTcb`` has two shapes. Flat, for every product line::
+
+    {"minimumTcb": {"bl": 7, "tee": 0, "snp": 14, "ucode": 72}}
+
+(``fmc`` in the flat shape applies only to Turin, the only layout that has it), or keyed by
+product line::
+
+    {"minimumTcb": {"Milan": {"snp": 24}, "Genoa": {"snp": 23}, "Turin": {"fmc": 0, "snp": 2}}}
+
+With the keyed shape, a report of a product line that is not listed fails (fail closed:
+restrict ``allowedProducts`` or list the product). Components are compared one by one,
+never as a single integer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Final
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from attestation.abi.product import ProductLine, SignerKind
+from attestation.abi.report import AttestationReport
+from attestation.abi.tcb import TcbVersion
+from attestation.contracts import MAX_POLICY_BYTES
+from attestation.encoding.json_document import load_json_document
+from attestation.errors import FailureClass
+from attestation.verify.checks import Check
+
+_PLATFORM: Final = FailureClass.PLATFORM_POLICY
+_WORKLOAD: Final = FailureClass.WORKLOAD_IDENTITY
+
+
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
+Hex32 = Annotated[str, BeforeValidator(_lower), StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Hex48 = Annotated[str, BeforeValidator(_lower), StringConstraints(pattern=r"^[0-9a-f]{96}$")]
+#: Strict types: a security policy does not coerce "yes" into true or "1" into 1.
+Byte = Annotated[int, Field(strict=True, ge=0, le=0xFF)]
+Flag = Annotated[bool, Field(strict=True)]
+_FIRMWARE_RE: Final = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class TcbMinimum(_Model):
+    """Minimum security patch levels; a component left out is not checked."""
+
+    bl: Byte | None = None
+    tee: Byte | None = None
+    snp: Byte | None = None
+    ucode: Byte | None = None
+    #: Compared only on Turin (the only TCB layout with an FMC byte).
+    fmc: Byte | None = None
+
+    def shortfalls(self, tcb: TcbVersion) -> list[str]:
+        """Every component of ``tcb`` below this minimum, as ``name actual < minimum``."""
+        actual = tcb.security_components()
+        out = []
+        for name, minimum in self.model_dump(exclude_none=True).items():
+            if name in actual and actual[name] < minimum:
+                out.append(f"{name} {actual[name]} < {minimum}")
+        return out
+
+
+class Policy(_Model):
+    """What a tenant accepts (see the module docstring for every key and its default)."""
+
+    allow_debug: Flag = False
+    allow_migration_agent: Flag = False
+    allowed_vmpl: tuple[Annotated[int, Field(strict=True, ge=0, le=3)], ...] = (0,)
+    allow_provisional_firmware: Flag = False
+    minimum_tcb: TcbMinimum | dict[ProductLine, TcbMinimum] | None = None
+    minimum_firmware: str | None = None
+    #: None: any product line.
+    allowed_products: tuple[ProductLine, ...] | None = None
+    allowed_signers: tuple[SignerKind, ...] = (SignerKind.VCEK, SignerKind.VLEK)
+    #: None: MEASUREMENT is not checked.
+    measurements: tuple[Hex48, ...] | None = None
+    #: None: HOST_DATA is not checked.
+    host_data: tuple[Hex32, ...] | None = None
+    #: None: ID_KEY_DIGEST is not checked.
+    id_key_digests: tuple[Hex48, ...] | None = None
+    #: None: AUTHOR_KEY_DIGEST is not checked.
+    author_key_digests: tuple[Hex48, ...] | None = None
+    reject_unknown_platform_info: Flag = False
+
+    @field_validator("minimum_firmware")
+    @classmethod
+    def _firmware_format(cls, value: str | None) -> str | None:
+        if value is not None:
+            match = _FIRMWARE_RE.fullmatch(value)
+            if match is None or any(int(part) > 0xFF for part in match.groups()):
+                raise ValueError('must be "major.minor.build" with each part 0..255')
+        return value
+
+    @property
+    def minimum_firmware_tuple(self) -> tuple[int, int, int] | None:
+        if self.minimum_firmware is None:
+            return None
+        major, minor, build = (int(part) for part in self.minimum_firmware.split("."))
+        return (major, minor, build)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+#: The crypto-only policy: accepts any authentic report (for tests and diagnostics).
+CRYPTO_ONLY: Final = Policy(
+    allow_debug=True,
+    allow_migration_agent=True,
+    allowed_vmpl=(0, 1, 2, 3),
+    allow_provisional_firmware=True,
+)
+
+
+def load_policy(data: bytes) -> Policy:
+    """Parse a policy document (JSON).
+
+    Raises:
+        MalformedError: too large, not strict JSON, not an object, an unknown key or a bad value.
+    """
+    return load_json_document(data, Policy, what="policy", limit=MAX_POLICY_BYTES)
+
+
+def _one_of(value: bytes, allowed: tuple[str, ...]) -> bool:
+    return value.hex() in allowed
+
+
+def evaluate_policy(
+    report: AttestationReport,
+    policy: Policy,
+    *,
+    product: ProductLine,
+    signer: SignerKind,
+) -> list[Check]:
+    """Every policy check for an authentic report, each with its outcome (all violations).
+
+    ``product`` and ``signer`` are the verified product line and signer kind (for a v2 report
+    the product line comes from the certificate).
+    """
+    checks = [
+        _debug(report, policy),
+        _migration_agent(report, policy),
+        _vmpl(report, policy),
+        _provisional(report, policy, product),
+        _minimum_tcb(report, policy, product),
+        _minimum_firmware(report, policy),
+        _products(policy, product),
+        _signers(policy, signer),
+        _platform_info(report, policy),
+    ]
+    checks.extend(_workload_identity(report, policy))
+    return checks
+
+
+def _debug(report: AttestationReport, policy: Policy) -> Check:
+    name = "policy.debug"
+    if not report.policy.debug:
+        return Check.passed(name, _PLATFORM, "POLICY.DEBUG is 0")
+    if policy.allow_debug:
+        return Check.passed(name, _PLATFORM, "POLICY.DEBUG is 1 (allowed by allowDebug)")
+    return Check.failed(name, _PLATFORM, "POLICY.DEBUG is 1: the host can read guest memory")
+
+
+def _migration_agent(report: AttestationReport, policy: Policy) -> Check:
+    name = "policy.migration-agent"
+    if not report.policy.migrate_ma:
+        return Check.passed(name, _PLATFORM, "POLICY.MIGRATE_MA is 0")
+    if policy.allow_migration_agent:
+        return Check.passed(name, _PLATFORM, "POLICY.MIGRATE_MA is 1 (allowed)")
+    return Check.failed(name, _PLATFORM, "POLICY.MIGRATE_MA is 1: a migration agent is allowed")
+
+
+def _vmpl(report: AttestationReport, policy: Policy) -> Check:
+    allowed = list(policy.allowed_vmpl)
+    ok = report.vmpl in policy.allowed_vmpl
+    detail = f"VMPL {report.vmpl} {'in' if ok else 'not in'} allowedVmpl {allowed}"
+    return Check("policy.vmpl", _PLATFORM, ok, detail)
+
+
+def _firmware(major: int, minor: int, build: int) -> str:
+    return f"{major}.{minor}.{build}"
+
+
+def _provisional(report: AttestationReport, policy: Policy, product: ProductLine) -> Check:
+    name = "policy.provisional-firmware"
+    current_fw = (report.current_major, report.current_minor, report.current_build)
+    committed_fw = (report.committed_major, report.committed_minor, report.committed_build)
+    if report.committed_tcb == report.current_tcb and committed_fw == current_fw:
+        return Check.passed(
+            name,
+            _PLATFORM,
+            f"COMMITTED_TCB == CURRENT_TCB ({report.current_tcb:#018x}), "
+            f"firmware {_firmware(*current_fw)}",
+        )
+    current = report.tcb("current", product)
+    committed = report.tcb("committed", product)
+    describe = (
+        f"COMMITTED_TCB {committed.components()} firmware {_firmware(*committed_fw)}, "
+        f"CURRENT_TCB {current.components()} firmware {_firmware(*current_fw)}"
+    )
+    if not policy.allow_provisional_firmware:
+        return Check.failed(name, _PLATFORM, f"provisional firmware not allowed: {describe}")
+    if current.dominates(committed) and current_fw >= committed_fw:
+        return Check.passed(name, _PLATFORM, f"provisional firmware allowed: {describe}")
+    return Check.failed(name, _PLATFORM, f"committed is newer than current: {describe}")
+
+
+def _minimum_tcb(report: AttestationReport, policy: Policy, product: ProductLine) -> Check:
+    name = "policy.minimum-tcb"
+    minimum = policy.minimum_tcb
+    if minimum is None:
+        return Check.passed(name, _PLATFORM, "no minimumTcb configured")
+    if isinstance(minimum, dict):
+        if product not in minimum:
+            return Check.failed(
+                name, _PLATFORM, f"minimumTcb lists no minimum for product line {product}"
+            )
+        minimum = minimum[product]
+    reported = report.tcb("reported", product)
+    shortfalls = minimum.shortfalls(reported)
+    if shortfalls:
+        return Check.failed(name, _PLATFORM, "REPORTED_TCB below minimum: " + ", ".join(shortfalls))
+    return Check.passed(name, _PLATFORM, f"REPORTED_TCB {reported.components()} meets minimum")
+
+
+def _minimum_firmware(report: AttestationReport, policy: Policy) -> Check:
+    name = "policy.minimum-firmware"
+    minimum = policy.minimum_firmware_tuple
+    if minimum is None:
+        return Check.passed(name, _PLATFORM, "no minimumFirmware configured")
+    versions = {
+        "current": (report.current_major, report.current_minor, report.current_build),
+        "committed": (report.committed_major, report.committed_minor, report.committed_build),
+    }
+    below = [f"{k} {_firmware(*v)}" for k, v in versions.items() if v < minimum]
+    if below:
+        return Check.failed(
+            name, _PLATFORM, f"firmware below {_firmware(*minimum)}: " + ", ".join(below)
+        )
+    return Check.passed(name, _PLATFORM, f"firmware meets {_firmware(*minimum)}")
+
+
+def _products(policy: Policy, product: ProductLine) -> Check:
+    name = "policy.products"
+    if policy.allowed_products is None:
+        return Check.passed(name, _PLATFORM, f"{product} (any product line allowed)")
+    ok = product in policy.allowed_products
+    allowed = [p.value for p in policy.allowed_products]
+    return Check(name, _PLATFORM, ok, f"{product} {'in' if ok else 'not in'} {allowed}")
+
+
+def _signers(policy: Policy, signer: SignerKind) -> Check:
+    ok = signer in policy.allowed_signers
+    allowed = [s.value for s in policy.allowed_signers]
+    return Check(
+        "policy.signers", _PLATFORM, ok, f"{signer.value} {'in' if ok else 'not in'} {allowed}"
+    )
+
+
+def _platform_info(report: AttestationReport, policy: Policy) -> Check:
+    name = "policy.platform-info"
+    info = report.platform_info
+    bits = info.unknown_bit_numbers()
+    raw = f"PLATFORM_INFO {info.raw:#x}"
+    if not bits:
+        return Check.passed(name, _PLATFORM, f"{raw}: no unknown bits")
+    detail = f"{raw}: unknown bits {bits}"
+    if policy.reject_unknown_platform_info:
+        return Check.failed(name, _PLATFORM, f"{detail} (rejectUnknownPlatformInfo)")
+    return Check.passed(name, _PLATFORM, f"{detail} (reported, not rejected)")
+
+
+def _workload_identity(report: AttestationReport, policy: Policy) -> list[Check]:
+    rows = (
+        ("workload.measurement", "MEASUREMENT", "measurements", report.measurement),
+        ("workload.host-data", "HOST_DATA", "hostData", report.host_data),
+        ("workload.id-key-digest", "ID_KEY_DIGEST", "idKeyDigests", report.id_key_digest),
+        (
+            "workload.author-key-digest",
+            "AUTHOR_KEY_DIGEST",
+            "authorKeyDigests",
+            report.author_key_digest,
+        ),
+    )
+    allowed_sets = (
+        policy.measurements,
+        policy.host_data,
+        policy.id_key_digests,
+        policy.author_key_digests,
+    )
+    checks = []
+    for (name, field, key, value), allowed in zip(rows, allowed_sets, strict=True):
+        if allowed is None:
+            checks.append(Check.passed(name, _WORKLOAD, f"{field} not checked ({key} absent)"))
+        elif _one_of(value, allowed):
+            checks.append(Check.passed(name, _WORKLOAD, f"{field} {value.hex()} in {key}"))
+        else:
+            checks.append(Check.failed(name, _WORKLOAD, f"{field} {value.hex()} not in {key}"))
+    return checks

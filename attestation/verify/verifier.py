@@ -1,0 +1,401 @@
+"""The raw-report verification pipeline: report + VCEK/VLEK -> ordered checks -> verdict.
+
+Stages run in the order of the exit-code table (docs/verification.md), and the verdict is
+the class of the first failing check:
+
+1. malformed          ``report.parse``, ``endorsement.parse``
+2. untrusted-chain    ``endorsement.chain`` (pinned AMD root of the certificate's product line
+                      and signer kind, at ``now``; optional CRL)
+3. bad-signature      ``report.signature`` (ECDSA P-384/SHA-384 over 0x000-0x29F)
+4. endorsement-mismatch  ``endorsement.signer-kind``, ``endorsement.product-line``,
+                      ``endorsement.struct-version``, ``endorsement.tcb``, ``endorsement.chip-id``
+5. platform-policy    ``policy.*``
+6. workload-identity  ``workload.*``
+
+Nothing read from the report is trusted before the signature verifies: after a failed
+stage 1-3, later checks are listed with ``ok=None`` ("not run"). Stage 4 and later all run,
+so every violation is reported (stages 5-6 are "not run" only when the report and certificate
+name different product lines: their TCB layouts differ). Verification failures never raise;
+they become failed checks. Envelope mode (:mod:`attestation.envelope.verification`) follows
+:attr:`ReportChecks.checks` with its binding (7) and expectation (8) checks and builds the
+result with :meth:`VerificationResult.from_checks`.
+
+Chain validation is the expensive, report-independent part: :class:`Verifier` memoizes it per
+distinct (certificate, intermediates, product line, now, CRL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from attestation.abi.product import ProductLine, SignerKind
+from attestation.abi.report import SIGNED_REGION_END, AttestationReport, parse_report
+from attestation.abi.signature import verify_report_signature
+from attestation.endorsement.certificate import (
+    Endorsement,
+    endorsement_from_certificate,
+    load_certificates,
+)
+from attestation.endorsement.chain import VerifiedChain, verify_chain
+from attestation.endorsement.trust import TrustStore
+from attestation.errors import AttestationError, FailureClass, MalformedError
+from attestation.verify.checks import Check, VerificationResult
+from attestation.verify.policy import Policy, evaluate_policy
+
+EndorsementInput = bytes | Sequence[x509.Certificate] | Endorsement
+
+_MALFORMED = FailureClass.MALFORMED
+_CHAIN = FailureClass.UNTRUSTED_CHAIN
+_SIGNATURE = FailureClass.BAD_SIGNATURE
+_MISMATCH = FailureClass.ENDORSEMENT_MISMATCH
+
+#: Names and classes of the checks that depend on an authentic report, listed as "not run"
+#: when an earlier stage fails.
+LATER_STAGES: tuple[tuple[str, FailureClass], ...] = (
+    ("endorsement.chain", _CHAIN),
+    ("report.signature", _SIGNATURE),
+    ("endorsement.signer-kind", _MISMATCH),
+    ("endorsement.product-line", _MISMATCH),
+    ("endorsement.struct-version", _MISMATCH),
+    ("endorsement.tcb", _MISMATCH),
+    ("endorsement.chip-id", _MISMATCH),
+    ("policy", FailureClass.PLATFORM_POLICY),
+    ("workload", FailureClass.WORKLOAD_IDENTITY),
+)
+#: Required TCB components per layout: every one must be in the certificate.
+_REQUIRED_SPLS = ("bl", "tee", "snp", "ucode")
+_TURIN_STRUCT_VERSION = 1
+_MILAN_GENOA_STRUCT_VERSION = 0
+_TURIN_HWID_LENGTH = 8
+
+
+@dataclass
+class ReportChecks:
+    """The checks of one raw-report verification and what they established.
+
+    ``report``/``endorsement`` are set when they parsed, ``chain`` when it verified;
+    ``authentic`` is True only when the chain and the signature verified (later stages may then
+    trust the report's contents).
+    """
+
+    checks: list[Check] = field(default_factory=list)
+    report: AttestationReport | None = None
+    endorsement: Endorsement | None = None
+    chain: VerifiedChain | None = None
+    product_line: ProductLine | None = None
+    authentic: bool = False
+
+    def result(self) -> VerificationResult:
+        return VerificationResult.from_checks(self.checks, self.report, self.product_line)
+
+
+_Parsed = tuple[Endorsement, tuple[x509.Certificate, ...]]
+
+
+def _endorsement_parts(endorsement: EndorsementInput) -> _Parsed:
+    if isinstance(endorsement, Endorsement):
+        return endorsement, ()
+    certificates = (
+        load_certificates(endorsement) if isinstance(endorsement, bytes) else tuple(endorsement)
+    )
+    if not certificates:
+        raise MalformedError("no certificate given")
+    return endorsement_from_certificate(certificates[0]), certificates[1:]
+
+
+class Verifier:
+    """Verifies raw reports under one trust store and policy, memoizing chain validation."""
+
+    def __init__(
+        self,
+        trust: TrustStore,
+        *,
+        policy: Policy,
+        crl: bytes | None = None,
+        cache_size: int = 64,
+    ) -> None:
+        self._trust = trust
+        self._policy = policy
+        self._crl = crl
+        self._cache_size = cache_size
+        self._chain_cache: OrderedDict[tuple[object, ...], VerifiedChain | AttestationError] = (
+            OrderedDict()
+        )
+        self._endorsement_cache: OrderedDict[bytes, _Parsed] = OrderedDict()
+
+    # Read-only: memoized chain verdicts hold only for the trust store and CRL they were
+    # computed under; a verifier for other anchors is a new Verifier.
+    @property
+    def trust(self) -> TrustStore:
+        return self._trust
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @property
+    def crl(self) -> bytes | None:
+        return self._crl
+
+    def _remember(self, cache: OrderedDict[Any, Any], key: object, value: object) -> None:
+        cache[key] = value
+        if len(cache) > self._cache_size:
+            cache.popitem(last=False)
+
+    def _endorsement(self, endorsement: EndorsementInput) -> _Parsed:
+        """Parse the endorsement; identical input bytes are parsed once (they are immutable).
+
+        Only successes are memoized: a failure is re-raised fresh from a new parse.
+        """
+        if not isinstance(endorsement, bytes):
+            return _endorsement_parts(endorsement)
+        cached = self._endorsement_cache.get(endorsement)
+        if cached is None:
+            cached = _endorsement_parts(endorsement)
+            self._remember(self._endorsement_cache, endorsement, cached)
+        return cached
+
+    def _chain(
+        self,
+        endorsement: Endorsement,
+        intermediates: tuple[x509.Certificate, ...],
+        product: ProductLine,
+        now: datetime,
+    ) -> VerifiedChain | AttestationError:
+        """The verified chain, or the error that stopped it (both memoized)."""
+        key = (
+            endorsement.der,
+            tuple(c.public_bytes(serialization.Encoding.DER) for c in intermediates),
+            product,
+            now,
+            self.crl,
+        )
+        if key in self._chain_cache:
+            self._chain_cache.move_to_end(key)
+            return self._chain_cache[key]
+        outcome: VerifiedChain | AttestationError
+        try:
+            outcome = verify_chain(
+                endorsement,
+                product,
+                trust=self.trust,
+                now=now,
+                crl=self.crl,
+                intermediates=intermediates,
+            )
+        except AttestationError as exc:
+            outcome = exc
+        self._remember(self._chain_cache, key, outcome)
+        return outcome
+
+    def check(
+        self, report_bytes: bytes, endorsement: EndorsementInput, *, now: datetime
+    ) -> ReportChecks:
+        """Run every raw-report check; never raises for a verification failure."""
+        out = ReportChecks()
+        try:
+            out.report = parse_report(report_bytes)
+            out.checks.append(
+                Check.passed(
+                    "report.parse",
+                    _MALFORMED,
+                    f"version {out.report.version}, {len(report_bytes)} bytes",
+                )
+            )
+        except AttestationError as exc:
+            out.checks.append(Check.from_error("report.parse", exc))
+        intermediates: tuple[x509.Certificate, ...] = ()
+        try:
+            out.endorsement, intermediates = self._endorsement(endorsement)
+            e = out.endorsement
+            out.checks.append(
+                Check.passed(
+                    "endorsement.parse",
+                    _MALFORMED,
+                    f"{e.signer_kind.value.upper()} for {e.product_name or 'no product name'}",
+                )
+            )
+        except AttestationError as exc:
+            out.checks.append(Check.from_error("endorsement.parse", exc))
+        if out.report is None or out.endorsement is None:
+            return _skip_rest(out, 0, "the input did not parse")
+        report, cert = out.report, out.endorsement
+
+        chain_product = cert.product_line or report.product_line
+        if chain_product is None:
+            out.checks.append(
+                Check.failed(
+                    "endorsement.chain",
+                    _CHAIN,
+                    "neither the certificate (productName) nor the version 2 report names a "
+                    "product line, so no AMD root applies",
+                )
+            )
+            return _skip_rest(out, 1, "no trusted chain")
+        chain = self._chain(cert, intermediates, chain_product, now)
+        if isinstance(chain, AttestationError):
+            out.checks.append(Check.from_error("endorsement.chain", chain))
+            return _skip_rest(out, 1, "no trusted chain")
+        out.chain = chain
+        out.checks.append(
+            Check.passed(
+                "endorsement.chain",
+                _CHAIN,
+                f"{cert.signer_kind.value.upper()} chains to the pinned {chain_product} root "
+                f"at {now.isoformat()}",
+            )
+        )
+        try:
+            verify_report_signature(report, cert.public_key, report_bytes[:SIGNED_REGION_END])
+        except AttestationError as exc:
+            out.checks.append(Check.from_error("report.signature", exc))
+            return _skip_rest(out, 2, "the report is not authentic")
+        out.checks.append(
+            Check.passed(
+                "report.signature",
+                _SIGNATURE,
+                "ECDSA P-384/SHA-384 signature verifies (body sha384:"
+                f"{hashlib.sha384(report_bytes[:SIGNED_REGION_END]).hexdigest()})",
+            )
+        )
+        out.authentic = True
+        out.product_line = report.product_line or cert.product_line
+        out.checks.extend(endorsement_checks(report, cert))
+        signer = report.signer_kind
+        product_ok = all(c.ok for c in out.checks if c.name == "endorsement.product-line")
+        if out.product_line is None or signer is None or not product_ok:
+            # TCB layouts differ between product lines: policy on a contradictory report
+            # would read the wrong bytes.
+            return _skip_rest(out, len(LATER_STAGES) - 2, "the product lines disagree")
+        out.checks.extend(
+            evaluate_policy(report, self.policy, product=out.product_line, signer=signer)
+        )
+        return out
+
+    def verify(
+        self, report_bytes: bytes, endorsement: EndorsementInput, *, now: datetime
+    ) -> VerificationResult:
+        """Verify a raw report; the result's exit code is the first failing class."""
+        return self.check(report_bytes, endorsement, now=now).result()
+
+
+def _skip_rest(out: ReportChecks, start: int, why: str) -> ReportChecks:
+    out.checks.extend(Check.not_run(name, cls, why) for name, cls in LATER_STAGES[start:])
+    return out
+
+
+def verify_report(
+    report_bytes: bytes,
+    endorsement: EndorsementInput,
+    *,
+    policy: Policy,
+    trust: TrustStore,
+    now: datetime,
+    crl: bytes | None = None,
+) -> VerificationResult:
+    """Verify one raw report against its VCEK/VLEK (a one-shot :class:`Verifier`)."""
+    return Verifier(trust, policy=policy, crl=crl).verify(report_bytes, endorsement, now=now)
+
+
+def endorsement_checks(report: AttestationReport, cert: Endorsement) -> list[Check]:
+    """Stage 4: does the (authentic) certificate describe this report? Every check runs."""
+    checks = [_signer_kind(report, cert), _product_line(report, cert)]
+    product = report.product_line or cert.product_line
+    if product is None:
+        checks.append(Check.failed("endorsement.struct-version", _MISMATCH, "no product line"))
+        return checks
+    checks.append(_struct_version(cert, product))
+    checks.append(_tcb(report, cert, product))
+    checks.append(_chip_id(report, cert, product))
+    return checks
+
+
+def _signer_kind(report: AttestationReport, cert: Endorsement) -> Check:
+    name = "endorsement.signer-kind"
+    kind = report.signer_kind
+    if kind is cert.signer_kind:
+        return Check.passed(name, _MISMATCH, f"SIGNING_KEY {report.signing_key} = {kind}")
+    return Check.failed(
+        name,
+        _MISMATCH,
+        f"report SIGNING_KEY {report.signing_key} ({kind or 'none'}) but the certificate is a "
+        f"{cert.signer_kind.value.upper()}",
+    )
+
+
+def _product_line(report: AttestationReport, cert: Endorsement) -> Check:
+    name = "endorsement.product-line"
+    own = report.product_line
+    if own is None:
+        if cert.product_line is None:
+            return Check.failed(name, _MISMATCH, "version 2 report and no productName")
+        return Check.passed(
+            name, _MISMATCH, f"version 2 report: product line {cert.product_line} from certificate"
+        )
+    if cert.product_line is own:
+        return Check.passed(name, _MISMATCH, f"report CPUID and certificate both say {own}")
+    return Check.failed(
+        name,
+        _MISMATCH,
+        f"report CPUID says {own} but the certificate is for {cert.product_line or 'no product'}",
+    )
+
+
+def _struct_version(cert: Endorsement, product: ProductLine) -> Check:
+    name = "endorsement.struct-version"
+    want = _TURIN_STRUCT_VERSION if product.uses_turin_tcb_layout else _MILAN_GENOA_STRUCT_VERSION
+    if cert.struct_version == want:
+        return Check.passed(name, _MISMATCH, f"structVersion {want} for {product}")
+    return Check.failed(
+        name, _MISMATCH, f"structVersion {cert.struct_version} but {product} needs {want}"
+    )
+
+
+def _tcb(report: AttestationReport, cert: Endorsement, product: ProductLine) -> Check:
+    name = "endorsement.tcb"
+    reported = report.tcb("reported", product).components()
+    problems: list[str] = []
+    required = (*_REQUIRED_SPLS, "fmc") if product.uses_turin_tcb_layout else _REQUIRED_SPLS
+    problems.extend(f"{spl}SPL missing" for spl in required if spl not in cert.spls)
+    for spl, value in cert.spls.items():
+        if spl not in reported:
+            problems.append(f"{spl}SPL {value} has no place in a {product} TCB")
+        elif reported[spl] != value:
+            problems.append(f"{spl}SPL {value} != REPORTED_TCB {reported[spl]}")
+    if problems:
+        return Check.failed(name, _MISMATCH, "certificate TCB: " + ", ".join(problems))
+    return Check.passed(name, _MISMATCH, f"certificate SPLs equal REPORTED_TCB {reported}")
+
+
+def _chip_id(report: AttestationReport, cert: Endorsement, product: ProductLine) -> Check:
+    name = "endorsement.chip-id"
+    chip = report.chip_id
+    if cert.signer_kind is SignerKind.VLEK:
+        if cert.hwid is not None:
+            return Check.failed(name, _MISMATCH, "a VLEK must not carry a hwID")
+        return Check.passed(name, _MISMATCH, "VLEK: no hwID, CHIP_ID is not bound (by design)")
+    if cert.hwid is None:
+        return Check.failed(name, _MISMATCH, "the VCEK has no hwID")
+    if report.chip_id_masked:
+        return Check.failed(
+            name, _MISMATCH, "CHIP_ID is masked (all zero) and cannot be bound to the VCEK hwID"
+        )
+    if product.uses_turin_tcb_layout:
+        ok = (
+            len(cert.hwid) == _TURIN_HWID_LENGTH
+            and chip[:_TURIN_HWID_LENGTH] == cert.hwid
+            and not any(chip[_TURIN_HWID_LENGTH:])
+        )
+    else:
+        ok = cert.hwid == chip
+    if ok:
+        return Check.passed(name, _MISMATCH, f"hwID {cert.hwid.hex()} matches CHIP_ID")
+    return Check.failed(name, _MISMATCH, f"hwID {cert.hwid.hex()} != CHIP_ID {chip.hex()}")

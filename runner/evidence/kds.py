@@ -1,0 +1,296 @@
+"""AMD Key Distribution Service (KDS): fetch, verify and cache a chip's VCEK.
+
+URLs (design/snp-attestation.md section 7), base ``https://kdsintf.amd.com``:
+
+* VCEK: ``/vcek/v1/{Milan|Genoa}/{hex(CHIP_ID): 128 chars}?blSPL=.&teeSPL=.&snpSPL=.&ucodeSPL=.``;
+  Turin: ``/vcek/v1/Turin/{hex(CHIP_ID[0:8]), 16 chars}?...&fmcSPL=..`` (the long form gets 404).
+* ASK + ARK: ``/vcek/v1/{product}/cert_chain`` (PEM, ASK first).
+
+SPL values come from REPORTED_TCB and are written as plain decimal without zero padding
+(``blSPL=3``). KDS accepts both this and the two-digit form some tools send; we use the form of
+the URL recorded in the Oak test data whose answer is one of our real vectors.
+
+A downloaded VCEK is kept only if it chains to AMD's *pinned* ASK and ARK, its SPLs and hwID
+match the report, and it verifies the report's signature. KDS rate-limits (HTTP 429): we wait
+as long as ``Retry-After`` asks, up to a bound, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import requests
+import structlog
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from attestation.abi.product import ProductLine, SignerKind
+from attestation.abi.report import AttestationReport, parse_report
+from attestation.abi.signature import verify_report_signature
+from attestation.endorsement.certificate import load_endorsement
+from attestation.endorsement.chain import verify_chain
+from attestation.endorsement.trust import TrustStore, fingerprint
+from attestation.errors import AttestationError
+from attestation.verify.verifier import endorsement_checks
+from runner.errors import EvidenceError, InputError, UsageError
+from runner.evidence.bundle import certificates_to_pem
+from tenant.fsutil import atomic_write
+
+KDS_BASE_URL: Final = "https://kdsintf.amd.com"
+TURIN_HWID_BYTES: Final = 8
+DEFAULT_TIMEOUT: Final = 30.0
+DEFAULT_ATTEMPTS: Final = 4
+#: Never wait longer than this for one Retry-After; KDS asks for ~10 s under normal load.
+DEFAULT_MAX_WAIT: Final = 120.0
+#: Wait used when a 429/503 carries no usable Retry-After.
+DEFAULT_BACKOFF: Final = 10.0
+_RETRY_STATUSES: Final = frozenset({429, 503})
+_log = structlog.get_logger(__name__)
+
+
+class KdsError(EvidenceError):
+    """KDS could not provide the certificate (network, 404, rate limit beyond the bound)."""
+
+
+class KdsVerificationError(EvidenceError):
+    """KDS answered, but the certificate does not check out for this report."""
+
+
+@dataclass(frozen=True, slots=True)
+class VcekRequest:
+    """What identifies a VCEK at KDS: product line, hwID and REPORTED_TCB SPLs."""
+
+    product: ProductLine
+    hwid: bytes
+    spls: tuple[tuple[str, int], ...]
+    """``(query name, value)`` in URL order, e.g. ``("blSPL", 3)``."""
+
+    def path(self) -> str:
+        query = "&".join(f"{name}={value}" for name, value in self.spls)
+        return f"/vcek/v1/{self.product.value}/{self.hwid.hex()}?{query}"
+
+    def cache_name(self) -> Path:
+        tcb = "-".join(f"{name.removesuffix('SPL')}{value}" for name, value in self.spls)
+        return Path("vcek", self.product.value, self.hwid.hex(), f"{tcb}.der")
+
+
+def report_product(report: AttestationReport, product: ProductLine | None) -> ProductLine:
+    """The report's product line from CPUID (v3+), or the operator's ``--product`` for v2."""
+    own = report.product_line
+    if own is None:
+        if product is None:
+            raise UsageError("a version 2 report has no CPUID: pass --product Milan|Genoa|Turin")
+        return product
+    if product is not None and product is not own:
+        raise UsageError(f"--product {product} contradicts the report's CPUID ({own})")
+    return own
+
+
+def vcek_request(report: AttestationReport, product: ProductLine) -> VcekRequest:
+    """The KDS request for the VCEK that should have signed ``report``."""
+    if report.signer_kind is SignerKind.VLEK:
+        raise UsageError(
+            "the report is signed by a VLEK: VLEKs are provisioned by the cloud provider and "
+            "cannot be downloaded from KDS; take it from the platform's certificate table"
+        )
+    if report.chip_id_masked:
+        raise UsageError("the report's CHIP_ID is masked (all zero): KDS cannot be queried")
+    tcb = report.tcb("reported", product).components()
+    spls = [("blSPL", tcb["bl"]), ("teeSPL", tcb["tee"]), ("snpSPL", tcb["snp"])]
+    spls.append(("ucodeSPL", tcb["ucode"]))
+    if product.uses_turin_tcb_layout:
+        spls.append(("fmcSPL", tcb["fmc"]))
+        hwid = report.chip_id[:TURIN_HWID_BYTES]
+    else:
+        hwid = report.chip_id
+    return VcekRequest(product, bytes(hwid), tuple(spls))
+
+
+def cert_chain_path(product: ProductLine) -> str:
+    """KDS path of the ASK + ARK PEM chain for VCEKs of ``product``."""
+    return f"/vcek/v1/{product.value}/cert_chain"
+
+
+def parse_retry_after(value: str | None, *, now: dt.datetime) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+class KdsClient:
+    """GETs from KDS with timeouts and bounded, Retry-After-honouring retries."""
+
+    def __init__(
+        self,
+        base_url: str = KDS_BASE_URL,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        attempts: int = DEFAULT_ATTEMPTS,
+        max_wait: float = DEFAULT_MAX_WAIT,
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.attempts = attempts
+        self.max_wait = max_wait
+        self.session = session or requests.Session()
+        self.sleep = sleep
+
+    def get(self, path: str) -> bytes:
+        url = self.base_url + path
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self.session.get(url, timeout=self.timeout)
+            except requests.RequestException as exc:
+                raise KdsError(f"KDS request {url} failed: {exc}") from exc
+            if response.status_code == requests.codes.ok:
+                return response.content
+            if response.status_code == requests.codes.not_found:
+                raise KdsError(
+                    f"KDS has no certificate at {url} (404): check the product line, and that "
+                    "the TCB values are ones AMD has issued"
+                )
+            if response.status_code not in _RETRY_STATUSES:
+                raise KdsError(f"KDS answered HTTP {response.status_code} for {url}")
+            wait = parse_retry_after(
+                response.headers.get("Retry-After"), now=dt.datetime.now(dt.UTC)
+            )
+            wait = DEFAULT_BACKOFF if wait is None else wait
+            if wait > self.max_wait:
+                raise KdsError(
+                    f"KDS rate limit: asked to wait {wait:.0f} s "
+                    f"(more than {self.max_wait:.0f} s); "
+                    "retry later or use a cached certificate"
+                )
+            if attempt == self.attempts:
+                break
+            _log.warning("kds_retry", url=url, status=response.status_code, wait=wait)
+            self.sleep(wait)
+        raise KdsError(f"KDS kept answering 429/503 for {url} after {self.attempts} attempts")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedVcek:
+    """A VCEK verified for one report, with the pinned ASK and ARK it chains to."""
+
+    vcek_der: bytes
+    ask_der: bytes
+    ark_der: bytes
+    url: str
+    from_cache: bool
+
+    def bundle_pem(self) -> bytes:
+        """PEM bundle VCEK, ASK, ARK (what ``--endorsement-bundle`` reads)."""
+        return certificates_to_pem((self.vcek_der, self.ask_der, self.ark_der)).encode("ascii")
+
+
+def verify_vcek_for_report(
+    vcek_der: bytes,
+    report: AttestationReport,
+    product: ProductLine,
+    *,
+    now: dt.datetime,
+    trust: TrustStore,
+) -> tuple[bytes, bytes]:
+    """Check a VCEK against the pinned roots and the report; returns (ASK, ARK) DER."""
+    try:
+        endorsement = load_endorsement(vcek_der)
+        chain = verify_chain(endorsement, product, trust=trust, now=now)
+        failed = [c for c in endorsement_checks(report, endorsement) if c.ok is not True]
+        if failed:
+            raise KdsVerificationError(
+                "the VCEK does not describe this report: "
+                + "; ".join(f"{c.name}: {c.detail}" for c in failed)
+            )
+        verify_report_signature(report, endorsement.public_key)
+    except AttestationError as exc:
+        raise KdsVerificationError(f"the VCEK does not verify: {exc}") from exc
+    return chain.intermediate.public_bytes(Encoding.DER), chain.ark.public_bytes(Encoding.DER)
+
+
+def check_cert_chain(pem: bytes, product: ProductLine, trust: TrustStore) -> None:
+    """The KDS ``cert_chain`` answer must be exactly AMD's pinned ASK then ARK."""
+    try:
+        certificates = x509.load_pem_x509_certificates(pem)
+    except ValueError as exc:
+        raise KdsVerificationError(f"KDS cert_chain is not PEM: {exc}") from exc
+    expected = [trust.intermediate(product, SignerKind.VCEK), trust.ark(product)]
+    if [fingerprint(c) for c in certificates] != [fingerprint(c) for c in expected]:
+        raise KdsVerificationError(
+            f"KDS cert_chain for {product} is not the pinned ASK and ARK "
+            f"(got {len(certificates)} certificate(s) with other fingerprints)"
+        )
+
+
+def _verified_cache_entry(
+    cached: Path,
+    report: AttestationReport,
+    line: ProductLine,
+    *,
+    now: dt.datetime,
+    trust: TrustStore,
+) -> tuple[bytes, bytes, bytes] | None:
+    """A cached VCEK that still verifies for this report; None (fetch again) when it is
+    unreadable or no longer verifies, since the cache is a convenience, never trusted."""
+    try:
+        der = cached.read_bytes()
+    except OSError as exc:
+        _log.warning("kds_cache_entry_unreadable", path=str(cached), error=str(exc))
+        return None
+    try:
+        ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
+    except KdsVerificationError as exc:
+        _log.warning("kds_cache_entry_rejected", path=str(cached), error=str(exc))
+        return None
+    return der, ask, ark
+
+
+def fetch_vcek(
+    report_bytes: bytes,
+    *,
+    product: ProductLine | None = None,
+    client: KdsClient | None = None,
+    cache_dir: Path | None = None,
+    now: dt.datetime | None = None,
+    trust: TrustStore | None = None,
+) -> FetchedVcek:
+    """Fetch (or take from the cache) the VCEK for a raw report, verified."""
+    try:
+        report = parse_report(report_bytes)
+    except AttestationError as exc:
+        raise InputError(f"not a valid SEV-SNP report: {exc}") from exc
+    client = client or KdsClient()
+    now = now or dt.datetime.now(dt.UTC)
+    trust = trust or TrustStore.amd()
+    line = report_product(report, product)
+    request = vcek_request(report, line)
+    url = client.base_url + request.path()
+    cached = cache_dir / request.cache_name() if cache_dir else None
+    if cached is not None and cached.is_file():
+        hit = _verified_cache_entry(cached, report, line, now=now, trust=trust)
+        if hit is not None:
+            der, ask, ark = hit
+            return FetchedVcek(der, ask, ark, url, from_cache=True)
+    der = client.get(request.path())
+    ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
+    check_cert_chain(client.get(cert_chain_path(line)), line, trust)
+    if cached is not None:
+        atomic_write(cached, der)
+    return FetchedVcek(der, ask, ark, url, from_cache=False)

@@ -1,0 +1,262 @@
+"""The main job as a library: a :class:`RunRequest` in, a :class:`RunResult` out.
+
+:func:`run` is the product's core sequence, called by ``attested-replay run`` (the container
+entrypoint), ``attested-replay demo`` and the tests alike:
+
+1. check every parameter the envelope will carry, the publication target and its token, and
+   that the evidence interface exists, before any work (a mistake found after a long replay
+   would waste it);
+2. fetch the corpus (a directory, or an ``https://`` ``.tar.gz``), refuse an unexpected
+   checksum, replay and score it;
+3. bind run, tenant, corpus checksum, evaluation digest, result digest and workload, and obtain
+   evidence whose REPORT_DATA commits to that binding (after scoring, so the result digest is
+   hardware-bound);
+4. assemble the envelope and verify it with the tenant's own verifier;
+5. write the result and the envelope atomically, the termination message, and publish.
+
+The fields of :class:`RunRequest` are the options of ``attested-replay run`` (``run_id`` is
+``--run-id``), and errors name them that way.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+
+from attestation.contracts import (
+    Nonce,
+    RunId,
+    Sha256Digest,
+    TenantId,
+    TerminationMessage,
+    sha256_digest,
+)
+from attestation.encoding.canonical import canonicalize
+from attestation.envelope.model import Binding, Envelope
+from attestation.verify.checks import VerificationResult
+from runner.errors import ChecksumMismatchError, UsageError
+from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
+from runner.evidence.bundle import certificates_to_pem
+from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
+from runner.evidence.simulated import SIMULATED_PROVIDER, load_or_create_simulated_amd
+from runner.pipeline.corpus_source import fetch_corpus, is_url
+from runner.pipeline.envelope import assemble_envelope, envelope_json_bytes
+from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
+from runner.pipeline.verification import self_verify
+from runner.publish.client import PublishOutcome, check_target, publish_envelope
+from runner.workload import current_workload
+from tenant.fsutil import atomic_write
+from tenant.http import read_token
+
+log = structlog.get_logger("attested-replay.run")
+
+
+class RunRequest(BaseModel):
+    """Everything that defines one run. Validated on construction (pydantic
+    ``ValidationError``): identifiers and digests by the wire contracts' types."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    corpus: str = Field(description="corpus directory, or https:// URL of a .tar.gz")
+    run_id: RunId
+    tenant: TenantId
+    evidence: EvidenceKind = Field(
+        description="evidence provider; 'simulated' only when asked for by name (never a fallback)"
+    )
+    out: Path = Field(description="envelope output file")
+    result_out: Path | None = Field(
+        default=None, description="evaluation result file (default: <out>.result.json)"
+    )
+    expect_checksum: Sha256Digest | None = None
+    nonce: Nonce | None = None
+    image_digest: Sha256Digest | None = None
+    endorsement_bundle: Path | None = None
+    state_dir: Path | None = Field(default=None, description="state directory of the simulated PKI")
+    trust_simulated_root: bool = False
+    agent_url: str = DEFAULT_BASE_URL
+    agent_timeout: float = DEFAULT_TIMEOUT
+    agent_encoding: AgentEncoding = "auto"
+    configfs_root: Path | None = None
+    sev_guest_device: Path | None = None
+    omit_result: bool = False
+    publish: str | None = None
+    publish_token_file: Path | None = None
+    termination_log: Path | None = None
+
+    @property
+    def result_path(self) -> Path:
+        """Where the evaluation result goes."""
+        return self.result_out or self.out.with_name(self.out.name + ".result.json")
+
+    def provider_options(self) -> dict[str, object]:
+        """The options of :func:`runner.evidence.get_provider` for this request's provider."""
+        options: dict[str, object] = {"state_dir": self.state_dir}
+        if self.evidence in {"coco-aa", "auto"}:
+            options.update(
+                agent_url=self.agent_url,
+                agent_encoding=self.agent_encoding,
+                agent_timeout=self.agent_timeout,
+            )
+        if self.evidence in {"configfs-tsm", "auto"} and self.configfs_root is not None:
+            options["configfs_root"] = self.configfs_root
+        if self.evidence in {"sev-guest", "auto"} and self.sev_guest_device is not None:
+            options["sev_guest_device"] = self.sev_guest_device
+        return options
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a run produced and wrote."""
+
+    envelope: Envelope
+    envelope_bytes: bytes
+    envelope_digest: str
+    envelope_path: Path
+    result_path: Path
+    outcome: ReplayOutcome
+    provider: str
+    #: The tenant's verifier on the envelope (crypto-only policy), before anything was written.
+    verification: VerificationResult
+    termination: TerminationMessage
+    #: The publisher's receipt when ``publish`` was set.
+    publication: PublishOutcome | None = None
+
+
+def run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
+    """Run the main job (see the module docstring for the steps).
+
+    ``progress(done, total)`` reports the replay's progress (see
+    :func:`runner.pipeline.replay.replay_corpus`).
+
+    Raises:
+        RunnerError: a subclass naming what failed (``runner.exit_codes`` maps each to the
+            exit code of ``attested-replay run``).
+    """
+    if request.result_path.resolve() == request.out.resolve():
+        raise UsageError(f"--result-out {request.result_path} is the envelope's own path (--out)")
+    publish_token = _publish_token(request)
+    structlog.contextvars.bind_contextvars(run_id=request.run_id, tenant=request.tenant)
+    # The provider is chosen, and its interface looked for, before any work: a machine without
+    # it fails at once (exit 3) rather than after a long replay. Evidence itself can only be
+    # requested after the replay, since the binding holds the result digest.
+    provider = get_provider(request.evidence, **request.provider_options())
+    provider.check_available()
+    outcome = _replay(request, progress)
+    log.info("replayed", cases=outcome.case_count, result_digest=outcome.result_digest)
+
+    binding = Binding(
+        run_id=request.run_id,
+        tenant=request.tenant,
+        corpus_checksum=outcome.corpus_checksum,
+        evaluation_digest=outcome.evaluation_digest,
+        result_digest=outcome.result_digest,
+        workload=current_workload(),
+        nonce=request.nonce,
+        image_digest=request.image_digest,
+    )
+    # The report is requested after scoring, so the result digest is hardware-bound.
+    evidence = provider.obtain(binding.canonical_bytes())
+    log.info("evidence_obtained", provider=evidence.provider, certificates=len(evidence.cert_chain))
+    chain = evidence.cert_chain
+    if not chain and request.endorsement_bundle:
+        chain = load_endorsement_bundle(request.endorsement_bundle)
+    envelope = assemble_envelope(
+        binding,
+        evidence,
+        endorsement_pem=certificates_to_pem(chain),
+        result=None if request.omit_result else outcome.result,
+    )
+    envelope_bytes = envelope_json_bytes(envelope)
+    # The tenant's own verifier runs before anything is written or published.
+    simulated_root = None
+    if evidence.provider == SIMULATED_PROVIDER or request.trust_simulated_root:
+        simulated_root = load_or_create_simulated_amd(request.state_dir).root_fingerprint
+    verification = self_verify(envelope_bytes, binding=binding, simulated_root=simulated_root)
+
+    atomic_write(request.result_path, canonicalize(outcome.result) + b"\n")
+    atomic_write(request.out, envelope_bytes)
+    envelope_digest = sha256_digest(envelope_bytes)
+    log.info("envelope_written", path=str(request.out), envelope_digest=envelope_digest)
+    termination = TerminationMessage(
+        run_id=request.run_id,
+        envelope=envelope_digest,
+        result=outcome.result_digest,
+        corpus_checksum=outcome.corpus_checksum,
+    )
+    if request.termination_log:
+        _write_termination_log(request.termination_log, termination)
+    publication = None
+    if request.publish:
+        publication = _publish(request, request.publish, envelope_bytes, publish_token)
+    return RunResult(
+        envelope=envelope,
+        envelope_bytes=envelope_bytes,
+        envelope_digest=envelope_digest,
+        envelope_path=request.out,
+        result_path=request.result_path,
+        outcome=outcome,
+        provider=evidence.provider,
+        verification=verification,
+        termination=termination,
+        publication=publication,
+    )
+
+
+def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
+    with tempfile.TemporaryDirectory(prefix="attested-replay-") as workdir:
+        corpus_dir = _resolve_corpus(request.corpus, Path(workdir))
+        if request.expect_checksum:
+            actual = compute_checksum(corpus_dir)
+            if actual != request.expect_checksum:
+                raise ChecksumMismatchError(
+                    f"corpus checksum is {actual}, expected {request.expect_checksum}; "
+                    "refusing to replay"
+                )
+        outcome = replay_corpus(corpus_dir, progress=progress)
+    if request.expect_checksum and outcome.corpus_checksum != request.expect_checksum:
+        raise ChecksumMismatchError(f"corpus changed during the replay: {outcome.corpus_checksum}")
+    return outcome
+
+
+def _resolve_corpus(source: str, workdir: Path) -> Path:
+    if is_url(source):
+        return fetch_corpus(source, workdir)
+    path = Path(source)
+    if not path.is_dir():
+        raise UsageError(f"--corpus {source}: not a directory or an https:// URL")
+    return path
+
+
+def _write_termination_log(path: Path, message: TerminationMessage) -> None:
+    try:
+        path.write_text(message.to_json(), encoding="ascii")
+    except OSError as exc:
+        log.warning("termination_log_unwritable", path=str(path), error=str(exc))
+
+
+def _publish_token(request: RunRequest) -> str | None:
+    """Check the publication target and read its token before any work: a bad target or an
+    unreadable token found after a long replay would waste it (and fail the Job)."""
+    if not request.publish:
+        if request.publish_token_file:
+            raise UsageError("--publish-token-file needs --publish")
+        return None
+    check_target(request.publish)
+    token = read_token(request.publish_token_file) if request.publish_token_file else None
+    if token is None and not request.publish.startswith("dir://"):
+        raise UsageError(f"publishing to {request.publish} needs --publish-token-file")
+    return token
+
+
+def _publish(
+    request: RunRequest, target: str, envelope_bytes: bytes, token: str | None
+) -> PublishOutcome:
+    outcome = publish_envelope(
+        target, envelope_bytes, tenant=request.tenant, run_id=request.run_id, token=token
+    )
+    log.info("envelope_published", target=target, outcome=str(outcome))
+    return outcome

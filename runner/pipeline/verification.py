@@ -1,0 +1,82 @@
+"""The tenant's verifier, run by the operator side before it trusts or publishes an envelope:
+``self_verify`` for the envelope a run just built, ``envelope_verifier`` for ``collect``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from attestation.envelope.expected import ExpectedValues, load_expected
+from attestation.envelope.model import Binding
+from attestation.envelope.verification import verify_envelope
+from attestation.errors import AttestationError
+from attestation.verify.checks import VerificationResult
+from attestation.verify.policy import CRYPTO_ONLY
+from runner.errors import InputError, UsageError, VerificationFailedError
+
+log = structlog.get_logger(__name__)
+
+
+def self_verify(
+    envelope_bytes: bytes, *, binding: Binding, simulated_root: str | None
+) -> VerificationResult:
+    """Check a freshly built envelope exactly as a tenant would (crypto, binding, expectations).
+
+    The platform policy is the tenant's decision, so only the crypto-only policy is applied
+    here; simulated evidence is accepted only under ``simulated_root`` (this machine's).
+    """
+    roots = (simulated_root,) if simulated_root else ()
+    expected = ExpectedValues.model_validate(
+        {
+            **CRYPTO_ONLY.model_dump(),
+            "run_id": binding.run_id,
+            "corpus_checksum": binding.corpus_checksum,
+            "tenant": binding.tenant,
+            "workload_digest": binding.workload.digest,
+            "result_digest": binding.result_digest,
+            "evaluation_digest": binding.evaluation_digest,
+            "simulated_roots": roots,
+        },
+        by_name=True,
+        by_alias=False,
+    )
+    result = verify_envelope(envelope_bytes, expected, now=datetime.now(UTC))
+    _raise_unless_verified(result, "the envelope this run built does not verify")
+    log.info("envelope_self_verified", checks=len(result.checks))
+    return result
+
+
+def load_expected_file(path: Path) -> ExpectedValues:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read expected-values file {path}: {exc}") from exc
+    try:
+        return load_expected(data)
+    except AttestationError as exc:
+        raise InputError(f"{path}: {exc}") from exc
+
+
+def envelope_verifier(expected_path: Path, now: datetime | None = None) -> Callable[[bytes], None]:
+    """A function that verifies envelope bytes against a tenant's expected-values file and
+    raises :class:`VerificationFailedError` (carrying the verifier's exit code) on failure."""
+    expected = load_expected_file(expected_path)
+
+    def verify(envelope_bytes: bytes) -> None:
+        result = verify_envelope(envelope_bytes, expected, now=now or datetime.now(UTC))
+        _raise_unless_verified(result, "envelope rejected")
+
+    return verify
+
+
+def _raise_unless_verified(result: VerificationResult, what: str) -> None:
+    if result.ok:
+        return
+    failed = "; ".join(f"{check.name}: {check.detail}" for check in result.failed_checks)
+    raise VerificationFailedError(
+        f"{what} ({result.failure_class}, exit {result.exit_code}): {failed}",
+        verifier_exit_code=result.exit_code,
+    )

@@ -1,0 +1,29 @@
+"""The ``tenant`` package's exception hierarchy.
+
+``attested-replay`` maps these to its exit codes in ``runner.exit_codes`` (the one table), so a
+tenant command exits as its operator-side counterpart would: bad usage 9, bad local input 1,
+an unreachable service 6, evidence of tampering 7.
+"""
+
+from __future__ import annotations
+
+
+class TenantError(Exception):
+    """Base of every error raised by the ``tenant`` package."""
+
+
+class TenantUsageError(TenantError):
+    """Bad arguments or configuration: a URL the policy refuses, an unreadable token file."""
+
+
+class TenantInputError(TenantError):
+    """Local input that is invalid: a kept checkpoint or index that does not check out."""
+
+
+class ServiceUnavailableError(TenantError):
+    """A service (the publication service, a download) could not be reached or answered an
+    unexpected status: nothing was decided about the data."""
+
+
+class TamperingError(TenantError):
+    """A publication log or checkpoint shows removed, reordered or rewritten entries."""

@@ -1,0 +1,164 @@
+"""RFC 8785 conformance of attestation.encoding.canonical (examples from the RFC, and a cross-check
+against the independent ``rfc8785`` package on generated JSON)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attestation.encoding.canonical import CanonicalizationError, canonicalize, format_number
+from attestation.errors import MalformedError
+
+# RFC 8785 Appendix B: IEEE-754 bit patterns and their canonical text.
+APPENDIX_B = [
+    ("0000000000000000", "0"),
+    ("8000000000000000", "0"),
+    ("0000000000000001", "5e-324"),
+    ("8000000000000001", "-5e-324"),
+    ("7fefffffffffffff", "1.7976931348623157e+308"),
+    ("ffefffffffffffff", "-1.7976931348623157e+308"),
+    ("4340000000000000", "9007199254740992"),
+    ("c340000000000000", "-9007199254740992"),
+    ("4430000000000000", "295147905179352830000"),
+    ("44b52d02c7e14af5", "9.999999999999997e+22"),
+    ("44b52d02c7e14af6", "1e+23"),
+    ("44b52d02c7e14af7", "1.0000000000000001e+23"),
+    ("444b1ae4d6e2ef4e", "999999999999999700000"),
+    ("444b1ae4d6e2ef4f", "999999999999999900000"),
+    ("444b1ae4d6e2ef50", "1e+21"),
+    ("3eb0c6f7a0b5ed8c", "9.999999999999997e-7"),
+    ("3eb0c6f7a0b5ed8d", "0.000001"),
+    ("41b3de4355555553", "333333333.3333332"),
+    ("41b3de4355555554", "333333333.33333325"),
+    ("41b3de4355555555", "333333333.3333333"),
+    ("41b3de4355555556", "333333333.3333334"),
+    ("41b3de4355555557", "333333333.33333343"),
+    ("becbf647612f3696", "-0.0000033333333333333333"),
+    ("43143ff3c1cb0959", "1424953923781206.2"),
+]
+
+
+def _double(bits: str) -> float:
+    value: float = struct.unpack(">d", bytes.fromhex(bits))[0]
+    return value
+
+
+@pytest.mark.parametrize(("bits", "expected"), APPENDIX_B, ids=[b for b, _ in APPENDIX_B])
+def test_number_formatting_matches_rfc_appendix_b(bits: str, expected: str) -> None:
+    assert format_number(_double(bits)) == expected
+
+
+@pytest.mark.parametrize("bits", ["7fffffffffffffff", "7ff0000000000000", "fff0000000000000"])
+def test_nan_and_infinity_are_refused(bits: str) -> None:
+    with pytest.raises(CanonicalizationError, match="no JSON representation"):
+        canonicalize({"x": _double(bits)})
+
+
+def test_rfc_section_3_2_2_example() -> None:
+    source = (
+        '{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'
+        ' "string": "\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/",'
+        ' "literals": [null, true, false]}'
+    )
+    expected = (
+        '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
+        '"string":"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+    )
+    assert canonicalize(json.loads(source)) == expected.encode("utf-8")
+
+
+def test_rfc_section_3_2_3_sorts_keys_by_utf16_code_units() -> None:
+    source = {
+        "\u20ac": "Euro Sign",
+        "\r": "Carriage Return",
+        "\ufb33": "Hebrew Letter Dalet With Dagesh",
+        "1": "One",
+        "\U0001f600": "Emoji: Grinning Face",
+        "\u0080": "Control",
+        "\u00f6": "Latin Small Letter O With Diaeresis",
+    }
+    keys = list(json.loads(canonicalize(source)))
+    # U+1F600 is the surrogate pair D83D DE00, so it sorts before U+FB33 although its
+    # code point is larger: the order is by UTF-16 code units, not code points.
+    assert keys == ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\b\t\n\f\r", '"\\b\\t\\n\\f\\r"'),
+        ("\x00\x1f", '"\\u0000\\u001f"'),
+        ('"\\', '"\\"\\\\"'),
+        ("/\u2028\x7f", '"/\u2028\x7f"'),
+    ],
+    ids=["short-escapes", "control-u-escapes", "quote-backslash", "no-escape-needed"],
+)
+def test_string_escapes(text: str, expected: str) -> None:
+    assert canonicalize(text) == expected.encode("utf-8")
+
+
+def test_integers_beyond_2_pow_53_are_refused() -> None:
+    assert canonicalize(2**53 - 1) == b"9007199254740991"
+    with pytest.raises(CanonicalizationError, match="outside the I-JSON range"):
+        canonicalize(2**53)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({1: "x"}, "is not a string"),
+        (b"bytes", "is not JSON"),
+        ("\ud800", "lone surrogate"),
+    ],
+    ids=["non-string-key", "bytes", "lone-surrogate"],
+)
+def test_non_json_values_are_malformed(value: object, message: str) -> None:
+    with pytest.raises(MalformedError, match=message):
+        canonicalize(value)
+
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_json_values)
+def test_agrees_with_the_rfc8785_package(value: object) -> None:
+    assert canonicalize(value) == rfc8785.dumps(value)  # type: ignore[arg-type]  # JSON by construction
+
+
+_safe_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+    # Integral doubles of 2**53 and beyond print without an exponent and would re-parse as
+    # out-of-range Python ints, which canonicalize() refuses by design.
+    | st.floats(min_value=-(2.0**53) + 1, max_value=2.0**53 - 1)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_safe_values)
+def test_canonical_form_is_a_fixed_point(value: object) -> None:
+    once = canonicalize(value)
+    assert canonicalize(json.loads(once)) == once

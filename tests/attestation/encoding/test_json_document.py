@@ -1,0 +1,83 @@
+"""The one parser of the verifier's JSON documents: strict JSON, one message shape per document."""
+
+from __future__ import annotations
+
+import pytest
+
+from attestation.contracts import MAX_EXPECTED_BYTES, MAX_POLICY_BYTES
+from attestation.encoding.json_document import parse_strict_json
+from attestation.envelope.expected import load_expected
+from attestation.errors import MalformedError
+from attestation.verify.policy import load_policy
+
+EXPECTED_OK = b'"runId": "r", "corpusChecksum": "sha256:' + b"0" * 64 + b'"'
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (b'{"a": 1, "a": 2}', "key 'a' appears more than once in one object"),
+        (b'{"a": {"b": 1, "b": 1}}', "key 'b' appears more than once in one object"),
+        (b'{"a": NaN}', "NaN is not a JSON number"),
+        (b'{"a": -Infinity}', "-Infinity is not a JSON number"),
+        (b'{"a": 1e400}', "number 1e400 is out of range"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"a": "\xff"}', "invalid start byte"),
+        (b'{"a": 1} x', "Extra data"),
+    ],
+    ids=[
+        "duplicate",
+        "nested-duplicate",
+        "nan",
+        "infinity",
+        "overflow",
+        "deep",
+        "utf8",
+        "trailing",
+    ],
+)
+def test_not_strict_json_is_refused_naming_the_document(text: bytes, problem: str) -> None:
+    with pytest.raises(MalformedError) as raised:
+        parse_strict_json(text, what="policy")
+    assert str(raised.value).startswith("policy is not valid JSON: ")
+    assert problem in str(raised.value)
+
+
+def test_strict_json_still_parses_ordinary_documents() -> None:
+    assert parse_strict_json(b'{"a": [1, 2.5, -0.0, 1e300, null, true, "x"]}', what="x") == {
+        "a": [1, 2.5, -0.0, 1e300, None, True, "x"]
+    }
+
+
+def test_a_duplicated_policy_key_cannot_weaken_the_policy() -> None:
+    """A reviewer reading the first allowDebug sees false; last-wins parsers would allow debug."""
+    with pytest.raises(MalformedError, match="key 'allowDebug' appears more than once"):
+        load_policy(b'{"allowDebug": false, "allowDebug": true}')
+
+
+@pytest.mark.parametrize(
+    ("load", "what", "limit", "minimal"),
+    [
+        (load_policy, "policy", MAX_POLICY_BYTES, b"{}"),
+        (load_expected, "expected-values file", MAX_EXPECTED_BYTES, b"{" + EXPECTED_OK + b"}"),
+    ],
+    ids=["policy", "expected"],
+)
+def test_every_document_reports_problems_the_same_way(
+    load: object, what: str, limit: int, minimal: bytes
+) -> None:
+    assert callable(load)
+    load(minimal)
+    cases = [
+        (b" " * (limit + 1), f"{what} is {limit + 1} bytes, over the {limit}-byte limit"),
+        (b"{", f"{what} is not valid JSON: "),
+        (b'"text"', f"{what} must be a JSON object"),
+        (
+            minimal[:-1] + (b", " if minimal != b"{}" else b"") + b'"bogus": 1}',
+            f"{what} is invalid: bogus: Extra inputs are not permitted",
+        ),
+    ]
+    for document, message in cases:
+        with pytest.raises(MalformedError) as raised:
+            load(document)
+        assert str(raised.value).startswith(message), (document[:40], str(raised.value))

@@ -1,0 +1,560 @@
+"""Envelope mode: binding (7) under both REPORT_DATA encodings, expectations (8), simulatedRoots,
+the platform label, and the CLI's envelope contract. Envelopes are built here from the
+attestation package alone (simulated signer + models), so every field can be set exactly."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from attestation import cli
+from attestation.abi.product import ProductLine
+from attestation.abi.report import parse_report
+from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.endorsement.trust import AmdRole, TrustStore, fingerprint
+from attestation.envelope.binding import report_data_for, result_digest
+from attestation.envelope.expected import ExpectedValues, load_expected
+from attestation.envelope.model import (
+    API_VERSION,
+    ENVELOPE_KIND,
+    REPORT_DATA_ENCODINGS,
+    Binding,
+    Envelope,
+    Evidence,
+    ReportDataEncoding,
+    Workload,
+)
+from attestation.envelope.verification import platform_of_chain, verify_envelope
+from attestation.errors import FailureClass
+from attestation.verify.checks import VerificationResult
+from simulated_amd import SimulatedAmd
+
+REAL = Path(__file__).parents[2] / "assets" / "real"
+REAL_NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+RESULT: dict[str, Any] = {"metrics": {"A1-1": {"recall_points": "91.500"}}, "marks": {"M1": "met"}}
+RUN_ID = "run-1"
+TENANT = "acme"
+CORPUS = "sha256:" + "a" * 64
+EXPECTATION_CHECKS = [
+    "expectation.run-id",
+    "expectation.corpus-checksum",
+    "expectation.tenant",
+    "expectation.workload",
+    "expectation.result-digest",
+    "expectation.evaluation-digest",
+    "expectation.image-digest",
+]
+
+
+def sim_now() -> dt.datetime:
+    """Simulated certificates are issued at the real current time (valid from a day before)."""
+    return dt.datetime.now(dt.UTC)
+
+
+def make_binding(**changes: Any) -> Binding:
+    fields: dict[str, Any] = {
+        "run_id": RUN_ID,
+        "tenant": TENANT,
+        "corpus_checksum": CORPUS,
+        "evaluation_digest": "sha256:" + "b" * 64,
+        "workload": Workload(
+            name="attested-replay", version="0.1.0", code_digest="sha256:" + "c" * 64
+        ),
+        "result_digest": result_digest(RESULT),
+    }
+    fields.update(changes)
+    return Binding(**fields)
+
+
+def sim_envelope(
+    sim: SimulatedAmd,
+    *,
+    encoding: ReportDataEncoding = "sha512",
+    signed_encoding: ReportDataEncoding | None = None,
+    binding: Binding | None = None,
+    with_ark: bool = True,
+) -> dict[str, Any]:
+    """A genuine simulated envelope as JSON; ``signed_encoding`` lets the report carry
+    REPORT_DATA of another encoding than the one the envelope declares."""
+    binding = binding or make_binding()
+    report = sim.sign_report(
+        report_data=report_data_for(binding, signed_encoding or encoding),
+        product_line=ProductLine.GENOA,
+    )
+    chain = sim.endorsement_pem(report)
+    if not with_ark:
+        chain = "".join(
+            c.public_bytes(serialization.Encoding.PEM).decode()
+            for c in x509.load_pem_x509_certificates(chain.encode())[:2]
+        )
+    parsed = parse_report(report)
+    envelope = Envelope(
+        api_version=API_VERSION,
+        kind=ENVELOPE_KIND,
+        run_id=binding.run_id,
+        tenant=binding.tenant,
+        binding=binding,
+        report_data=parsed.report_data.hex(),
+        measurement=parsed.measurement.hex(),
+        host_data=parsed.host_data.hex(),
+        platform="simulated",
+        evidence=Evidence(
+            report=base64.b64encode(report).decode(),
+            provider="simulated",
+            cert_chain=chain,
+            report_data_encoding=encoding,
+        ),
+        result=RESULT,
+    )
+    return envelope.to_json_dict()
+
+
+def expected(**document: Any) -> ExpectedValues:
+    """Expected values through the real parser (camelCase keys)."""
+    base: dict[str, Any] = {"runId": RUN_ID, "corpusChecksum": CORPUS}
+    base.update(document)
+    return load_expected(json.dumps(base).encode())
+
+
+def pinned(sim: SimulatedAmd, **document: Any) -> ExpectedValues:
+    return expected(simulatedRoots=[sim.root_fingerprint], **document)
+
+
+def verify(
+    envelope: dict[str, Any] | bytes, values: ExpectedValues, **kw: Any
+) -> VerificationResult:
+    data = envelope if isinstance(envelope, bytes) else json.dumps(envelope).encode()
+    return verify_envelope(data, values, now=kw.pop("now", None) or sim_now(), **kw)
+
+
+def by_name(result: VerificationResult) -> dict[str, Any]:
+    return {check.name: check for check in result.checks}
+
+
+@pytest.fixture
+def sim(simulated_amd: SimulatedAmd) -> SimulatedAmd:
+    return simulated_amd
+
+
+# -- binding under both REPORT_DATA encodings --------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", REPORT_DATA_ENCODINGS)
+def test_genuine_envelope_verifies_under_each_encoding(
+    sim: SimulatedAmd, encoding: ReportDataEncoding
+) -> None:
+    result = verify(sim_envelope(sim, encoding=encoding), pinned(sim, tenant=TENANT))
+    assert result.exit_code == 0
+    assert by_name(result)["binding.report-data"].detail == (
+        f"REPORT_DATA = {encoding} of the canonical binding"
+    )
+    assert all(check.ok is True for check in result.checks)
+
+
+def test_sha256_hex_report_data_is_the_ascii_hex_digest(sim: SimulatedAmd) -> None:
+    envelope = sim_envelope(sim, encoding="sha256-hex")
+    report = parse_report(base64.b64decode(envelope["evidence"]["report"]))
+    digest = make_binding().canonical_bytes()
+    assert report.report_data == hashlib.sha256(digest).hexdigest().encode("ascii")
+
+
+@pytest.mark.parametrize(
+    ("declared", "signed"), [("sha512", "sha256-hex"), ("sha256-hex", "sha512")]
+)
+def test_declared_encoding_must_be_the_signed_one(
+    sim: SimulatedAmd, declared: ReportDataEncoding, signed: ReportDataEncoding
+) -> None:
+    envelope = sim_envelope(sim, encoding=declared, signed_encoding=signed)
+    result = verify(envelope, pinned(sim))
+    assert result.exit_code == 7
+    assert [c.name for c in result.failed_checks] == ["binding.report-data"]
+    assert f"is not the {declared} binding of this envelope" in result.failed_checks[0].detail
+
+
+@pytest.mark.parametrize("encoding", REPORT_DATA_ENCODINGS)
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("runId", "run-2"),
+        ("tenant", "globex"),
+        ("corpusChecksum", "sha256:" + "d" * 64),
+        ("evaluationDigest", "sha256:" + "e" * 64),
+        ("resultDigest", "sha256:" + "f" * 64),
+        ("nonce", "added"),
+    ],
+)
+def test_a_changed_binding_fails_and_expectations_never_run(
+    sim: SimulatedAmd, encoding: ReportDataEncoding, key: str, value: str
+) -> None:
+    """The tenant expects exactly the forged values: the binding must still stop it (7)."""
+    envelope = sim_envelope(sim, encoding=encoding)
+    envelope["binding"][key] = value
+    if key in ("runId", "tenant"):  # keep the convenience copies consistent with the forgery
+        envelope[key] = value
+    forged = {k: v for k, v in envelope["binding"].items() if k in ("runId", "corpusChecksum")}
+    result = verify(envelope, pinned(sim, **forged))
+    assert result.exit_code == 7
+    assert result.failure_class is FailureClass.BINDING
+    checks = by_name(result)
+    assert checks["binding.report-data"].ok is False
+    for name in EXPECTATION_CHECKS:
+        assert checks[name].ok is None, name
+        assert checks[name].detail == "not run: the binding does not hold"
+
+
+def test_expectations_do_not_run_when_only_the_result_digest_fails(sim: SimulatedAmd) -> None:
+    envelope = sim_envelope(sim)
+    envelope["result"]["marks"]["M1"] = "missed"
+    result = verify(envelope, pinned(sim))
+    assert result.exit_code == 7
+    assert [c.name for c in result.failed_checks] == ["binding.result-digest"]
+    assert all(by_name(result)[name].ok is None for name in EXPECTATION_CHECKS)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "claim"),
+    [
+        ("reportData", "00" * 64, "reportData says"),
+        ("measurement", "ab" * 48, "measurement says"),
+        ("hostData", "cd" * 32, "hostData says"),
+        ("runId", "run-2", "runId says 'run-2'"),
+        ("tenant", "globex", "tenant says 'globex'"),
+        ("platform", "sev-snp", "platform says 'sev-snp' but the evidence says 'simulated'"),
+    ],
+)
+def test_convenience_fields_must_equal_the_evidence(
+    sim: SimulatedAmd, key: str, value: str, claim: str
+) -> None:
+    envelope = sim_envelope(sim)
+    envelope[key] = value
+    result = verify(envelope, pinned(sim))
+    assert result.exit_code == 7
+    assert [c.name for c in result.failed_checks] == ["binding.envelope-fields"]
+    assert claim in result.failed_checks[0].detail
+
+
+def test_envelope_without_result_binds_only_the_digest(sim: SimulatedAmd) -> None:
+    envelope = sim_envelope(sim)
+    del envelope["result"]
+    assert verify(envelope, pinned(sim)).exit_code == 0
+    wrong = pinned(sim, resultDigest="sha256:" + "9" * 64)
+    result = verify(envelope, wrong)
+    assert result.exit_code == 8
+    assert [c.name for c in result.failed_checks] == ["expectation.result-digest"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "check"),
+    [
+        ("runId", "run-9", "expectation.run-id"),
+        ("corpusChecksum", "sha256:" + "0" * 64, "expectation.corpus-checksum"),
+        ("tenant", "globex", "expectation.tenant"),
+        ("workloadDigest", "sha256:" + "0" * 64, "expectation.workload"),
+        ("resultDigest", "sha256:" + "0" * 64, "expectation.result-digest"),
+        ("evaluationDigest", "sha256:" + "0" * 64, "expectation.evaluation-digest"),
+        # The binding of sim_envelope has no imageDigest: pinning one must fail, not pass.
+        ("imageDigest", "sha256:" + "0" * 64, "expectation.image-digest"),
+    ],
+)
+def test_each_expectation_fails_with_class_8(
+    sim: SimulatedAmd, key: str, value: str, check: str
+) -> None:
+    result = verify(sim_envelope(sim), pinned(sim, **{key: value}))
+    assert result.exit_code == 8
+    assert [c.name for c in result.failed_checks] == [check]
+
+
+def test_workload_digest_expectation_is_the_digest_of_the_workload_object(
+    sim: SimulatedAmd,
+) -> None:
+    digest = make_binding().workload.digest
+    assert verify(sim_envelope(sim), pinned(sim, workloadDigest=digest)).exit_code == 0
+
+
+# -- simulatedRoots ---------------------------------------------------------------------
+
+
+def test_simulated_evidence_needs_its_root_listed(sim: SimulatedAmd) -> None:
+    result = verify(sim_envelope(sim), expected())
+    assert result.exit_code == 2
+    detail = by_name(result)["endorsement.chain"].detail
+    assert "simulatedRoots" in detail
+    assert all(by_name(result)[name].ok is None for name in EXPECTATION_CHECKS)
+
+
+def test_listing_another_root_does_not_trust_this_one(sim: SimulatedAmd) -> None:
+    result = verify(sim_envelope(sim), expected(simulatedRoots=["sha256:" + "7" * 64]))
+    assert result.exit_code == 2
+
+
+def test_a_listed_root_must_be_carried_in_the_envelope(sim: SimulatedAmd) -> None:
+    result = verify(sim_envelope(sim, with_ark=False), pinned(sim))
+    assert result.exit_code == 2
+
+
+def test_listing_an_amd_certificate_as_simulated_is_ignored(sim: SimulatedAmd) -> None:
+    """An AMD ARK appended to the chain and listed as simulated does not become a root."""
+    amd_ark = TrustStore.amd().amd_certificates()[ProductLine.GENOA, AmdRole.ARK]
+    envelope = sim_envelope(sim, with_ark=False)
+    envelope["evidence"]["certChain"] += amd_ark.public_bytes(serialization.Encoding.PEM).decode()
+    result = verify(envelope, expected(simulatedRoots=[fingerprint(amd_ark)]))
+    assert result.exit_code == 2
+
+
+# -- the platform label ------------------------------------------------------------------
+
+
+def real_chain(report: str, cert: str, line: ProductLine) -> tuple[bytes, str]:
+    """A real report and its VCEK with AMD's ASK and ARK, as an envelope's certChain."""
+    vcek = x509.load_der_x509_certificate((REAL / cert).read_bytes())
+    store = TrustStore.amd().amd_certificates()
+    pem = "".join(
+        c.public_bytes(serialization.Encoding.PEM).decode()
+        for c in (vcek, store[line, AmdRole.ASK], store[line, AmdRole.ARK])
+    )
+    return (REAL / report).read_bytes(), pem
+
+
+def test_platform_of_an_amd_chain_is_sev_snp(sim: SimulatedAmd) -> None:
+    _, pem = real_chain("oak-genoa-v5-report.bin", "oak-genoa-v5-vcek.der", ProductLine.GENOA)
+    certificates = tuple(x509.load_pem_x509_certificates(pem.encode()))
+    assert platform_of_chain(certificates, now=REAL_NOW) == "sev-snp"
+    assert platform_of_chain(certificates[:1], now=REAL_NOW) == "sev-snp"  # pinned ASK is used
+    # Outside the VCEK's validity it is not an AMD chain at that time.
+    assert platform_of_chain(certificates, now=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)) == (
+        "simulated"
+    )
+    sim_chain = x509.load_pem_x509_certificates(sim_envelope(sim)["evidence"]["certChain"].encode())
+    assert platform_of_chain(sim_chain, now=sim_now()) == "simulated"
+    assert platform_of_chain((), now=sim_now()) == "simulated"
+
+
+@pytest.mark.parametrize(("claim", "fields_ok"), [("sev-snp", True), ("simulated", False)])
+def test_real_evidence_must_be_labelled_sev_snp(claim: str, fields_ok: bool) -> None:
+    """A real AMD report in an envelope: authentic (checks 1-6 pass), its REPORT_DATA is not
+    this binding's (7), and the label check accepts only ``sev-snp``."""
+    report, pem = real_chain("oak-genoa-v5-report.bin", "oak-genoa-v5-vcek.der", ProductLine.GENOA)
+    parsed = parse_report(report)
+    binding = make_binding()
+    envelope = {
+        "apiVersion": API_VERSION,
+        "kind": ENVELOPE_KIND,
+        "runId": RUN_ID,
+        "tenant": TENANT,
+        "binding": binding.to_json_dict(),
+        "reportData": parsed.report_data.hex(),
+        "measurement": parsed.measurement.hex(),
+        "hostData": parsed.host_data.hex(),
+        "platform": claim,
+        "evidence": {
+            "report": base64.b64encode(report).decode(),
+            "provider": "sev-guest",
+            "certChain": pem,
+        },
+        "result": RESULT,
+    }
+    result = verify(envelope, expected(), now=REAL_NOW)
+    assert result.exit_code == 7
+    checks = by_name(result)
+    assert checks["report.signature"].ok is True
+    assert checks["binding.report-data"].ok is False
+    assert checks["binding.envelope-fields"].ok is fields_ok
+    if not fields_ok:
+        assert "platform says 'simulated' but the evidence says 'sev-snp'" in (
+            checks["binding.envelope-fields"].detail
+        )
+
+
+# -- malformed envelopes -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda e: e.update(extra=1), "envelope is invalid: extra: Extra inputs are not permitted"),
+        (lambda e: e.pop("binding"), "envelope is invalid: binding: Field required"),
+        (lambda e: e.update(apiVersion="attested-replay.dev/v2"), "apiVersion: Input should be"),
+        (lambda e: e["evidence"].update(report="not base64!"), "evidence.report"),
+        (lambda e: e["evidence"].update(reportDataEncoding="sha1"), "reportDataEncoding"),
+        (lambda e: e["binding"].update(run_id="x"), "binding.run_id: Extra inputs"),
+    ],
+    ids=["unknown-key", "missing-binding", "api-version", "report-not-base64", "encoding", "snake"],
+)
+def test_schema_violations_are_malformed_naming_the_field(
+    sim: SimulatedAmd,
+    mutate: Any,
+    message: str,
+) -> None:
+    envelope = copy.deepcopy(sim_envelope(sim))
+    mutate(envelope)
+    result = verify(envelope, pinned(sim))
+    assert result.exit_code == 1
+    assert result.checks[0].name == "envelope.parse"
+    assert message in result.checks[0].detail
+    assert all(check.ok is None for check in result.checks[1:])
+
+
+def test_a_duplicate_key_is_malformed_not_last_wins(sim: SimulatedAmd) -> None:
+    """JSON readers disagree on which copy of a key wins; the verifier refuses the document."""
+    text = json.dumps(sim_envelope(sim))
+    forged = text.replace('"runId": "run-1"', '"runId": "run-2", "runId": "run-1"', 1)
+    assert forged != text
+    result = verify(forged.encode(), pinned(sim))
+    assert result.exit_code == 1
+    assert "key 'runId' appears more than once" in result.checks[0].detail
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_non_json_numbers_in_the_result_are_malformed(sim: SimulatedAmd, number: str) -> None:
+    text = json.dumps(sim_envelope(sim)).replace('"met"', number, 1)
+    result = verify(text.encode(), pinned(sim))
+    assert result.exit_code == 1
+    assert result.checks[0].detail.startswith("envelope is not valid JSON: ")
+
+
+def test_oversized_envelope_is_refused_before_parsing(sim: SimulatedAmd) -> None:
+    result = verify(b" " * (MAX_ENVELOPE_BYTES + 1), pinned(sim))
+    assert result.exit_code == 1
+    assert result.checks[0].detail == (
+        f"envelope is {MAX_ENVELOPE_BYTES + 1} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        ("", "certificate input is empty"),
+        ("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "cannot be parsed"),
+        ("é", "evidence.certChain"),
+    ],
+    ids=["empty", "bad-pem", "not-ascii"],
+)
+def test_unreadable_cert_chain_is_malformed(sim: SimulatedAmd, chain: str, message: str) -> None:
+    envelope = sim_envelope(sim)
+    envelope["evidence"]["certChain"] = chain
+    result = verify(envelope, pinned(sim))
+    assert result.exit_code == 1
+    failed = result.failed_checks
+    assert [c.name for c in failed] == ["envelope.cert-chain"]
+    assert message in failed[0].detail
+    assert all(check.ok is None for check in result.checks[2:])
+
+
+# -- the CLI in envelope mode ------------------------------------------------------------
+
+
+def write_pair(tmp_path: Path, envelope: dict[str, Any], values: dict[str, Any]) -> list[str]:
+    (tmp_path / "e.json").write_text(json.dumps(envelope))
+    (tmp_path / "x.json").write_text(json.dumps(values))
+    return ["--envelope", str(tmp_path / "e.json"), "--expected", str(tmp_path / "x.json")]
+
+
+def test_cli_json_document_in_envelope_mode(
+    sim: SimulatedAmd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = {"runId": RUN_ID, "corpusChecksum": CORPUS, "simulatedRoots": [sim.root_fingerprint]}
+    argv = write_pair(tmp_path, sim_envelope(sim), values)
+    assert cli.main([*argv, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert set(document) == {"verified", "exitCode", "failureClass", "checks", "report"}
+    assert (document["verified"], document["exitCode"], document["failureClass"]) == (True, 0, None)
+    names = [check["name"] for check in document["checks"]]
+    assert names[:4] == [
+        "envelope.parse",
+        "envelope.cert-chain",
+        "report.parse",
+        "endorsement.parse",
+    ]
+    assert names[-10:] == [
+        "binding.report-data",
+        "binding.envelope-fields",
+        "binding.result-digest",
+        *EXPECTATION_CHECKS,
+    ]
+    assert document["report"]["productLine"] == "Genoa"
+
+
+def test_cli_text_verdict_of_a_forged_binding(
+    sim: SimulatedAmd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envelope = sim_envelope(sim)
+    envelope["binding"]["corpusChecksum"] = "sha256:" + "0" * 64
+    values = {"runId": RUN_ID, "corpusChecksum": CORPUS, "simulatedRoots": [sim.root_fingerprint]}
+    assert cli.main(write_pair(tmp_path, envelope, values)) == 7
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "NOT VERIFIED: binding (exit 7)"
+    assert lines[1].startswith("  FAILED binding.report-data [binding]: REPORT_DATA ")
+    assert len(lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policy", "p.json"], "--policy does not apply to --envelope"),
+        (["--endorsement", "c.pem"], "--endorsement does not apply to --envelope"),
+        (["--simulated-root", "r.pem"], "--simulated-root does not apply to --envelope"),
+    ],
+)
+def test_cli_raw_mode_options_are_usage_errors_in_envelope_mode(
+    sim: SimulatedAmd,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    argv = write_pair(tmp_path, sim_envelope(sim), {"runId": RUN_ID, "corpusChecksum": CORPUS})
+    assert cli.main([*argv, *extra]) == 9
+    assert message in capsys.readouterr().err
+
+
+def test_cli_mode_pairing_is_enforced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--envelope", str(tmp_path / "e.json")]) == 9
+    assert "--envelope needs --expected" in capsys.readouterr().err
+    report = str(REAL / "azure-milan-v3-report.bin")
+    vcek = str(REAL / "azure-milan-v3-vcek.der")
+    argv = ["--report", report, "--endorsement", vcek, "--expected", str(tmp_path / "x.json")]
+    assert cli.main(argv) == 9
+    assert "--expected applies only to --envelope" in capsys.readouterr().err
+    assert cli.main(["--report", report, "--envelope", str(tmp_path / "e.json")]) == 9
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{", "expected-values file is not valid JSON"),
+        (b"[]", "expected-values file must be a JSON object"),
+        (b'{"runId": "run-1"}', "corpusChecksum: Field required"),
+        (b'{"runId": "run-1", "runId": "run-2", "corpusChecksum": "x"}', "appears more than once"),
+        (b'{"runId": "r", "corpusChecksum": "sha256:' + b"A" * 64 + b'"}', "corpusChecksum"),
+    ],
+)
+def test_cli_malformed_expected_values_exit_1_naming_the_problem(
+    sim: SimulatedAmd,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    message: str,
+) -> None:
+    argv = write_pair(tmp_path, sim_envelope(sim), {})
+    (tmp_path / "x.json").write_bytes(content)
+    assert cli.main(argv) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_docs_name_every_check(sim: SimulatedAmd) -> None:
+    """docs/verification.md documents each check an envelope verification lists (raw ones too)."""
+    docs = (Path(__file__).parents[3] / "docs" / "verification.md").read_text()
+    result = verify(sim_envelope(sim), pinned(sim))
+    assert result.exit_code == 0
+    names = [check.name for check in result.checks]
+    assert len(names) == 34  # 2 envelope + 22 raw-report + 3 binding + 7 expectation
+    assert [name for name in names if f"`{name}`" not in docs] == []
