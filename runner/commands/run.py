@@ -81,6 +81,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for the attestation agent (coco-aa, default %(default)s)",
     )
     parser.add_argument(
+        "--agent-wait",
+        type=float,
+        help="seconds to wait for the attestation agent's REST server to start listening "
+        "(coco-aa: default 30; auto: default 0, since it cannot tell a late agent from none)",
+    )
+    parser.add_argument(
         "--configfs-root",
         type=Path,
         help="configfs-tsm report directory (default /sys/kernel/config/tsm/report)",

@@ -13,7 +13,12 @@ from runner.errors import UsageError
 from runner.evidence.auto import AutoProvider
 from runner.evidence.base import Evidence, EvidenceProvider
 from runner.evidence.bundle import load_endorsement_bundle
-from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, CocoAgentProvider
+from runner.evidence.coco_aa import (
+    DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT,
+    DEFAULT_WAIT,
+    CocoAgentProvider,
+)
 from runner.evidence.configfs_tsm import DEFAULT_ROOT, ConfigfsTsmProvider
 from runner.evidence.sev_guest import DEFAULT_DEVICE, SevGuestProvider
 
@@ -30,6 +35,7 @@ _OPTION_NAMES: Final = frozenset(
         "agent_url",  # coco-aa: attestation-agent base URL
         "agent_encoding",  # coco-aa: "auto" | "sha512" | "sha256-hex"
         "agent_timeout",  # coco-aa: seconds per HTTP request
+        "agent_wait",  # coco-aa: seconds to wait for the agent's REST server to listen
         "configfs_root",  # configfs-tsm: the tsm/report directory
         "sev_guest_device",  # sev-guest: the device node
     }
@@ -47,17 +53,22 @@ __all__ = [
 ]
 
 
-def _coco(options: dict[str, object]) -> CocoAgentProvider:
+def _coco(options: dict[str, object], *, default_wait: float) -> CocoAgentProvider:
     encoding = options.get("agent_encoding") or "auto"
     if encoding not in AGENT_ENCODINGS:
         raise UsageError(f"unknown agent encoding {encoding!r} (auto, sha512, sha256-hex)")
     timeout = options.get("agent_timeout") or DEFAULT_TIMEOUT
     if not isinstance(timeout, int | float):
         raise UsageError("agent_timeout must be a number of seconds")
+    wait = options.get("agent_wait")
+    wait = default_wait if wait is None else wait
+    if not isinstance(wait, int | float) or wait < 0:
+        raise UsageError("agent_wait must be a number of seconds >= 0")
     return CocoAgentProvider(
         str(options.get("agent_url") or DEFAULT_BASE_URL),
         encoding=encoding,
         timeout=float(timeout),
+        wait=float(wait),
     )
 
 
@@ -81,13 +92,17 @@ def get_provider(name: str, **options: object) -> EvidenceProvider:
         state_dir = options.get("state_dir")
         return SimulatedProvider(state_dir=Path(str(state_dir)) if state_dir else None)
     if name == "coco-aa":
-        return _coco(options)
+        return _coco(options, default_wait=DEFAULT_WAIT)
     if name == "configfs-tsm":
         return _configfs(options)
     if name == "sev-guest":
         return _sev_guest(options)
     if name == "auto":
-        return AutoProvider([_configfs(options), _sev_guest(options), _coco(options)])
+        # ``auto`` cannot tell "not started yet" from "not a CoCo guest": it waits only when
+        # asked to (the Job names coco-aa, which waits by default).
+        return AutoProvider(
+            [_configfs(options), _sev_guest(options), _coco(options, default_wait=0.0)]
+        )
     raise UsageError(
         f"unknown evidence provider {name!r} (choose from {', '.join(EVIDENCE_CHOICES)})"
     )

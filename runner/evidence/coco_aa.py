@@ -10,6 +10,13 @@ ignore ``encoding`` and would put the base64 *text* (86 bytes, too long) into RE
 for them we send the 64 lowercase hex characters of SHA-256(binding) as plain text
 ("sha256-hex"), which every agent passes through byte for byte.
 
+Start-up race. The kata agent launches ``api-server-rest`` without waiting for its socket
+(kata ``src/agent/src/main.rs``: ``wait_socket: None, timeout_secs: 0``, 3.22.0 … 4.1.0), while it
+does wait for the attestation agent and CDH, so the replay container can start before
+``127.0.0.1:8006`` listens. :meth:`CocoAgentProvider.check_available` therefore retries "connection
+refused" (and only that: any answer means the server is up) for up to ``wait`` seconds before
+the agent counts as absent (exit 3, which the Job's pod failure policy treats as final).
+
 Which agent is this? ``encoding="auto"`` asks ``GET /info`` once: a ``version`` of 0.21.0 or
 later selects "sha512"; an older version, or no usable ``/info``, selects "sha256-hex". Either
 way the REPORT_DATA of the returned report must equal what we asked for, so a wrong guess can
@@ -21,6 +28,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
+from collections.abc import Callable
 from typing import Final, Literal
 
 import requests
@@ -36,6 +45,11 @@ from runner.evidence.common import AgentAttestationDisabledError, NoTeeError, ch
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8006"
 DEFAULT_TIMEOUT: Final = 30.0
+#: How long ``--evidence coco-aa`` waits for the agent's REST server to listen.
+DEFAULT_WAIT: Final = 30.0
+#: First pause between connection attempts; doubles up to :data:`_MAX_RETRY_PAUSE`.
+_FIRST_RETRY_PAUSE: Final = 0.1
+_MAX_RETRY_PAUSE: Final = 2.0
 #: The first guest-components release whose REST API decodes ``encoding=base64``.
 BASE64_MIN_VERSION: Final = (0, 21, 0)
 ENABLE_ANNOTATION: Final = (
@@ -73,22 +87,51 @@ class CocoAgentProvider:
         *,
         encoding: EncodingChoice = "auto",
         timeout: float = DEFAULT_TIMEOUT,
+        wait: float = DEFAULT_WAIT,
         session: requests.Session | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.encoding = encoding
         self.timeout = timeout
+        self.wait = wait
         self.session = session or requests.Session()
+        self._clock = clock
+        self._sleep = sleep
 
     def check_available(self) -> None:
         """Only "nothing listens at the agent's address" counts as unavailable here; any
-        answer, even an error, means an agent exists and :meth:`obtain` will report it."""
-        try:
-            self.session.get(f"{self.base_url}/info", timeout=self.timeout).close()
-        except requests.RequestException as exc:
-            error = self._transport_error(exc)
-            if isinstance(error, EvidenceUnavailableError):
-                raise error from exc
+        answer, even an error, means an agent exists and :meth:`obtain` will report it.
+
+        Nothing listening is retried for up to :attr:`wait` seconds (the REST server may not
+        have started yet, see the module docstring), with pauses doubling from 0.1 s to 2 s.
+        """
+        deadline = self._clock() + self.wait
+        pause = _FIRST_RETRY_PAUSE
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                self.session.get(f"{self.base_url}/info", timeout=self.timeout).close()
+            except requests.RequestException as exc:
+                error = self._transport_error(exc)
+                if not isinstance(error, EvidenceUnavailableError):
+                    return  # something answered or broke: obtain() reports it
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    if attempts > 1:
+                        error = EvidenceUnavailableError(
+                            f"{error}; nothing listened within {self.wait:g} s "
+                            f"({attempts} attempts): the agent's REST server (api-server-rest) "
+                            "did not start"
+                        )
+                    raise error from exc
+                _log.info("coco_aa_waiting", url=self.base_url, attempt=attempts)
+                self._sleep(min(pause, remaining))
+                pause = min(pause * 2, _MAX_RETRY_PAUSE)
+                continue
+            return
 
     def obtain(self, canonical_binding: bytes) -> Evidence:
         encoding = self.encoding if self.encoding != "auto" else self.detect_encoding()

@@ -79,6 +79,8 @@ class RunRequest(BaseModel):
     trust_simulated_root: bool = False
     agent_url: str = DEFAULT_BASE_URL
     agent_timeout: float = DEFAULT_TIMEOUT
+    #: Seconds to wait for the agent's REST server to listen; None: 30 for coco-aa, 0 for auto.
+    agent_wait: float | None = Field(default=None, ge=0)
     agent_encoding: AgentEncoding = "auto"
     configfs_root: Path | None = None
     sev_guest_device: Path | None = None
@@ -100,6 +102,7 @@ class RunRequest(BaseModel):
                 agent_url=self.agent_url,
                 agent_encoding=self.agent_encoding,
                 agent_timeout=self.agent_timeout,
+                agent_wait=self.agent_wait,
             )
         if self.evidence in {"configfs-tsm", "auto"} and self.configfs_root is not None:
             options["configfs_root"] = self.configfs_root

@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import http.server
 import socket
 import threading
+import time
 
 import pytest
 import requests
@@ -225,6 +227,76 @@ def test_no_agent_listening_is_unavailable(binding: bytes) -> None:
         with pytest.raises(EvidenceUnavailableError, match="no attestation agent at") as caught:
             provider.obtain(binding)
         assert type(caught.value) is EvidenceUnavailableError
+
+
+class _Clock:
+    """A clock that only moves when the provider sleeps: waits cost no real time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def test_agent_that_never_listens_is_given_up_after_the_wait() -> None:
+    clock = _Clock()
+    with requests.Session() as session:
+        provider = CocoAgentProvider(
+            f"http://127.0.0.1:{free_loopback_port()}",
+            wait=5,
+            session=session,
+            clock=lambda: clock.now,
+            sleep=clock.sleep,
+        )
+        with pytest.raises(EvidenceUnavailableError) as caught:
+            provider.check_available()
+    assert clock.pauses == [0.1, 0.2, 0.4, 0.8, 1.6, pytest.approx(1.9)]
+    assert str(caught.value).endswith(
+        "nothing listened within 5 s (7 attempts): the agent's REST server (api-server-rest) "
+        "did not start"
+    )
+    assert str(caught.value).startswith("coco-aa: no attestation agent at http://127.0.0.1:")
+    assert exit_code_for(caught.value) == 3
+
+
+def test_agent_that_starts_late_is_waited_for() -> None:
+    """The kata agent spawns api-server-rest without waiting for its socket: the first
+    connections are refused, then it answers."""
+    server = http.server.HTTPServer(
+        ("127.0.0.1", 0), http.server.BaseHTTPRequestHandler, bind_and_activate=False
+    )
+    server.server_bind()  # bound, not listening: connections are refused
+    port = server.server_address[1]
+
+    def start_later() -> None:
+        time.sleep(0.5)
+        server.server_activate()
+        server.handle_request()  # answers 501 to GET /info: an agent exists
+
+    thread = threading.Thread(target=start_later, daemon=True)
+    thread.start()
+    try:
+        with requests.Session() as session:
+            provider = CocoAgentProvider(f"http://127.0.0.1:{port}", wait=30, session=session)
+            started = time.monotonic()
+            provider.check_available()
+            assert time.monotonic() - started < 10
+    finally:
+        thread.join()
+        server.server_close()
+
+
+def test_any_answer_ends_the_wait(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/info").respond_with_data("nope", status=500)
+    clock = _Clock()
+    provider = CocoAgentProvider(
+        httpserver.url_for("/").rstrip("/"), wait=30, clock=lambda: clock.now, sleep=clock.sleep
+    )
+    provider.check_available()
+    assert clock.pauses == []
 
 
 def test_agent_that_hangs_up_is_an_error_not_absence(binding: bytes) -> None:

@@ -30,6 +30,8 @@ def test_named_providers(tmp_path: Path) -> None:
     coco = get_provider("coco-aa", agent_url="http://127.0.0.1:1/", agent_encoding="sha512")
     assert isinstance(coco, CocoAgentProvider)
     assert (coco.base_url, coco.encoding) == ("http://127.0.0.1:1", "sha512")
+    assert coco.wait == 30.0  # the agent's REST server may start after the container
+    assert get_provider("coco-aa", agent_wait=2.5).wait == 2.5  # type: ignore[attr-defined]
     configfs = get_provider("configfs-tsm", configfs_root=tmp_path)
     assert isinstance(configfs, ConfigfsTsmProvider)
     assert configfs.root == tmp_path
@@ -37,6 +39,11 @@ def test_named_providers(tmp_path: Path) -> None:
     auto = get_provider("auto")
     assert isinstance(auto, AutoProvider)
     assert [p.name for p in auto.providers] == ["configfs-tsm", "sev-guest", "coco-aa"]
+    # auto cannot tell a late agent from none: it waits only when asked to
+    assert auto.providers[2].wait == 0.0  # type: ignore[attr-defined]
+    asked = get_provider("auto", agent_wait=7)
+    assert isinstance(asked, AutoProvider)
+    assert asked.providers[2].wait == 7.0  # type: ignore[attr-defined]
 
 
 def test_unknown_name_and_option() -> None:
@@ -46,6 +53,8 @@ def test_unknown_name_and_option() -> None:
         get_provider("coco-aa", colour="blue")
     with pytest.raises(UsageError, match="unknown agent encoding"):
         get_provider("coco-aa", agent_encoding="base64")
+    with pytest.raises(UsageError, match="agent_wait must be a number of seconds >= 0"):
+        get_provider("coco-aa", agent_wait=-1)
 
 
 def test_auto_without_any_interface_lists_every_reason(tmp_path: Path, binding: bytes) -> None:
@@ -144,3 +153,23 @@ def test_missing_bundle(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read endorsement bundle") as caught:
         load_endorsement_bundle(tmp_path / "absent.pem")
     assert type(caught.value) is InputError
+
+
+@pytest.mark.parametrize(
+    ("evidence", "extra", "wait"),
+    [("coco-aa", [], 30.0), ("coco-aa", ["--agent-wait", "5"], 5.0), ("auto", [], 0.0)],
+)
+def test_run_agent_wait_reaches_the_provider(
+    tmp_path: Path, evidence: str, extra: list[str], wait: float
+) -> None:
+    from runner.cli import build_parser
+    from runner.commands.run import run_request
+
+    argv = ["run", "--corpus", str(tmp_path), "--run-id", "r", "--tenant", "t"]
+    args = build_parser().parse_args(
+        [*argv, "--evidence", evidence, "--out", str(tmp_path / "e.json"), *extra]
+    )
+    provider = get_provider(evidence, **run_request(args).provider_options())
+    coco = provider.providers[2] if isinstance(provider, AutoProvider) else provider
+    assert isinstance(coco, CocoAgentProvider)
+    assert coco.wait == wait
