@@ -39,7 +39,7 @@ from runner.publish.client import publish_envelope
 from runner.publish.merkle import MerkleTree
 from runner.publish.storage import Role, open_storage
 from runner.publish.tokens import create_token
-from tenant.http import RetryPolicy, new_session
+from tenant.http import HttpClient, RetryPolicy
 
 LEVELS = (1, 8, 32)
 
@@ -120,7 +120,7 @@ def publish_level(url: str, token: str, spool: Path, level: int, per_publisher: 
     def publisher(number: int) -> list[float]:
         payloads = [envelope(tenant, f"r{level}-{number}-{i}") for i in range(per_publisher)]
         latencies = []
-        with new_session(token, retry) as session:
+        with HttpClient(token=token, retry=retry) as client:
             barrier.wait()
             for i, data in enumerate(payloads):
                 began = time.perf_counter()
@@ -132,7 +132,7 @@ def publish_level(url: str, token: str, spool: Path, level: int, per_publisher: 
                     token=token,
                     spool_dir=spool,
                     retry=retry,
-                    session=session,
+                    client=client,
                 )
                 latencies.append(time.perf_counter() - began)
         return latencies

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 from kubernetes import client  # noqa: E402
 
 from runner.k8s.job import CorpusUrl, ReplaySpec  # noqa: E402
-from runner.k8s.retry import RetryPolicy  # noqa: E402
 from runner.k8s.submit import Submitter  # noqa: E402
 from runner.log import configure_logging  # noqa: E402
+from tenant.http import RetryPolicy  # noqa: E402
 from tests.k8s.apiserver import ApiServer, FakeCluster  # noqa: E402
 
 WAIT_REQUESTS = ("LIST jobs", "LIST pods", "WATCH jobs", "WATCH pods")
@@ -57,7 +57,7 @@ def measure(runs: int) -> dict[str, Any]:
         submitter = Submitter(
             client.ApiClient(configuration),
             namespace="attested-replay",
-            retry_policy=RetryPolicy(base_delay=0.01),
+            retry_policy=RetryPolicy(backoff_factor=0.01),
             watch_timeout=60,
         )
         started = time.perf_counter()

@@ -6,7 +6,8 @@ Depends on ``attestation`` (the pure verifier), ``requests`` and ``structlog``; 
 (``runner`` may import ``tenant``, never the reverse).
 
 * :mod:`tenant.fetch` ``tenant fetch``: download new envelopes, prove the log only grew;
-* :mod:`tenant.http` session factory, retry policy, URL policy, bearer-token files;
+* :mod:`tenant.http` the HTTP client (per-call size and time limits), the one retry policy,
+  the URL policy, bearer-token files;
 * :mod:`tenant.fsutil` atomic file writes;
 * :mod:`tenant.errors` the package's exception hierarchy.
 
@@ -34,10 +35,30 @@ from tenant.errors import (
     TenantUsageError,
 )
 from tenant.fetch import FetchReport, fetch_tenant, load_verifier_key
-from tenant.http import RetryPolicy, check_url, new_session, read_token
+from tenant.http import (
+    Answer,
+    AnswerTooLargeError,
+    HttpClient,
+    HttpError,
+    HttpRefusedError,
+    HttpUnavailableError,
+    Limits,
+    RetryAfterTooLongError,
+    RetryPolicy,
+    check_url,
+    read_token,
+)
 
 __all__ = [
+    "Answer",
+    "AnswerTooLargeError",
     "FetchReport",
+    "HttpClient",
+    "HttpError",
+    "HttpRefusedError",
+    "HttpUnavailableError",
+    "Limits",
+    "RetryAfterTooLongError",
     "RetryPolicy",
     "ServiceUnavailableError",
     "TamperingError",
@@ -47,6 +68,5 @@ __all__ = [
     "check_url",
     "fetch_tenant",
     "load_verifier_key",
-    "new_session",
     "read_token",
 ]

@@ -14,9 +14,8 @@ import binascii
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import requests
 import structlog
 
 from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
@@ -42,12 +41,24 @@ from tenant.errors import (
     TenantUsageError,
 )
 from tenant.fsutil import atomic_write, atomic_write_text
-from tenant.http import RetryPolicy, check_url, new_session
+from tenant.http import (
+    Answer,
+    AnswerTooLargeError,
+    HttpClient,
+    HttpError,
+    HttpRefusedError,
+    Limits,
+    RetryPolicy,
+    check_url,
+)
 
 log = structlog.get_logger("attested-replay.tenant")
 
 PAGE = 1000
-_CHUNK = 64 * 1024
+#: A checkpoint or a proof; a page of PAGE entries; an envelope (the one contracts limit).
+SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
+ENTRIES_ANSWER: Final = Limits(max_bytes=1024 * 1024, deadline=60.0)
+ENVELOPE_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES, deadline=120.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,20 +85,22 @@ def load_verifier_key(value: str) -> VerifierKey:
 
 
 class _Api:
-    def __init__(self, server: str, tenant: str, session: requests.Session) -> None:
+    def __init__(self, server: str, tenant: str, client: HttpClient) -> None:
         self._base = server.rstrip("/") + f"/v1/tenants/{tenant}"
-        self._session = session
+        self._client = client
 
-    def get(self, path: str, **params: int) -> requests.Response:
+    def get(self, path: str, limit: Limits = SMALL_ANSWER, **params: int) -> Answer:
         try:
-            response = self._session.get(self._base + path, params=params, timeout=(3.05, 60))
-        except requests.RequestException as exc:
+            answer = self._client.get(self._base + path, params=params, limit=limit)
+        except AnswerTooLargeError as exc:
+            raise TamperingError(f"GET {path}: {exc}") from exc
+        except HttpError as exc:
             raise ServiceUnavailableError(f"publication service unreachable: {exc}") from exc
-        if response.status_code != 200:
+        if answer.status != 200:
             raise ServiceUnavailableError(
-                f"GET {path} answered HTTP {response.status_code}: {response.text[:200]}"
+                f"GET {path} answered HTTP {answer.status}: {answer.text()}"
             )
-        return response
+        return answer
 
     def envelope(self, digest: str, position: int) -> bytes:
         """The bytes of an envelope that log entry ``position`` names (already proven included).
@@ -96,32 +109,29 @@ class _Api:
         was published: tampering, not unavailability. The download is capped while reading.
         """
         path = f"/envelopes/{digest}"
-        body = bytearray()
         try:
-            with self._session.get(self._base + path, timeout=(3.05, 60), stream=True) as answer:
-                if answer.status_code == 404:
-                    raise TamperingError(
-                        f"envelope {digest} of log entry {position} is gone: the signed log "
-                        "includes it, so it was removed after publication"
-                    )
-                if answer.status_code != 200:
-                    raise ServiceUnavailableError(f"GET {path} answered HTTP {answer.status_code}")
-                for chunk in answer.iter_content(_CHUNK):
-                    body += chunk
-                    if len(body) > MAX_ENVELOPE_BYTES:
-                        raise TamperingError(
-                            f"envelope {digest} of log entry {position} exceeds "
-                            f"{MAX_ENVELOPE_BYTES} bytes, which the service never accepts"
-                        )
-        except requests.RequestException as exc:
+            answer = self._client.get(self._base + path, limit=ENVELOPE_ANSWER)
+        except AnswerTooLargeError as exc:
+            raise TamperingError(
+                f"envelope {digest} of log entry {position} exceeds "
+                f"{MAX_ENVELOPE_BYTES} bytes, which the service never accepts"
+            ) from exc
+        except HttpError as exc:
             raise ServiceUnavailableError(f"publication service unreachable: {exc}") from exc
-        return bytes(body)
+        if answer.status == 404:
+            raise TamperingError(
+                f"envelope {digest} of log entry {position} is gone: the signed log "
+                "includes it, so it was removed after publication"
+            )
+        if answer.status != 200:
+            raise ServiceUnavailableError(f"GET {path} answered HTTP {answer.status}")
+        return answer.body
 
-    def json(self, path: str, **params: int) -> dict[str, Any]:
+    def json(self, path: str, limit: Limits = SMALL_ANSWER, **params: int) -> dict[str, Any]:
         try:
-            body = self.get(path, **params).json()
-        except ValueError as exc:
-            raise TamperingError(f"GET {path} did not return JSON") from exc
+            body = self.get(path, limit, **params).json(f"GET {path}")
+        except HttpRefusedError as exc:
+            raise TamperingError(f"GET {path} did not return JSON: {exc}") from exc
         if not isinstance(body, dict):
             raise TamperingError(f"GET {path} did not return a JSON object")
         return body
@@ -152,9 +162,9 @@ def fetch_tenant(
     key = _pinned_key(out_dir, log_key)
     origin = f"{key.name}/t/{tenant}"
     old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
-    with new_session(token, retry or RetryPolicy()) as session:
-        api = _Api(server, tenant, session)
-        note = api.get("/log/checkpoint").text
+    with HttpClient(token=token, retry=retry, what="server") as client:
+        api = _Api(server, tenant, client)
+        note = api.get("/log/checkpoint").body.decode("utf-8", "replace")
         try:
             new = verify_signed_checkpoint(note, key, origin=origin)
         except CheckpointError as exc:
@@ -166,7 +176,7 @@ def fetch_tenant(
         new_digests = []
         for page_start in range(start, new.size, PAGE):
             page_end = min(page_start + PAGE, new.size)
-            body = api.json("/log/entries", start=page_start, end=page_end)
+            body = api.json("/log/entries", ENTRIES_ANSWER, start=page_start, end=page_end)
             raw_entries = body.get("entries")
             if (
                 body.get("start") != page_start
@@ -231,7 +241,7 @@ def _check_consistency(api: _Api, old: Checkpoint, new: Checkpoint) -> None:
             f"the log shrank from {old.size} to {new.size} entries: entries were removed"
         )
     proof = _hashes(
-        api.json("/log/proof/consistency", **{"from": old.size, "to": new.size}),
+        api.json("/log/proof/consistency", SMALL_ANSWER, **{"from": old.size, "to": new.size}),
         "consistency proof",
     )
     if not verify_consistency(old.size, new.size, proof, old.root, new.root):

@@ -8,6 +8,7 @@ envelope that the tenant's verifier accepts against the expected-values file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from runner.k8s.job import (
     ReplaySpec,
     job_name,
 )
-from runner.k8s.retry import RetryPolicy
+from runner.k8s.retry import KUBERNETES_RETRY
 from runner.k8s.state import RunOutcome, State
 from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
 from tenant.fsutil import atomic_write
@@ -293,7 +294,9 @@ def _submitter(args: argparse.Namespace) -> Submitter:
     return Submitter(
         connection.api_client,
         namespace=namespace,
-        retry_policy=RetryPolicy(attempts=args.api_retries, base_delay=args.api_retry_delay),
+        retry_policy=dataclasses.replace(
+            KUBERNETES_RETRY, attempts=args.api_retries, backoff_factor=args.api_retry_delay
+        ),
         watch_timeout=args.watch_timeout,
         publish_token=token,
     )

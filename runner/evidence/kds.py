@@ -12,20 +12,18 @@ the URL recorded in the Oak test data whose answer is one of our real vectors.
 
 A downloaded VCEK is kept only if it chains to AMD's *pinned* ASK and ARK, its SPLs and hwID
 match the report, and it verifies the report's signature. KDS rate-limits (HTTP 429): we wait
-as long as ``Retry-After`` asks, up to a bound, a bounded number of times.
+as long as ``Retry-After`` asks, up to a bound, a bounded number of times (the retry policy of
+:mod:`tenant.http`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import email.utils
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import requests
 import structlog
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -41,6 +39,13 @@ from attestation.verify.verifier import endorsement_checks
 from runner.errors import EvidenceError, InputError, UsageError
 from runner.evidence.bundle import certificates_to_pem
 from tenant.fsutil import atomic_write
+from tenant.http import (
+    HttpClient,
+    HttpError,
+    Limits,
+    RetryAfterTooLongError,
+    RetryPolicy,
+)
 
 KDS_BASE_URL: Final = "https://kdsintf.amd.com"
 TURIN_HWID_BYTES: Final = 8
@@ -50,6 +55,11 @@ DEFAULT_ATTEMPTS: Final = 4
 DEFAULT_MAX_WAIT: Final = 120.0
 #: Wait used when a 429/503 carries no usable Retry-After.
 DEFAULT_BACKOFF: Final = 10.0
+#: The whole fetch of one certificate, rate-limit waits included (seconds).
+DEFAULT_DEADLINE: Final = 300.0
+#: A VCEK is ~1.3 KB and the ASK + ARK chain ~4 KB.
+MAX_KDS_ANSWER_BYTES: Final = 16 * 1024
+MAX_REDIRECTS: Final = 3
 _RETRY_STATUSES: Final = frozenset({429, 503})
 _log = structlog.get_logger(__name__)
 
@@ -117,24 +127,9 @@ def cert_chain_path(product: ProductLine) -> str:
     return f"/vcek/v1/{product.value}/cert_chain"
 
 
-def parse_retry_after(value: str | None, *, now: dt.datetime) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date)."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, (when - now).total_seconds())
-
-
 class KdsClient:
-    """GETs from KDS with timeouts and bounded, Retry-After-honouring retries."""
+    """GETs from KDS through :mod:`tenant.http`: timeouts, a size cap, and bounded retries
+    on 429/503 that honour ``Retry-After`` up to ``max_wait`` seconds."""
 
     def __init__(
         self,
@@ -143,47 +138,53 @@ class KdsClient:
         timeout: float = DEFAULT_TIMEOUT,
         attempts: int = DEFAULT_ATTEMPTS,
         max_wait: float = DEFAULT_MAX_WAIT,
-        session: requests.Session | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        deadline: float = DEFAULT_DEADLINE,
+        client: HttpClient | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
         self.attempts = attempts
-        self.max_wait = max_wait
-        self.session = session or requests.Session()
-        self.sleep = sleep
+        self.deadline = deadline
+        self.client = client or HttpClient(
+            retry=RetryPolicy(
+                attempts=attempts,
+                # No Retry-After: KDS asks for about 10 s under normal load; wait that long.
+                backoff_factor=DEFAULT_BACKOFF,
+                backoff_max=DEFAULT_BACKOFF,
+                jitter=False,
+                retry_after_max=max_wait,
+                retry_statuses=_RETRY_STATUSES,
+                connect_timeout=timeout,
+                read_timeout=timeout,
+            ),
+            what="KDS URL",
+            sleep=sleep,
+        )
 
     def get(self, path: str) -> bytes:
         url = self.base_url + path
-        for attempt in range(1, self.attempts + 1):
-            try:
-                response = self.session.get(url, timeout=self.timeout)
-            except requests.RequestException as exc:
-                raise KdsError(f"KDS request {url} failed: {exc}") from exc
-            if response.status_code == requests.codes.ok:
-                return response.content
-            if response.status_code == requests.codes.not_found:
-                raise KdsError(
-                    f"KDS has no certificate at {url} (404): check the product line, and that "
-                    "the TCB values are ones AMD has issued"
-                )
-            if response.status_code not in _RETRY_STATUSES:
-                raise KdsError(f"KDS answered HTTP {response.status_code} for {url}")
-            wait = parse_retry_after(
-                response.headers.get("Retry-After"), now=dt.datetime.now(dt.UTC)
+        try:
+            answer = self.client.get(
+                url,
+                limit=Limits(max_bytes=MAX_KDS_ANSWER_BYTES, deadline=self.deadline),
+                redirects=MAX_REDIRECTS,
             )
-            wait = DEFAULT_BACKOFF if wait is None else wait
-            if wait > self.max_wait:
-                raise KdsError(
-                    f"KDS rate limit: asked to wait {wait:.0f} s "
-                    f"(more than {self.max_wait:.0f} s); "
-                    "retry later or use a cached certificate"
-                )
-            if attempt == self.attempts:
-                break
-            _log.warning("kds_retry", url=url, status=response.status_code, wait=wait)
-            self.sleep(wait)
-        raise KdsError(f"KDS kept answering 429/503 for {url} after {self.attempts} attempts")
+        except RetryAfterTooLongError as exc:
+            raise KdsError(
+                f"KDS rate limit: {exc}; retry later or use a cached certificate"
+            ) from exc
+        except HttpError as exc:
+            raise KdsError(f"KDS request {url} failed: {exc}") from exc
+        if answer.status == 200:
+            return answer.body
+        if answer.status == 404:
+            raise KdsError(
+                f"KDS has no certificate at {url} (404): check the product line, and that "
+                "the TCB values are ones AMD has issued"
+            )
+        if answer.status in _RETRY_STATUSES:
+            raise KdsError(f"KDS kept answering 429/503 for {url} after {self.attempts} attempts")
+        raise KdsError(f"KDS answered HTTP {answer.status} for {url}")
 
 
 @dataclass(frozen=True, slots=True)

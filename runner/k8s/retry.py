@@ -1,4 +1,5 @@
-"""Retry Kubernetes API calls on 5xx, 429 and dropped connections, with capped backoff.
+"""Retry Kubernetes API calls on 5xx, 429 and dropped connections, with capped backoff
+(:class:`tenant.http.RetryPolicy`, the project's one retry policy).
 
 Creation is safe to retry because Job names are deterministic: a create that reached the
 server before the connection dropped comes back as 409 and is attached by spec digest.
@@ -7,32 +8,24 @@ server before the connection dropped comes back as 409 and is attached by spec d
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import structlog
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from runner.k8s.errors import ApiUnavailableError
+from tenant.http import RetryPolicy
 
 T = TypeVar("T")
 log = structlog.get_logger("attested-replay.k8s")
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    attempts: int = 6
-    base_delay: float = 0.25
-    max_delay: float = 8.0
-
-    def delay(self, attempt: int) -> float:
-        """Exponential backoff with full jitter (attempt counts from 0)."""
-        ceiling = min(self.max_delay, self.base_delay * (2**attempt))
-        return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not a secret
+#: The Kubernetes API's retries: the one retry policy of ``tenant.http``, with shorter waits
+#: (the API server is close by, and a watch loop must not stall for long).
+KUBERNETES_RETRY: Final = RetryPolicy(attempts=6, backoff_factor=0.25, backoff_max=8.0)
 
 
 def is_transient(error: BaseException) -> bool:

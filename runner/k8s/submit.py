@@ -12,9 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import requests
 import structlog
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -53,17 +51,18 @@ from runner.k8s.job import (
     ReplaySpec,
     build_job,
 )
-from runner.k8s.retry import RetryPolicy, read_json
+from runner.k8s.retry import KUBERNETES_RETRY, read_json
 from runner.k8s.state import RunOutcome, RunStatus, job_outcome, job_status
 from runner.k8s.watch import JobTracker, ProgressCallback
-from tenant.http import RetryPolicy as HttpRetryPolicy
-from tenant.http import new_session
+from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 
 VerifyEnvelope = Callable[[bytes], None]
 #: Reading an envelope back from the publication endpoint (GET only; idempotent).
-PUBLICATION_RETRY: Final = HttpRetryPolicy(total=5, connect=3, read=3, status=3)
+PUBLICATION_RETRY: Final = RetryPolicy(attempts=4)
+#: The envelope answer: the one envelope limit, and time to read it over a slow link.
+PUBLICATION_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES, deadline=120.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +129,7 @@ class Submitter:
         namespace: str,
         retry_policy: RetryPolicy | None = None,
         watch_timeout: int = 60,
-        http: requests.Session | None = None,
+        http: HttpClient | None = None,
         publish_token: str | None = None,
     ) -> None:
         self._api_client = api_client
@@ -139,10 +138,11 @@ class Submitter:
         self._node = client.NodeV1Api(api_client)
         self._runtime_classes_seen: set[str] = set()
         self.namespace = namespace
-        self._retry = retry_policy or RetryPolicy()
+        self._retry = retry_policy or KUBERNETES_RETRY
         self._watch_timeout = watch_timeout
-        self._http = http or new_session(None, PUBLICATION_RETRY)
-        self._publish_token = publish_token
+        self._http = http or HttpClient(
+            token=publish_token, retry=PUBLICATION_RETRY, what="publication URL"
+        )
 
     # -- submit ---------------------------------------------------------------------------
 
@@ -336,24 +336,19 @@ class Submitter:
 
     def _from_publication(self, base_url: str, tenant: str, run_id: str) -> bytes:
         url = f"{base_url.rstrip('/')}/v1/tenants/{tenant}/runs/{run_id}"
-        headers = {"Accept": "application/json"}
-        if self._publish_token is not None:
-            headers["Authorization"] = f"Bearer {self._publish_token}"
-        timeout = PUBLICATION_RETRY.timeout
         try:
-            with self._http.get(url, headers=headers, timeout=timeout, stream=True) as response:
-                body = response.raw.read(MAX_ENVELOPE_BYTES + 1, decode_content=True)
-        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-            raise EnvelopeMissingError(f"publication endpoint {url}: {exc}") from exc
-        if response.status_code != 200:
-            raise EnvelopeMissingError(
-                f"publication endpoint {url} answered HTTP {response.status_code}"
+            answer = self._http.get(
+                url, headers={"Accept": "application/json"}, limit=PUBLICATION_ANSWER
             )
-        if len(body) > MAX_ENVELOPE_BYTES:
+        except AnswerTooLargeError as exc:
             raise EnvelopeMissingError(
                 f"publication endpoint {url}: envelope exceeds {MAX_ENVELOPE_BYTES} bytes"
-            )
-        return bytes(body)
+            ) from exc
+        except HttpError as exc:
+            raise EnvelopeMissingError(f"publication endpoint {url}: {exc}") from exc
+        if answer.status != 200:
+            raise EnvelopeMissingError(f"publication endpoint {url} answered HTTP {answer.status}")
+        return answer.body
 
     # -- status, list, cancel -------------------------------------------------------------
 

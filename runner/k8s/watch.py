@@ -21,8 +21,9 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
-from runner.k8s.retry import RetryPolicy, describe, is_transient, read_json
+from runner.k8s.retry import KUBERNETES_RETRY, describe, is_transient, read_json
 from runner.k8s.state import RunOutcome, job_outcome, pod_blocker
+from tenant.http import RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 
@@ -156,7 +157,7 @@ class JobTracker:
         self._namespace = namespace
         self._selector = selector
         self._watch_timeout = watch_timeout
-        self._retry = retry or RetryPolicy()
+        self._retry = retry or KUBERNETES_RETRY
         self.relists = 0
 
     def wait(

@@ -6,27 +6,34 @@ refuses a corpus whose checksum differs from the one the operator expected.
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import tarfile
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
 
-import requests
 import structlog
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from runner.corpus.checksum import CASES_FILE
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.errors import InputError, SourceUnavailableError, UsageError
+from tenant.errors import TenantUsageError
+from tenant.http import (
+    AnswerTooLargeError,
+    HttpClient,
+    HttpRefusedError,
+    HttpUnavailableError,
+    Limits,
+    RetryPolicy,
+    check_url,
+)
 
 #: A downloaded archive larger than this is refused (bytes).
 MAX_ARCHIVE_BYTES: Final = 4 * 1024**3
 CORPUS_FILES: Final = frozenset({CASES_FILE, RUNS_FILE, MARKS_FILE, PLAN_FILE})
 _CHUNK: Final = 1024 * 1024
-_TRANSIENT_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+#: The whole download, retries and waits included, must finish within this (seconds).
+DOWNLOAD_DEADLINE: Final = 1800.0
+#: Redirects a corpus URL may take (each hop is checked by the URL policy again).
+MAX_REDIRECTS: Final = 5
 
 log = structlog.get_logger(__name__)
 
@@ -36,75 +43,61 @@ def is_url(source: str) -> bool:
 
 
 def fetch_corpus(
-    url: str, destination: Path, *, timeout: float = 30.0, retries: int = 5, backoff: float = 1.0
+    url: str,
+    destination: Path,
+    *,
+    timeout: float = 30.0,
+    retries: int = 5,
+    backoff: float = 1.0,
+    deadline: float = DOWNLOAD_DEADLINE,
 ) -> Path:
-    """Download and unpack a corpus archive into ``destination``; return the corpus dir."""
-    _check_url(url)
-    archive = destination / "corpus.tar.gz"
-    received = 0
+    """Download and unpack a corpus archive into ``destination``; return the corpus dir.
+
+    Connection errors, 429 and 5xx are retried ``retries`` times with exponential backoff
+    (honouring Retry-After); the transport is untrusted anyway, the checksum decides.
+    """
     try:
-        with (
-            _retrying_session(retries, backoff) as session,
-            session.get(url, stream=True, timeout=timeout) as response,
-        ):
-            if response.status_code in _TRANSIENT_STATUSES:
-                raise SourceUnavailableError(
-                    f"corpus download {url} still answered HTTP {response.status_code} after "
-                    f"{retries} retries"
-                )
-            if response.status_code != 200:
-                raise InputError(f"corpus download {url} answered HTTP {response.status_code}")
-            with archive.open("wb") as handle:
-                for chunk in response.iter_content(_CHUNK):
-                    received += len(chunk)
-                    if received > MAX_ARCHIVE_BYTES:
-                        raise InputError(
-                            f"corpus archive {url} exceeds {MAX_ARCHIVE_BYTES} bytes; refusing it"
-                        )
-                    handle.write(chunk)
-    except requests.RequestException as exc:
+        check_url(url, what="corpus URL")
+    except TenantUsageError as exc:
+        raise UsageError(str(exc)) from exc
+    archive = destination / "corpus.tar.gz"
+    policy = RetryPolicy(
+        attempts=retries + 1,
+        backoff_factor=backoff,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+    )
+    try:
+        with HttpClient(retry=policy, what="corpus URL") as client, archive.open("wb") as sink:
+            answer = client.download(
+                url,
+                sink,
+                limit=Limits(max_bytes=MAX_ARCHIVE_BYTES, deadline=deadline),
+                redirects=MAX_REDIRECTS,
+            )
+    except AnswerTooLargeError as exc:
+        raise InputError(
+            f"corpus archive {url} exceeds {MAX_ARCHIVE_BYTES} bytes; refusing it"
+        ) from exc
+    except HttpRefusedError as exc:
+        raise InputError(f"corpus download {url} refused: {exc}") from exc
+    except HttpUnavailableError as exc:
         raise SourceUnavailableError(
             f"corpus download {url} failed after {retries} retries: {exc}"
         ) from exc
+    if answer.status in policy.retry_statuses:
+        raise SourceUnavailableError(
+            f"corpus download {url} still answered HTTP {answer.status} after {retries} retries"
+        )
+    if answer.status != 200:
+        raise InputError(f"corpus download {url} answered HTTP {answer.status}")
+    received = archive.stat().st_size
     log.info("corpus_downloaded", url=url, bytes=received)
     corpus_dir = destination / "corpus"
     corpus_dir.mkdir()
     _unpack(archive, corpus_dir)
     archive.unlink()
     return corpus_dir
-
-
-def _retrying_session(retries: int, backoff: float = 1.0) -> requests.Session:
-    """Connection errors, 429 and 5xx are retried with exponential backoff (honouring
-    Retry-After); the transport is untrusted anyway, the checksum decides."""
-    retry = Retry(
-        total=retries,
-        connect=retries,
-        read=retries,
-        status=retries,
-        backoff_factor=backoff,
-        status_forcelist=_TRANSIENT_STATUSES,
-        allowed_methods=frozenset({"GET"}),
-        respect_retry_after_header=True,
-        raise_on_status=False,
-    )
-    session = requests.Session()
-    session.mount("https://", HTTPAdapter(max_retries=retry))
-    session.mount("http://", HTTPAdapter(max_retries=retry))
-    return session
-
-
-def _check_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme == "https":
-        return
-    host = parts.hostname or ""
-    loopback = host == "localhost"
-    with contextlib.suppress(ValueError):
-        loopback = loopback or ipaddress.ip_address(host).is_loopback
-    if parts.scheme == "http" and loopback:
-        return  # loopback tests and port-forwarded development only
-    raise UsageError(f"corpus URL {url!r} must be https:// (http:// only on loopback)")
 
 
 def _unpack(archive: Path, target: Path) -> None:

@@ -4,8 +4,8 @@ An envelope that could not be delivered (an outage after all retries, a refusal,
 is written to the spool before the error propagates; ``publish --flush`` delivers the spool
 later and removes an item only once its target confirmed it. HTTP delivery is two
 idempotent PUTs (``docs/publishing.md``): the envelope under its digest, then the write-once
-``runs/{runId}`` pointer. urllib3 retries connection errors, 429 and 5xx with exponential
-backoff, honouring ``Retry-After``.
+``runs/{runId}`` pointer. Connection errors, 429 and 5xx are retried with exponential
+backoff, honouring ``Retry-After`` (the policy of ``tenant.http``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-import requests
 import structlog
 
 from attestation.contracts import RUN_ID_GRAMMAR, is_run_id, is_tenant_id, sha256_digest
@@ -32,9 +31,21 @@ from runner.errors import InputError, PublishError, UsageError
 from runner.publish.spool import Spool, SpoolItem, default_spool_dir
 from tenant.errors import TenantUsageError
 from tenant.fsutil import atomic_write
-from tenant.http import RetryPolicy, check_url, new_session
+from tenant.http import (
+    Answer,
+    HttpClient,
+    HttpError,
+    Limits,
+    RetryPolicy,
+    check_url,
+    json_body,
+)
 
 log = structlog.get_logger("attested-replay.publish")
+
+#: A publication answer (a receipt with its checkpoint and proof) is small; a PUT of the
+#: largest envelope over a slow link still finishes well within the deadline.
+RECEIPT_LIMIT: Final = Limits(max_bytes=64 * 1024, deadline=120.0)
 
 Status = Literal["created", "already-present"]
 
@@ -94,9 +105,12 @@ def publish_envelope(
     token: str | None,
     spool_dir: Path | None = None,
     retry: RetryPolicy | None = None,
-    session: requests.Session | None = None,
+    client: HttpClient | None = None,
 ) -> PublishOutcome:
-    """Publish one envelope; on failure it stays spooled and :class:`PublishError` says so."""
+    """Publish one envelope; on failure it stays spooled and :class:`PublishError` says so.
+
+    ``client`` (keep-alive connections, e.g. one per publisher thread) carries its own token
+    and retry policy; without it one is made from ``token`` and ``retry``."""
     check_target(target)
     _check_envelope(envelope_bytes, tenant, run_id)
     if urlsplit(target).scheme != "dir" and token is None:
@@ -105,9 +119,7 @@ def publish_envelope(
     digest = sha256_digest(envelope_bytes)
     item = SpoolItem(digest, tenant, run_id, target, spool.envelope_path(digest))
     try:
-        return deliver(
-            item, envelope_bytes, target=target, token=token, retry=retry, session=session
-        )
+        return deliver(item, envelope_bytes, target=target, token=token, retry=retry, client=client)
     except DeliveryError as exc:
         spool.add(envelope_bytes, tenant=tenant, run_id=run_id, target=target)
         raise PublishError(
@@ -141,8 +153,7 @@ def flush_spool(
     spool = Spool(spool_dir or default_spool_dir())
     delivered: list[PublishOutcome] = []
     failed: list[tuple[str, str]] = []
-    session = new_session(token, retry or RetryPolicy())
-    with session:
+    with HttpClient(token=token, retry=retry, what="target") as client:
         for item in spool.items():
             destination = target or item.target
             try:
@@ -153,7 +164,7 @@ def flush_spool(
                     target=destination,
                     token=token,
                     retry=retry,
-                    session=session,
+                    client=client,
                 )
             except (DeliveryError, UsageError, InputError) as exc:
                 log.warning("spool_item_not_delivered", digest=item.digest, error=str(exc))
@@ -171,15 +182,14 @@ def deliver(
     target: str,
     token: str | None,
     retry: RetryPolicy | None = None,
-    session: requests.Session | None = None,
+    client: HttpClient | None = None,
 ) -> PublishOutcome:
     if urlsplit(target).scheme == "dir":
         return _deliver_to_directory(item, envelope_bytes, target)
-    policy = retry or RetryPolicy()
-    if session is not None:
-        return _deliver_http(item, envelope_bytes, target, session, policy)
-    with new_session(token, policy) as own_session:
-        return _deliver_http(item, envelope_bytes, target, own_session, policy)
+    if client is not None:
+        return _deliver_http(item, envelope_bytes, target, client)
+    with HttpClient(token=token, retry=retry, what="target") as own_client:
+        return _deliver_http(item, envelope_bytes, target, own_client)
 
 
 def _directory_of(target: str) -> Path:
@@ -208,15 +218,8 @@ def _deliver_to_directory(item: SpoolItem, data: bytes, target: str) -> PublishO
     return PublishOutcome(digest=item.digest, status=status, target=target)
 
 
-def _deliver_http(
-    item: SpoolItem,
-    data: bytes,
-    target: str,
-    session: requests.Session,
-    policy: RetryPolicy,
-) -> PublishOutcome:
+def _deliver_http(item: SpoolItem, data: bytes, target: str, client: HttpClient) -> PublishOutcome:
     base = target.rstrip("/") + f"/v1/tenants/{item.tenant}"
-    timeout = policy.timeout
     content_digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
     headers = {
         "Content-Type": "application/json",
@@ -224,24 +227,25 @@ def _deliver_http(
         "Content-Digest": f"sha-256=:{content_digest}:",
     }
     try:
-        response = session.put(
-            f"{base}/envelopes/{item.digest}", data=data, headers=headers, timeout=timeout
+        response = client.put(
+            f"{base}/envelopes/{item.digest}", body=data, headers=headers, limit=RECEIPT_LIMIT
         )
-    except requests.RequestException as exc:
+    except HttpError as exc:
         raise DeliveryError(f"envelope upload failed: {exc}") from exc
-    if response.status_code not in (200, 201, 412):
+    if response.status not in (200, 201, 412):
         raise DeliveryError(f"envelope upload answered {_describe(response)}")
     body = _json_or_empty(response)
-    status: Status = "created" if response.status_code == 201 else "already-present"
+    status: Status = "created" if response.status == 201 else "already-present"
     try:
-        pointer = session.put(
+        pointer = client.put(
             f"{base}/runs/{item.run_id}",
-            json={"envelope": item.digest},
-            timeout=timeout,
+            body=json_body({"envelope": item.digest}),
+            headers={"Content-Type": "application/json"},
+            limit=RECEIPT_LIMIT,
         )
-    except requests.RequestException as exc:
+    except HttpError as exc:
         raise DeliveryError(f"run pointer failed: {exc}") from exc
-    if pointer.status_code not in (200, 201):
+    if pointer.status not in (200, 201):
         raise DeliveryError(f"run pointer answered {_describe(pointer)}")
     outcome = PublishOutcome(digest=item.digest, status=status, target=target)
     if "logIndex" in body:
@@ -279,17 +283,17 @@ def _with_log_receipt(
     )
 
 
-def _json_or_empty(response: requests.Response) -> dict[str, Any]:
+def _json_or_empty(answer: Answer) -> dict[str, Any]:
     try:
-        body = response.json()
-    except ValueError:
+        body = answer.json("the service's answer")
+    except HttpError:
         return {}
     return body if isinstance(body, dict) else {}
 
 
-def _describe(response: requests.Response) -> str:
-    detail = _json_or_empty(response).get("error") or response.text[:200]
-    return f"HTTP {response.status_code}: {detail}"
+def _describe(answer: Answer) -> str:
+    detail = _json_or_empty(answer).get("error") or answer.text()
+    return f"HTTP {answer.status}: {detail}"
 
 
 def receipt_json(outcome: PublishOutcome) -> str:

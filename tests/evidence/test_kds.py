@@ -20,10 +20,10 @@ from runner.evidence.kds import (
     KdsError,
     KdsVerificationError,
     fetch_vcek,
-    parse_retry_after,
     report_product,
     vcek_request,
 )
+from tenant.http import parse_retry_after
 
 REAL = Path(__file__).parent.parent / "assets" / "real"
 ROOTS = Path(__file__).parent.parent.parent / "attestation" / "endorsement" / "roots"

@@ -14,7 +14,7 @@ from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 from runner.publish.client import PublishOutcome, publish_envelope
 from runner.publish.merkle import MerkleTree
-from tenant.http import RetryPolicy, new_session
+from tenant.http import HttpClient, RetryPolicy
 
 PUBLISHERS = 100
 PER_PUBLISHER = 20
@@ -30,7 +30,7 @@ def test_concurrent_publishers_cannot_fork_the_log(
 
     def publisher(number: int) -> list[tuple[bytes, PublishOutcome]]:
         results = []
-        with new_session(token, retry) as session:  # one keep-alive session per publisher
+        with HttpClient(token=token, retry=retry) as client:  # keep-alive, one per publisher
             start.wait()
             for item in range(PER_PUBLISHER):
                 data = envelope_for("acme", f"run-{number}-{item}", number * 1000 + item)
@@ -42,7 +42,7 @@ def test_concurrent_publishers_cannot_fork_the_log(
                     token=token,
                     spool_dir=tmp_path / f"spool-{number}",
                     retry=retry,
-                    session=session,
+                    client=client,
                 )
                 results.append((data, outcome))
         return results

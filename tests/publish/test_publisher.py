@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib3.util.retry
 
 from runner.cli import main
 from runner.errors import InputError, PublishError, UsageError
 from runner.publish.client import flush_spool, publish_envelope
 from runner.publish.spool import Spool, default_spool_dir
+from tenant import http as tenant_http
 from tenant.http import RetryPolicy
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05, connect_timeout=1, read_timeout=5)
@@ -184,7 +184,7 @@ def test_retries_through_503_and_lost_answers(
 
 
 class RecordedSleeps(list[float]):
-    """Stands in for urllib3's ``time`` module: records each sleep instead of taking it."""
+    """Stands in for ``tenant.http``'s ``time`` module: records each sleep instead of taking it."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
@@ -201,7 +201,7 @@ def test_429_retry_after_is_honoured(
 ) -> None:
     service, faults = faulty
     sleeps = RecordedSleeps()
-    monkeypatch.setattr(urllib3.util.retry, "time", sleeps)
+    monkeypatch.setattr(tenant_http, "time", sleeps)
     faults.plan = [Fault(429, [(b"retry-after", b"1")])]
     data = envelope_for("acme", "run-1", 1)
     outcome = publish_envelope(
