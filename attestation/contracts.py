@@ -28,6 +28,10 @@ Limits (bytes; each refused before it is parsed or while it is read)
     :data:`MAX_FRAME_BYTES`              ~21.4 MiB   one framed envelope line (base64 of the
                                                      largest envelope)
     :data:`MAX_POD_LOG_BYTES`            frame+4 MiB what ``collect`` reads of a pod's log
+    :data:`MAX_EXPORT_MANIFEST_BYTES`    64 KiB      a corpus export's manifest
+    :data:`MAX_EXPORT_FILES_BYTES`       64 GiB      the corpus files of one export, unpacked
+    :data:`DEFAULT_MAX_CORPUS_EXPORT_BYTES` 256 MiB  a corpus export the publication service
+                                                     stores (``serve --max-corpus-export-bytes``)
     ==================================== =========== ========================================
 
     The envelope cap is the verifier's: a report and its chain are about 10 KB and the rest is
@@ -102,6 +106,9 @@ MAX_POLICY_BYTES: Final = 1024 * 1024
 MAX_REPORT_FILE_BYTES: Final = 64 * 1024
 MAX_CERTIFICATE_BYTES: Final = 1024 * 1024
 MAX_CRL_BYTES: Final = 16 * 1024 * 1024
+MAX_EXPORT_MANIFEST_BYTES: Final = 64 * 1024
+MAX_EXPORT_FILES_BYTES: Final = 64 * 1024**3
+DEFAULT_MAX_CORPUS_EXPORT_BYTES: Final = 256 * 1024 * 1024
 #: The kubelet truncates termination messages at 4096 bytes: digests only, never the envelope.
 MAX_TERMINATION_MESSAGE_BYTES: Final = 4096
 

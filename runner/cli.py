@@ -33,6 +33,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.commands.evidence",
     "runner.commands.k8s",
     "runner.commands.publish",
+    "runner.commands.export",
+    "runner.commands.contract",
 )
 
 Handler = Callable[[argparse.Namespace], int]

@@ -5,18 +5,22 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same directory,
-    fsynced, then renamed over the target. Readers see the old file or the new one."""
+@contextlib.contextmanager
+def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A binary file that becomes ``path`` only if the ``with`` block completes: written to a
+    temporary file in the same directory, fsynced, then renamed over the target. On any
+    exception the temporary file is removed and ``path`` is untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         tmp.chmod(mode)
@@ -26,6 +30,13 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             tmp.unlink()
         raise
     _fsync_directory(path.parent)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_output`). Readers see the old
+    file or the new one."""
+    with atomic_output(path, mode=mode) as handle:
+        handle.write(data)
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:

@@ -3,6 +3,7 @@
 checksum   print sha256: over the RFC 8785 form of every case, in case_id order
 manifest   write the frozen-set manifest (per-case input and label digests, checksum)
 normalize  rewrite a corpus canonically and sorted (external merge sort past the budget)
+export     write the corpus as a deterministic .tar.gz with a checksummed manifest
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attestation.encoding.canonical import canonicalize
+from runner.commands import corpus_export
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
@@ -67,6 +69,8 @@ def register(subparsers: Subparsers) -> None:
         help="bytes of cases sorted in memory before spilling to disk (default 256M)",
     )
     normalize.set_defaults(handler=handle_normalize)
+
+    corpus_export.register_actions(actions)
 
 
 def handle_checksum(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attestation.contracts import is_tenant_id
+from runner.commands import reproduce
 from runner.errors import InputError, PublishError, UsageError
 from tenant.http import read_token
 
@@ -80,6 +81,8 @@ def _register_tenant(subparsers: Any) -> None:  # noqa: ANN401  # as above
     fetch.add_argument("--log-key", help="pinned verifier key (text or file)")
     fetch.add_argument("--checkpoint", help="a checkpoint file to check consistency against")
     fetch.set_defaults(handler=_tenant_fetch)
+
+    reproduce.register_action(actions)
 
 
 def _publish(args: argparse.Namespace) -> int:

@@ -1,0 +1,77 @@
+"""``attested-replay tenant reproduce``: re-derive a run's result from a corpus.
+
+Registered under ``attested-replay tenant`` (see :mod:`runner.commands.publish`); the logic is
+:mod:`runner.pipeline.reproduce`. Exit codes are the verifier's (``verify-attested-run``):
+0 reproduced, 1 malformed envelope, corpus or archive, 7 binding, 8 expectation, 9 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from attestation.exit_codes import EXIT_CODES, VERIFIED
+from runner.pipeline.reproduce import TRUST_STATEMENT, read_envelope_file, reproduce
+
+DESCRIPTION = """\
+Re-derive a run's result from a corpus without trusting any hardware: check the corpus
+checksum against the envelope's binding, re-run the scoring with the same code path as `run`,
+and compare the evaluation and result digests.
+
+--corpus takes a corpus directory or a corpus export (`attested-replay corpus export`,
+`tenant fetch --corpus`); an export is checked against its manifest first.
+
+Exit codes (the verifier's classes):
+  0  reproduced: the corpus, evaluation and result the envelope binds follow from this corpus
+  1  malformed: the envelope, the corpus or the archive cannot be read as one
+  7  binding: the bound result is not what the envelope's own scoring code computes from
+     this corpus, or the envelope's result does not match its binding
+  8  expectation: another corpus or evaluation than the envelope's, or other scoring code
+     with another result (both code digests are named)
+  9  usage: bad arguments, unreadable files
+"""
+
+
+def register_action(actions: Any) -> None:  # noqa: ANN401  # argparse's private subparsers type
+    parser = actions.add_parser(
+        "reproduce",
+        help="re-derive a run's result from a corpus (trusts no hardware)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--envelope", required=True, type=Path, help="the run's envelope file")
+    parser.add_argument(
+        "--corpus",
+        required=True,
+        type=Path,
+        metavar="DIR|ARCHIVE",
+        help="corpus directory or corpus export (.tar.gz)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    outcome = reproduce(read_envelope_file(args.envelope), args.corpus)
+    code = VERIFIED if outcome.failure is None else EXIT_CODES[outcome.failure]
+    if args.json:
+        print(json.dumps({**outcome.to_json(), "exitCode": code}, indent=2))
+        return code
+    if outcome.failure is None:
+        print(f"REPRODUCED: run {outcome.run_id} (tenant {outcome.tenant}): {outcome.reason}")
+    else:
+        print(f"NOT REPRODUCED: {outcome.failure.value} (exit {code}): {outcome.reason}")
+    for compared in outcome.comparisons:
+        if compared.same is None:
+            state = f"not computed      (bound {compared.bound})"
+        elif compared.same:
+            state = f"same     {compared.bound}"
+        else:
+            state = f"DIFFERS  bound {compared.bound}, recomputed {compared.recomputed}"
+        print(f"  {compared.name:<18} {state}")
+    for difference in outcome.result_differences:
+        print(f"  differs: {difference}")
+    print(TRUST_STATEMENT)
+    return code

@@ -1,0 +1,269 @@
+"""Re-derive a run's result from a corpus, trusting no hardware.
+
+:func:`reproduce` reads an envelope as strictly as the verifier, checks the corpus checksum
+against the envelope's binding before any scoring, then scores the corpus with
+:func:`runner.pipeline.replay.replay_corpus` -- the function ``run`` calls, not a copy -- and
+compares the evaluation and result digests with the binding's.
+
+Nothing of the envelope's SEV-SNP evidence is used or checked: this answers "do these numbers
+follow from this corpus under this scoring code?", which holds whoever ran the replay and on
+whatever hardware. ``verify-attested-run`` answers the hardware question.
+
+Failure classes are the verifier's (:mod:`attestation.exit_codes`):
+
+* *malformed* (1): the envelope, the corpus or the corpus archive cannot be read as one;
+* *binding* (7): the envelope's embedded result is not the one its binding names, or the bound
+  result is not what this code computes from the same corpus and evaluation while the
+  envelope names this very code (the numbers are not from the published code);
+* *expectation* (8): the corpus or the evaluation (plan, marks, run records) differs from the
+  one the envelope binds, or the envelope's run used other scoring code and the results
+  differ (both code digests are named).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.encoding.canonical import canonicalize
+from attestation.envelope.binding import result_digest
+from attestation.envelope.model import Envelope, parse_envelope
+from attestation.errors import FailureClass, MalformedError
+from runner.corpus.errors import CorpusError
+from runner.errors import UsageError
+from runner.pipeline.replay import ReplayOutcome, compute_checksum, replay_corpus
+from runner.workload import current_workload
+from tenant.corpus_export import ExportError, read_export
+
+#: At most this many differing result values are listed.
+MAX_DIFFERENCES: Final = 20
+
+TRUST_STATEMENT: Final = (
+    "This check trusts no hardware: it re-ran the scoring on your corpus with this "
+    "installation's code and compared digests with the envelope's binding. It did not look at "
+    "the envelope's SEV-SNP evidence (verify-attested-run does), and it cannot tell whether "
+    "the corpus' labels are true."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One value: what the envelope binds and what this machine computed (None: not computed,
+    because an earlier check failed)."""
+
+    name: str
+    bound: str
+    recomputed: str | None
+
+    @property
+    def same(self) -> bool | None:
+        return None if self.recomputed is None else self.recomputed == self.bound
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "bound": self.bound,
+            "recomputed": self.recomputed,
+            "same": self.same,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reproduction:
+    """The outcome of :func:`reproduce`: ``failure`` is None when every digest matched."""
+
+    failure: FailureClass | None
+    reason: str
+    run_id: str | None = None
+    tenant: str | None = None
+    comparisons: tuple[Compared, ...] = ()
+    result_differences: tuple[str, ...] = ()
+
+    @property
+    def reproduced(self) -> bool:
+        return self.failure is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reproduced": self.reproduced,
+            "failureClass": None if self.failure is None else self.failure.value,
+            "reason": self.reason,
+            "runId": self.run_id,
+            "tenant": self.tenant,
+            "comparisons": [compared.to_json() for compared in self.comparisons],
+            "resultDifferences": list(self.result_differences),
+            "trust": TRUST_STATEMENT,
+        }
+
+
+def read_envelope_file(path: Path) -> bytes:
+    """The bytes of an envelope file, read up to the verifier's cap (usage error if unreadable)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(MAX_ENVELOPE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"--envelope {path}: cannot read it: {exc.strerror or exc}") from exc
+
+
+def reproduce(envelope_bytes: bytes, corpus: Path) -> Reproduction:
+    """Re-derive the envelope's corpus checksum, evaluation digest and result digest from
+    ``corpus`` (a corpus directory or a corpus export archive) and compare."""
+    try:
+        envelope = parse_envelope(envelope_bytes)
+    except MalformedError as exc:
+        return Reproduction(FailureClass.MALFORMED, f"--envelope: {exc}")
+    if not corpus.exists():
+        raise UsageError(f"--corpus {corpus}: no such file or directory")
+    if corpus.is_dir():
+        return _reproduce_from(envelope, corpus, f"--corpus {corpus}")
+    with tempfile.TemporaryDirectory(prefix="attested-replay-reproduce-") as workdir:
+        try:
+            with corpus.open("rb") as archive:
+                manifest = read_export(archive, Path(workdir))
+        except OSError as exc:
+            raise UsageError(f"--corpus {corpus}: cannot read it: {exc.strerror or exc}") from exc
+        except ExportError as exc:
+            return _failed(envelope, FailureClass.MALFORMED, f"--corpus {corpus}: {exc}")
+        outcome = _reproduce_from(envelope, Path(workdir), f"--corpus {corpus}")
+        checksum = outcome.comparisons[0].recomputed if outcome.comparisons else None
+        if checksum is not None and checksum != manifest.corpus_checksum:
+            return _failed(
+                envelope,
+                FailureClass.MALFORMED,
+                f"--corpus {corpus}: its manifest says corpus checksum "
+                f"{manifest.corpus_checksum}, its files have {checksum}",
+            )
+        return outcome
+
+
+def _failed(envelope: Envelope, failure: FailureClass, reason: str) -> Reproduction:
+    return Reproduction(failure, reason, run_id=envelope.run_id, tenant=envelope.tenant)
+
+
+def _reproduce_from(envelope: Envelope, corpus_dir: Path, source: str) -> Reproduction:
+    binding = envelope.binding
+    if envelope.result is not None and result_digest(envelope.result) != binding.result_digest:
+        return _failed(
+            envelope,
+            FailureClass.BINDING,
+            f"the envelope's result has digest {result_digest(envelope.result)}, its binding "
+            f"says {binding.result_digest}: the result was changed after binding",
+        )
+    code = Compared("scoring code", binding.workload.code_digest, current_workload().code_digest)
+    try:
+        checksum = compute_checksum(corpus_dir)
+    except CorpusError as exc:
+        return _failed(envelope, FailureClass.MALFORMED, f"{source}: {exc}")
+    corpus = Compared("corpus checksum", binding.corpus_checksum, checksum)
+    if not corpus.same:
+        return Reproduction(
+            FailureClass.EXPECTATION,
+            f"the corpus differs from the one the envelope binds: {source} has checksum "
+            f"{checksum}, the envelope's run scored {binding.corpus_checksum}",
+            run_id=envelope.run_id,
+            tenant=envelope.tenant,
+            comparisons=(
+                corpus,
+                Compared("evaluation digest", binding.evaluation_digest, None),
+                Compared("result digest", binding.result_digest, None),
+                code,
+            ),
+        )
+    try:
+        outcome = replay_corpus(corpus_dir)
+    except CorpusError as exc:
+        return _failed(envelope, FailureClass.MALFORMED, f"{source} does not replay: {exc}")
+    return _compare(envelope, outcome, corpus, code)
+
+
+def _compare(
+    envelope: Envelope, outcome: ReplayOutcome, corpus: Compared, code: Compared
+) -> Reproduction:
+    binding = envelope.binding
+    evaluation = Compared("evaluation digest", binding.evaluation_digest, outcome.evaluation_digest)
+    result = Compared("result digest", binding.result_digest, outcome.result_digest)
+    comparisons = (corpus, evaluation, result, code)
+    differing = (
+        tuple(_differences(envelope.result, outcome.result))
+        if envelope.result is not None and not result.same
+        else ()
+    )
+
+    def verdict(failure: FailureClass | None, reason: str) -> Reproduction:
+        return Reproduction(
+            failure,
+            reason,
+            run_id=envelope.run_id,
+            tenant=envelope.tenant,
+            comparisons=comparisons,
+            result_differences=differing,
+        )
+
+    if not evaluation.same:
+        return verdict(
+            FailureClass.EXPECTATION,
+            "the evaluation (plan, marks or run records) differs from the one the envelope "
+            f"binds: this corpus gives {outcome.evaluation_digest}, the envelope's run scored "
+            f"{binding.evaluation_digest}",
+        )
+    if not result.same:
+        if code.same:
+            return verdict(
+                FailureClass.BINDING,
+                f"the envelope binds result {binding.result_digest}, but its own scoring code "
+                f"(code digest {code.bound}, the same as this installation's) computes "
+                f"{outcome.result_digest} from this corpus: the numbers are not from the "
+                "published code",
+            )
+        return verdict(
+            FailureClass.EXPECTATION,
+            f"the results differ ({binding.result_digest} bound, {outcome.result_digest} "
+            f"recomputed) and so does the scoring code: the envelope's run used code digest "
+            f"{code.bound}, this installation has {code.recomputed}; reproduce with the "
+            f"version that ran ({binding.workload.name} {binding.workload.version})",
+        )
+    note = "" if code.same else " (with other scoring code than the run's, which agrees here)"
+    return verdict(
+        None,
+        f"the corpus, evaluation and result the envelope binds follow from this corpus{note}",
+    )
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_ABSENT: Final = _Absent()
+
+
+def _differences(bound: object, recomputed: object) -> list[str]:
+    """JSON paths where two results differ, with both values (the first
+    :data:`MAX_DIFFERENCES`)."""
+    found: list[str] = []
+
+    def walk(left: object, right: object, where: str) -> None:
+        if len(found) >= MAX_DIFFERENCES:
+            return
+        if isinstance(left, dict) and isinstance(right, dict):
+            for key in sorted(set(left) | set(right)):
+                walk(left.get(key, _ABSENT), right.get(key, _ABSENT), f"{where}.{key}")
+        elif isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
+            for index, (one, other) in enumerate(zip(left, right, strict=True)):
+                walk(one, other, f"{where}[{index}]")
+        elif left is _ABSENT or right is _ABSENT or canonicalize(left) != canonicalize(right):
+            found.append(f"{where}: envelope {_shown(left)}, recomputed {_shown(right)}")
+
+    walk(bound, recomputed, "result")
+    return found
+
+
+def _shown(value: object) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,37 @@
+"""The verification contract as data: what a tenant can check, with what, trusting whom.
+
+One source (:data:`CONTRACT`, in :mod:`tenant.contract.data`) rendered everywhere:
+``docs/verification-contract.md`` (:func:`render_markdown`), ``attested-replay contract``
+(:func:`render_text`, or ``--json``: ``CONTRACT.to_json_dict()``) and the trust panel of
+``attested-replay serve`` (``GET /v1/contract``).
+"""
+
+from tenant.contract.data import CONTRACT, CONTRACT_VERSION
+from tenant.contract.model import (
+    Assurance,
+    Availability,
+    Comparison,
+    Contract,
+    NotVerifiable,
+    Party,
+    Reference,
+    Row,
+    Term,
+)
+from tenant.contract.render import render_markdown, render_text
+
+__all__ = [
+    "CONTRACT",
+    "CONTRACT_VERSION",
+    "Assurance",
+    "Availability",
+    "Comparison",
+    "Contract",
+    "NotVerifiable",
+    "Party",
+    "Reference",
+    "Row",
+    "Term",
+    "render_markdown",
+    "render_text",
+]

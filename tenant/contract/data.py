@@ -1,0 +1,337 @@
+"""The verification contract itself: the one source of "what can I verify?".
+
+``docs/verification-contract.md`` is generated from it (``python scripts/gen_contract_doc.py``;
+a test fails when they drift), ``attested-replay contract [--json]`` prints it and the trust
+panel of ``attested-replay serve`` shows it (``GET /v1/contract``). Edit the contract here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tenant.contract.model import (
+    Assurance,
+    Availability,
+    Comparison,
+    Contract,
+    NotVerifiable,
+    Party,
+    Reference,
+    Row,
+    Term,
+)
+
+CONTRACT_VERSION: Final = "1"
+
+_VERIFY = "verify-attested-run --envelope E --expected X"
+
+CONTRACT: Final = Contract(
+    version=CONTRACT_VERSION,
+    title="Verification contract: what a tenant can check, with what, trusting whom",
+    summary=(
+        (
+            'One answer to "what can I actually verify?" for attested-replay. Each row of the '
+            "matrix is a claim the project makes, the artifact that carries the proof, the command "
+            "that checks it, who can run that command, and what the check still has to assume. "
+            "Anything not built is listed as not verifiable, with the event that should make us "
+            "revisit it. Commands exit 0 only when the check passed."
+        ),
+        (
+            "This contract is data in the package (`attested-replay contract --json` prints it); "
+            "this page is rendered from it."
+        ),
+    ),
+    terms=(
+        Term(
+            name="tamper-proof",
+            meaning="changing the artifact without detection needs breaking a cryptographic "
+            "primitive or extracting a key from AMD hardware",
+        ),
+        Term(
+            name="tamper-evident",
+            meaning="a party that keeps state (a checkpoint) detects a change on its next "
+            "check; a party that kept nothing, or whom the operator lied to from the start, "
+            "does not",
+        ),
+        Term(
+            name="recomputed",
+            meaning="the tenant derives the value again on its own machine from its own copy "
+            "of the inputs; nothing the operator or any hardware says is trusted",
+        ),
+    ),
+    rows=(
+        Row(
+            id="attested-execution",
+            claim="Attested execution",
+            statement="the replay ran the measured workload inside a genuine AMD SEV-SNP "
+            "guest, with debug disabled and a TCB at or above the policy",
+            artifact="envelope: `evidence.report` (1184-byte SNP report) and "
+            "`evidence.certChain` (VCEK/VLEK, ASK/ASVK)",
+            commands=(_VERIFY,),
+            command_note="offline; exits 1-6 name the failing class",
+            who=(Party.ANYONE, Party.TENANT),
+            who_detail="anyone holding the envelope: the tenant, an auditor it hands the "
+            "envelope to; no contact with the operator",
+            assurance=Assurance.TAMPER_PROOF,
+            assumption="Holds under AMD's roots (pinned in the package by SHA-256) and the SNP "
+            "firmware's correctness. The `measurements`/`hostData` allowlists in `X` decide "
+            "which workload counts; the tenant must obtain them from a build it trusts. Proves "
+            "computation, never data provenance. Envelopes with `platform: simulated` prove "
+            "nothing about hardware and verify only when `X` lists their root in "
+            "`simulatedRoots`.",
+            hosted=Availability.YES,
+            see=(Reference(doc="verification.md", anchor="exit-codes", label="exit codes"),),
+        ),
+        Row(
+            id="binding",
+            claim="Binding",
+            statement="this report was produced for this run ID, tenant, corpus checksum, "
+            "evaluation, workload and result",
+            artifact="`binding` and `reportData`: REPORT_DATA = SHA-512(JCS(binding)) (or the "
+            "`sha256-hex` encoding), requested after scoring",
+            commands=(_VERIFY,),
+            command_note="binding failures exit 7; a different run, corpus, tenant, workload, "
+            "result, evaluation or image than `X` exits 8",
+            who=(Party.TENANT,),
+            who_detail="tenant (it writes `X`: `attested-replay expected`)",
+            assurance=Assurance.TAMPER_PROOF,
+            assumption="Given the attested-execution row: the hash is inside the "
+            "hardware-signed report. Says nothing about whether the corpus is the right data "
+            "(next rows).",
+            hosted=Availability.YES,
+            see=(Reference(doc="envelope.md", anchor="report_data", label="REPORT_DATA"),),
+        ),
+        Row(
+            id="corpus-and-result",
+            claim="Corpus and result integrity",
+            statement="the replay scored exactly the corpus the tenant has, and the result is "
+            "the published one",
+            artifact="`binding.corpusChecksum`, `binding.resultDigest`, `result`",
+            commands=("attested-replay corpus checksum DIR",),
+            command_note="on the tenant's copy, then compare in `X` (`corpusChecksum`, "
+            "`resultDigest`); `verify-attested-run` exits 8 on a mismatch",
+            who=(Party.TENANT,),
+            who_detail="tenant with the corpus (a private corpus is only in the tenant's and "
+            "the operator's hands)",
+            assurance=Assurance.TAMPER_PROOF,
+            assumption='For "same bytes". Does not establish that the corpus\' labels are '
+            "honest (not verifiable, below).",
+            hosted=Availability.YES,
+            see=(Reference(doc="replay.md", anchor="2-corpus-checksum", label="corpus checksum"),),
+        ),
+        Row(
+            id="published-numbers",
+            claim="Published numbers, re-derived",
+            statement="the result's numbers are what the published scoring code computes from "
+            "the tenant's corpus, whoever ran it and on whatever hardware",
+            artifact="the tenant's corpus or its export (a deterministic `.tar.gz` whose manifest "
+            "carries the corpus checksum and each file's SHA-256) and the envelope's "
+            "`binding` (corpus checksum, evaluation digest, result digest, workload code "
+            "digest)",
+            commands=("attested-replay tenant reproduce --envelope E --corpus DIR|ARCHIVE",),
+            command_note="`reproduce` checks the corpus checksum against the binding, re-runs "
+            "the scoring with the same code path as `run` and compares the evaluation and "
+            "result digests: exit 8 names a different corpus or evaluation, exit 7 a bound "
+            "result that this code does not compute from these inputs",
+            who=(Party.TENANT,),
+            who_detail="tenant, with its copy of the corpus or an export of it "
+            "(`attested-replay corpus export`); it needs nothing from the operator",
+            assurance=Assurance.RECOMPUTED,
+            assumption="Trusts no hardware at all: closes corpus tampering and numbers not "
+            "from the published code for whoever runs it. Assumes the scoring code the tenant "
+            "runs is the published one (`reproduce` compares its code digest with the "
+            "envelope's `workload.codeDigest` and says when they differ) and that scoring is "
+            "deterministic (it is: exact integers and decimals, no clock, no randomness). Does "
+            "not establish that the labels are true.",
+            hosted=Availability.YES,
+            see=(Reference(doc="reproduce.md", label="corpus export and reproduce"),),
+        ),
+        Row(
+            id="envelope-identity",
+            claim="Envelope identity",
+            statement="the envelope a tenant holds is the one published, byte for byte",
+            artifact="`sha256:<hex>` of the exact bytes: the storage name, `ETag`, "
+            "`Content-Digest`, and the log entry",
+            commands=("sha256sum DIR/envelopes/sha256-<hex>.json",),
+            command_note="`tenant fetch` checks every download",
+            who=(Party.TENANT,),
+            who_detail="tenant (token role `tenant`)",
+            assurance=Assurance.TAMPER_PROOF,
+            assumption="SHA-256 of the exact bytes.",
+            hosted=Availability.YES,
+        ),
+        Row(
+            id="publication-integrity",
+            claim="Publication integrity",
+            statement="no published envelope was removed, reordered or rewritten, and the log "
+            "did not fork, since the tenant's last fetch",
+            artifact="per-tenant RFC 6962 log of entries `{envelope, runId, tenant, v}`, C2SP "
+            "checkpoint signed with the log's Ed25519 key, consistency and inclusion proofs",
+            commands=(
+                (
+                    "attested-replay tenant fetch --server URL --token-file F --tenant T --out DIR "
+                    "--log-key KEY"
+                ),
+            ),
+            command_note="exit 7 = tampering",
+            who=(Party.TENANT,),
+            who_detail="tenant (token role `tenant`), with the verifier key pinned out of band",
+            assurance=Assurance.TAMPER_EVIDENT,
+            assumption="Not tamper-proof: relative to the checkpoint the tenant kept: history "
+            "before its first fetch is taken on trust, and the operator holds the signing "
+            "key, so it could show one tenant fetcher a different (self-consistent) log than "
+            "another; comparing checkpoints across fetchers, or a witness, catches that. "
+            "Withholding (refusing to serve) is visible, not prevented.",
+            hosted=Availability.YES,
+            see=(Reference(doc="publishing.md", anchor="tenant-fetch", label="tenant fetch"),),
+        ),
+        Row(
+            id="publish-receipt",
+            claim="Publish receipt",
+            statement="this envelope was in the log at index i when it was published",
+            artifact="receipt: `logIndex`, `treeSize`, signed `checkpoint`, `inclusionProof` "
+            "(`attested-replay publish` output)",
+            commands=("attested-replay tenant fetch ... --checkpoint RECEIPT_CHECKPOINT",),
+            command_note="the publisher checks the proof against the checkpoint root; the "
+            "fetch proves today's log extends that checkpoint",
+            who=(Party.OPERATOR, Party.TENANT),
+            who_detail="operator (holds the receipt); tenant, if the operator passes the "
+            "receipt on",
+            assurance=Assurance.TAMPER_EVIDENT,
+            assumption="As publication integrity, anchored at the receipt's checkpoint "
+            "instead of the tenant's last fetch.",
+            hosted=Availability.WITH_OPERATOR,
+        ),
+        Row(
+            id="commitment-scope",
+            claim="Commitment scope",
+            statement="what the digests pin",
+            artifact="`workload.codeDigest` (the Python sources that scored), MEASUREMENT and "
+            "HOST_DATA (the guest image and its init data), `evaluationDigest`; "
+            "`imageDigest` (bound by `submit` from the Job's pinned image)",
+            commands=(_VERIFY,),
+            command_note="`X` may pin `imageDigest`: exit 8 when it differs or is absent",
+            who=(Party.TENANT,),
+            who_detail="tenant",
+            assurance=Assurance.TAMPER_PROOF,
+            assumption="For the code and inputs in force: another corpus, evaluation plan, "
+            "scoring code or guest image gives another digest. `imageDigest` is only the "
+            "operator's statement (a guest cannot read its own image digest); the image is "
+            "enforced through init-data's image policy, i.e. HOST_DATA. They pin nothing "
+            "outside the guest: the host, other tenants' jobs, or when the replay ran (the "
+            "report carries no trusted time; use `binding.nonce` for freshness).",
+            hosted=Availability.YES,
+        ),
+    ),
+    not_verifiable=(
+        NotVerifiable(
+            id="live-decisions",
+            title="Live decisions",
+            detail="Only offline backtest replays are attested; whatever acts on live data is not.",
+            revisit="a tenant contractually requires attested live decisions, not merely "
+            "prefers them",
+        ),
+        NotVerifiable(
+            id="ground-truth",
+            title="Ground truth",
+            detail="A corpus' labels are recorded by people on the operator's or tenant's "
+            "infrastructure; attestation and reproduction prove the replay scored these "
+            "labels, not that they are true.",
+            revisit="a tenant disputes recorded labels in a way a replay cannot settle",
+        ),
+        NotVerifiable(
+            id="split-views",
+            title="Log history before a tenant's first fetch, and split views",
+            detail="The operator holds the log key; a tenant that never kept a checkpoint, or "
+            "that the operator showed a consistent alternative log from the start, detects "
+            "nothing. Checkpoints accept extra signatures (C2SP cosignatures), but no "
+            "independent witness is deployed.",
+            revisit="a witness operated by another party cosigns checkpoints, or a tenant asks "
+            "to publish its checkpoints",
+        ),
+        NotVerifiable(
+            id="log-replacement",
+            title="Wholesale log replacement after key loss or compromise",
+            detail="A new key or a new log shows up as a refusal (exit 9 for a changed key, "
+            "exit 7 for a log that does not extend the kept checkpoint), which is detection, "
+            "not prevention.",
+            revisit="a witness cosigns checkpoints (as above)",
+        ),
+        NotVerifiable(
+            id="availability",
+            title="Availability",
+            detail="The service can withhold envelopes or refuse to serve; "
+            "the spool and the tenant's local store limit the damage but cannot force "
+            "publication.",
+            revisit="a tenant needs delivery guarantees (replication to a tenant-owned bucket "
+            "via `dir://` is a start)",
+        ),
+        NotVerifiable(
+            id="third-party-reproduction",
+            title="Reproduction of a private corpus by third parties",
+            detail="A private corpus is in the tenant's and the operator's hands only; nobody "
+            "else can re-derive its numbers unless the tenant hands the corpus or its export on.",
+            revisit="a tenant asks for a public or auditor-scoped export",
+        ),
+        NotVerifiable(
+            id="simulated-mode",
+            title="Simulated mode",
+            detail="Simulated envelopes exercise every code path and verify only with an "
+            "explicitly pinned simulated root; they prove nothing about hardware.",
+            revisit="SEV-SNP nodes run the replay Jobs in production",
+        ),
+        NotVerifiable(
+            id="non-determinism",
+            title="Reproducibility of models or anything non-deterministic",
+            detail='A digest match means "same inputs"; only deterministic scoring gives '
+            '"same output".',
+            revisit="non-deterministic components enter the scoring path",
+        ),
+    ),
+    comparison=(
+        Comparison(
+            aspect="Verifies",
+            self_host="every row locally: its own envelopes, corpus, database and log",
+            hosted="every row marked for hosted tenants through artifacts it downloads: "
+            "envelopes via `tenant fetch`, its corpus copy or export, AMD's roots; "
+            "the publish receipt when the operator shares it",
+        ),
+        Comparison(
+            aspect="Needs from the other side",
+            self_host="nothing",
+            hosted="a `tenant` token, the log's verifier key (received out of band and "
+            "pinned), envelopes published to the service",
+        ),
+        Comparison(
+            aspect="Trusts",
+            self_host="AMD's roots and its own infrastructure: it is the operator",
+            hosted="AMD's roots for execution (tamper-proof), nothing for re-derived numbers, "
+            "and the operator's log honesty only up to the tamper-evident limit of "
+            "publication integrity",
+        ),
+        Comparison(
+            aspect="Gains from the log",
+            self_host="an audit trail of what it published",
+            hosted="detection of removed, reordered or rewritten envelopes and forks since its "
+            "last kept checkpoint",
+        ),
+        Comparison(
+            aspect="Cannot close",
+            self_host="ground truth, live decisions",
+            hosted="the same, plus split views and pre-first-fetch history until a witness exists",
+        ),
+    ),
+    comparison_note=(
+        (
+            "The hosted-tenant column is the one this contract exists for, and it is the weaker "
+            "one; stating that plainly is the point. A tenant that keeps its checkpoint detects "
+            "any replacement of published envelopes on its next fetch; what remains open is the "
+            "case where it kept nothing."
+        ),
+    ),
+    panel_limits=(),
+    see=(
+        Reference(doc="verification.md", anchor="exit-codes", label="verify-attested-run"),
+        Reference(doc="replay.md", anchor="exit-codes-of-attested-replay", label="attested-replay"),
+    ),
+)

@@ -1,0 +1,195 @@
+"""Corpus export: deterministic bytes, an exact manifest, and a reader that trusts nothing."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main as runner_main
+from runner.corpus.checksum import compute_checksum
+from tenant.corpus_export import (
+    CORPUS_FILE_NAMES,
+    MANIFEST_NAME,
+    ExportError,
+    ExportManifest,
+    describe_files,
+    read_export,
+    write_export,
+)
+
+EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
+CHECKSUM = "sha256:499e2f3c0ed9d665d0dcdca85f7602fabd1be0dd44dd9f84347b3f93ed9e61fc"
+
+
+def _export(corpus: Path, out: Path) -> bytes:
+    assert runner_main(["corpus", "export", str(corpus), "--out", str(out)]) == 0
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def example_archive(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return _export(EXAMPLE_CORPUS, tmp_path_factory.mktemp("export") / "corpus.tar.gz")
+
+
+def _manifest(corpus: Path = EXAMPLE_CORPUS) -> ExportManifest:
+    return ExportManifest(
+        corpus_checksum=compute_checksum(corpus), case_count=3000, files=describe_files(corpus)
+    )
+
+
+def _archive(members: list[tuple[str, bytes]], *, pax: bool = False) -> bytes:
+    """A .tar.gz with these members, for hostile-archive cases."""
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as packed,
+        tarfile.open(
+            fileobj=packed,
+            mode="w|",
+            format=tarfile.PAX_FORMAT if pax else tarfile.USTAR_FORMAT,
+        ) as tar,
+    ):
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            if pax:
+                info.pax_headers = {"comment": "x" * 100}
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _members(archive: bytes) -> list[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
+
+
+def test_two_exports_of_one_corpus_are_identical_bytes(
+    example_archive: bytes, tmp_path: Path
+) -> None:
+    assert _export(EXAMPLE_CORPUS, tmp_path / "again.tar.gz") == example_archive
+
+    # A copy with other times, permissions and an extra file exports to the same bytes.
+    copy = tmp_path / "copy"
+    shutil.copytree(EXAMPLE_CORPUS, copy)
+    for name in CORPUS_FILE_NAMES:
+        os.utime(copy / name, (1_000_000_000, 1_700_000_000))
+        (copy / name).chmod(0o600)
+    (copy / "README").write_text("not part of the corpus")
+    assert _export(copy, tmp_path / "copy.tar.gz") == example_archive
+
+
+def test_archive_layout_is_fixed(example_archive: bytes) -> None:
+    # gzip: deflate, no flags, mtime 0, maximum compression, OS unknown (RFC 1952 2.3).
+    assert example_archive[:10] == bytes.fromhex("1f8b08000000000002ff")
+    with tarfile.open(fileobj=io.BytesIO(example_archive), mode="r:gz") as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == [MANIFEST_NAME, *CORPUS_FILE_NAMES]
+    for member in members:
+        assert member.isreg()
+        assert (member.mode, member.uid, member.gid, member.mtime) == (0o644, 0, 0, 0)
+        assert (member.uname, member.gname, member.pax_headers) == ("", "", {})
+
+
+def test_manifest_carries_the_checksum_and_every_file_digest(example_archive: bytes) -> None:
+    members = dict(_members(example_archive))
+    manifest = ExportManifest.model_validate_json(members[MANIFEST_NAME])
+    assert manifest.corpus_checksum == CHECKSUM
+    assert manifest.case_count == 3000
+    for entry in manifest.files:
+        data = (EXAMPLE_CORPUS / entry.name).read_bytes()
+        assert members[entry.name] == data
+        assert (entry.size, entry.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert members[MANIFEST_NAME] == manifest.canonical_bytes()
+
+
+def test_reading_an_export_restores_the_corpus(example_archive: bytes, tmp_path: Path) -> None:
+    manifest = read_export(io.BytesIO(example_archive), tmp_path)
+    assert manifest == _manifest()
+    for name in CORPUS_FILE_NAMES:
+        assert (tmp_path / name).read_bytes() == (EXAMPLE_CORPUS / name).read_bytes()
+    assert compute_checksum(tmp_path) == CHECKSUM
+
+
+def _refused(archive: bytes, match: str, **kwargs: int) -> None:
+    with pytest.raises(ExportError, match=match):
+        read_export(io.BytesIO(archive), None, **kwargs)
+
+
+def test_a_changed_file_is_refused_by_its_digest(example_archive: bytes) -> None:
+    members = _members(example_archive)
+    name, cases = members[1]
+    members[1] = (name, cases.replace(b'"label":"flag"', b'"label":"flaq"', 1))
+    _refused(_archive(members), r"^cases\.jsonl has SHA-256 [0-9a-f]{64}, the manifest says ")
+
+
+def test_members_must_be_exactly_the_five_in_order(example_archive: bytes) -> None:
+    members = _members(example_archive)
+    _refused(_archive(members[:4]), r"^the archive ends before runs\.jsonl$")
+    _refused(
+        _archive([members[0], members[2], members[1], *members[3:]]),
+        "member 'marks.json' where cases.jsonl",
+    )
+    _refused(_archive([*members, ("extra", b"x")]), r"^member 'extra' follows runs\.jsonl$")
+    _refused(_archive(members[1:]), "member 'cases.jsonl' where corpus-export.json")
+    _refused(_archive(members, pax=True), "is not a plain regular file")
+
+
+def test_a_manifest_in_another_form_is_refused(example_archive: bytes) -> None:
+    members = _members(example_archive)
+    pretty = ExportManifest.model_validate_json(members[0][1]).model_dump_json(indent=1).encode()
+    _refused(_archive([(MANIFEST_NAME, pretty), *members[1:]]), "not in RFC 8785 canonical form")
+    _refused(_archive([(MANIFEST_NAME, b"{}"), *members[1:]]), "^corpus-export.json is invalid")
+
+
+def test_nothing_beyond_the_declared_sizes_is_decompressed(example_archive: bytes) -> None:
+    members = _members(example_archive)
+    # runs.jsonl grows by 64 MiB of zeros (a 64 KiB gzip stream): refused by the member size,
+    # before one byte of it is read.
+    bomb = _archive([*members[:4], ("runs.jsonl", members[4][1] + bytes(64 << 20))])
+    assert len(bomb) < 1 << 20
+    _refused(bomb, r"^member runs\.jsonl has \d+ bytes, more than 1051315$")
+    _refused(example_archive, "more than 1000", max_bytes=1000)
+
+
+def test_garbage_is_not_an_export() -> None:
+    _refused(b"not gzip at all", "^not a valid .tar.gz corpus export")
+    _refused(gzip.compress(b"\0" * 10), "^not a valid .tar.gz corpus export: truncated header$")
+    _refused(
+        gzip.compress(bytes(tarfile.RECORDSIZE)), "^the archive ends before corpus-export.json$"
+    )
+
+
+def test_a_file_changing_during_the_export_fails_it(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    manifest = _manifest(corpus)
+    with (corpus / "marks.json").open("ab") as handle:
+        handle.write(b"\n")
+    with pytest.raises(ExportError, match=r"^marks\.json changed while it was being exported$"):
+        write_export(corpus, manifest, io.BytesIO())
+    (corpus / "plan.json").write_bytes((EXAMPLE_CORPUS / "plan.json").read_bytes()[:-1])
+    (corpus / "marks.json").write_bytes((EXAMPLE_CORPUS / "marks.json").read_bytes())
+    with pytest.raises(ExportError, match=r"^plan\.json changed while it was being exported$"):
+        write_export(corpus, manifest, io.BytesIO())
+
+
+def test_cli_errors_leave_nothing_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.tar.gz"
+    assert runner_main(["corpus", "export", str(EXAMPLE_CORPUS), "--out", str(tmp_path)]) == 9
+    assert "is a directory" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    shutil.copytree(EXAMPLE_CORPUS, broken)
+    (broken / "cases.jsonl").write_text('{"case_id": "A", "label": "x"}\n')
+    assert runner_main(["corpus", "export", str(broken), "--out", str(out)]) == 1
+    assert "cases.jsonl:1: field 'case_id'" in capsys.readouterr().err
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [broken]
