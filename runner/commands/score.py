@@ -37,6 +37,6 @@ def handle(args: argparse.Namespace) -> int:
     if source.is_dir():
         output: object = replay_corpus(source).result
     else:
-        output = score_worked_example(read_small_json(source, decimal=True), source.name)
+        output = score_worked_example(read_small_json(source), source.name)
     print(json.dumps(output, indent=2, sort_keys=True, ensure_ascii=False))
     return 0

@@ -114,7 +114,7 @@ class _Scanner:
                 line.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise CorpusError(CASES_FILE, f"not UTF-8: {exc.reason}", line=number) from exc
-            data = parse_line(line, CASES_FILE, number, decimal=False)
+            data = parse_line(line, CASES_FILE, number)
             case = validate_record(Case, data, CASES_FILE, number)
             self._check_order(case.case_id, number)
             try:

@@ -22,10 +22,8 @@ from runner.corpus.jsonio import (
     MAX_RUN_LINE_BYTES,
     iter_lines,
     open_corpus_file,
-    parse_line,
     parse_line_with_number_check,
-    parse_small_json,
-    read_small_file,
+    read_small_json,
     require_corpus_dir,
 )
 from runner.corpus.models import PassMarks, Plan, RunHeader, validate_record
@@ -66,13 +64,12 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
     marks can be scored is the scoring rules' question: ``runner.scoring.marks.check_evaluation``).
     """
     require_corpus_dir(corpus_dir)
-    # Each file is read once and parsed twice: exact decimals to validate, doubles to hash.
-    plan_bytes = read_small_file(corpus_dir / PLAN_FILE)
-    plan = validate_record(Plan, parse_small_json(plan_bytes, PLAN_FILE, decimal=True), PLAN_FILE)
-    marks_bytes = read_small_file(corpus_dir / MARKS_FILE)
-    marks = validate_record(
-        PassMarks, parse_small_json(marks_bytes, MARKS_FILE, decimal=True), MARKS_FILE
-    )
+    # One parse per file: the values validated and scored are the ones hashed
+    # (runner.corpus.numbers).
+    plan_data = read_small_json(corpus_dir / PLAN_FILE)
+    plan = validate_record(Plan, plan_data, PLAN_FILE)
+    marks_data = read_small_json(corpus_dir / MARKS_FILE)
+    marks = validate_record(PassMarks, marks_data, MARKS_FILE)
     seen: set[str] = set()
     for index, mark in enumerate(marks.marks):
         if mark.id in seen:
@@ -81,12 +78,8 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
     return Evaluation(
         plan=plan,
         marks=marks,
-        plan_canonical=_canonical(
-            parse_small_json(plan_bytes, PLAN_FILE, decimal=False), PLAN_FILE
-        ),
-        marks_canonical=_canonical(
-            parse_small_json(marks_bytes, MARKS_FILE, decimal=False), MARKS_FILE
-        ),
+        plan_canonical=_canonical(plan_data, PLAN_FILE),
+        marks_canonical=_canonical(marks_data, MARKS_FILE),
     )
 
 
@@ -115,9 +108,8 @@ class RunLine:
 def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
     """Validated run records in file order; checks arms, indices and their order.
 
-    Each record is one line and is held in memory while it is processed. A line that is
-    already canonical is parsed once; any other line is parsed as doubles for its RFC 8785
-    bytes and again with exact decimals for scoring.
+    Each record is one line and is held in memory while it is processed, parsed once: the
+    values scored are the doubles hashed (``runner.corpus.numbers``).
     """
     arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
     previous: tuple[str, int] | None = None
@@ -125,10 +117,9 @@ def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
         for number, line in iter_lines(handle, RUNS_FILE, MAX_RUN_LINE_BYTES):
             data, numbers_safe = parse_line_with_number_check(line, RUNS_FILE, number)
             if is_canonical_line(line, data, numbers_safe=numbers_safe):
-                canonical = line  # one parse; floats are exact (see models._exact_number)
+                canonical = line
             else:
                 canonical = _canonical(data, RUNS_FILE, number)
-                data = parse_line(line, RUNS_FILE, number, decimal=True)
             cases = data.pop("cases", None)
             record = validate_record(RunHeader, data, RUNS_FILE, number)
             if cases is None:

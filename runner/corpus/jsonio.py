@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from attestation.encoding.canonical import MAX_SAFE_INTEGER
 from runner.corpus.errors import CorpusError
+from runner.corpus.numbers import NumberRangeError, parse_float, parse_int
 
 #: One case line; a case is a label and a modest input, never a document.
 MAX_CASE_LINE_BYTES: Final = 1 << 20
@@ -32,19 +31,28 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def parse_json(text: bytes | str, *, decimal: bool) -> object:
-    """Parse JSON refusing NaN/Infinity and duplicate keys; ``decimal`` keeps fractions exact.
+def parse_json(text: bytes | str) -> object:
+    """Parse JSON refusing NaN/Infinity, duplicate keys and numbers no double holds
+    (``runner.corpus.numbers``: every number is read once, as the double it denotes).
 
-    Raises ``ValueError`` (``json.JSONDecodeError`` or our own) for the caller to place.
+    Raises ``ValueError`` (``json.JSONDecodeError``, ``NumberRangeError`` or our own) for the
+    caller to place.
     """
-    if decimal:
-        return json.loads(
-            text,
-            parse_float=Decimal,
-            parse_constant=_reject_constant,
-            object_pairs_hook=_unique_pairs,
-        )
-    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_pairs)
+    return json.loads(
+        text,
+        parse_float=parse_float,
+        parse_int=parse_int,
+        parse_constant=_reject_constant,
+        object_pairs_hook=_unique_pairs,
+    )
+
+
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    if isinstance(exc, NumberRangeError):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "invalid JSON: nested too deeply"
+    return f"invalid JSON: {exc}"
 
 
 def iter_lines(handle: BinaryIO, file: str, max_bytes: int) -> Iterator[tuple[int, bytes]]:
@@ -63,12 +71,12 @@ def iter_lines(handle: BinaryIO, file: str, max_bytes: int) -> Iterator[tuple[in
         yield number, line
 
 
-def parse_line(line: bytes, file: str, number: int, *, decimal: bool) -> dict[str, Any]:
+def parse_line(line: bytes, file: str, number: int) -> dict[str, Any]:
     """One JSON-lines record, which must be an object."""
     try:
-        value = parse_json(line, decimal=decimal)
+        value = parse_json(line)
     except (ValueError, RecursionError) as exc:
-        raise CorpusError(file, f"invalid JSON: {exc}", line=number) from exc
+        raise CorpusError(file, _json_problem(exc), line=number) from exc
     if not isinstance(value, dict):
         raise CorpusError(file, "a line must be a JSON object", line=number)
     return value
@@ -77,32 +85,26 @@ def parse_line(line: bytes, file: str, number: int, *, decimal: bool) -> dict[st
 def parse_line_with_number_check(
     line: bytes, file: str, number: int
 ) -> tuple[dict[str, Any], bool]:
-    """Parse a line with floats; also say whether every number literal in it is written
-    the way both ``repr()`` and RFC 8785 write it (no exponent, no integral ``.0``, integers
-    within +-(2**53-1)), so that comparing against ``json.dumps`` output is conclusive."""
+    """Parse a line (as ``parse_line``); also say whether every number literal in it is
+    written the way both ``repr()`` and RFC 8785 write it (no exponent, no integral ``.0``),
+    so that comparing against ``json.dumps`` output is conclusive."""
     suspicious: list[str] = []
 
-    def parse_float(literal: str) -> float:
+    def check_float(literal: str) -> float:
         if "e" in literal or "E" in literal or literal.endswith(".0"):
             suspicious.append(literal)
-        return float(literal)
-
-    def parse_int(literal: str) -> int:
-        value = int(literal)
-        if abs(value) > MAX_SAFE_INTEGER:
-            suspicious.append(literal)
-        return value
+        return parse_float(literal)
 
     try:
         value = json.loads(
             line,
-            parse_float=parse_float,
+            parse_float=check_float,
             parse_int=parse_int,
             parse_constant=_reject_constant,
             object_pairs_hook=_unique_pairs,
         )
     except (ValueError, RecursionError) as exc:
-        raise CorpusError(file, f"invalid JSON: {exc}", line=number) from exc
+        raise CorpusError(file, _json_problem(exc), line=number) from exc
     if not isinstance(value, dict):
         raise CorpusError(file, "a line must be a JSON object", line=number)
     return value, not suspicious
@@ -123,17 +125,17 @@ def read_small_file(path: Path) -> bytes:
     return data
 
 
-def read_small_json(path: Path, *, decimal: bool) -> dict[str, Any]:
+def read_small_json(path: Path) -> dict[str, Any]:
     """``plan.json`` / ``marks.json``: a capped JSON object."""
-    return parse_small_json(read_small_file(path), path.name, decimal=decimal)
+    return parse_small_json(read_small_file(path), path.name)
 
 
-def parse_small_json(data: bytes, file: str, *, decimal: bool) -> dict[str, Any]:
+def parse_small_json(data: bytes, file: str) -> dict[str, Any]:
     """The JSON object in ``data``, the bytes of the small file ``file``."""
     try:
-        value = parse_json(data, decimal=decimal)
+        value = parse_json(data)
     except (ValueError, RecursionError) as exc:
-        raise CorpusError(file, f"invalid JSON: {exc}") from exc
+        raise CorpusError(file, _json_problem(exc)) from exc
     if not isinstance(value, dict):
         raise CorpusError(file, "the file must hold a JSON object")
     return value

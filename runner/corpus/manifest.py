@@ -27,7 +27,7 @@ def build_manifest(
     entries: list[JsonValue] = []
     with open_corpus_file(corpus_dir / CASES_FILE) as handle:
         for number, line in iter_lines(handle, CASES_FILE, MAX_CASE_LINE_BYTES):
-            data = parse_line(line, CASES_FILE, number, decimal=False)
+            data = parse_line(line, CASES_FILE, number)
             case = validate_record(Case, data, CASES_FILE, number)
             if case.split is None or case.group is None:
                 missing = "split" if case.split is None else "group"

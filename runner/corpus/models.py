@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Annotated, Literal, TypeVar
 
@@ -18,6 +19,7 @@ from pydantic import (
 )
 
 from runner.corpus.errors import CorpusError
+from runner.corpus.numbers import scored_value
 
 Split = Literal["dev", "holdout", "adversarial"]
 
@@ -27,20 +29,19 @@ CASE_ID_MAX = 40
 
 
 def _exact_number(value: object) -> object:
-    # JSON integers arrive as int, fractions as Decimal (parse_float=Decimal); bool is not a
-    # number. A float reaches here only from a line verified to be RFC 8785 canonical, whose
-    # number literals are the shortest round-trip digits, i.e. exactly repr()'s digits.
+    # A parsed JSON number (int or float: the double the digests hash) becomes the decimal
+    # scoring uses (runner.corpus.numbers). bool is not a number: the strict Decimal check
+    # rejects it, as it rejects strings.
     if isinstance(value, bool):
-        return value  # rejected by the strict Decimal check
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float):
-        value = Decimal(repr(value))
-    if isinstance(value, Decimal) and not value.is_finite():
-        raise ValueError("must be a finite number")
+        return value
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return scored_value(value)
     return value
 
 
+#: A JSON number as scoring reads it: the exact value of the double's RFC 8785 text.
 ExactNumber = Annotated[Decimal, BeforeValidator(_exact_number)]
 
 

@@ -63,7 +63,7 @@ def normalize_corpus(
         spill_count = _sort_cases(source, target, Path(scratch), memory_budget)
         _sort_runs(source, target)
     for name in (PLAN_FILE, MARKS_FILE):
-        _write_lines(target / name, [canonicalize(read_small_json(source / name, decimal=False))])
+        _write_lines(target / name, [canonicalize(read_small_json(source / name))])
     scan = scan_cases(target)
     return NormalizeResult(scan.checksum, scan.case_count, spill_count)
 
@@ -76,7 +76,7 @@ def _case_key(line: bytes) -> bytes:
 def _canonical_cases(source: Path) -> Iterator[tuple[int, bytes]]:
     with open_corpus_file(source / CASES_FILE) as handle:
         for number, line in iter_lines(handle, CASES_FILE, MAX_CASE_LINE_BYTES):
-            data = parse_line(line, CASES_FILE, number, decimal=False)
+            data = parse_line(line, CASES_FILE, number)
             validate_record(Case, data, CASES_FILE, number)
             try:
                 yield number, canonicalize(data)
@@ -170,7 +170,7 @@ def _sort_runs(source: Path, target: Path) -> None:
             if not raw.strip():
                 raise CorpusError(RUNS_FILE, "empty line", line=number)
             record = validate_record(
-                RunRecord, parse_line(raw, RUNS_FILE, number, decimal=True), RUNS_FILE, number
+                RunRecord, parse_line(raw, RUNS_FILE, number), RUNS_FILE, number
             )
             key = (record.arm_id, record.run_index)
             if key in seen:
@@ -187,7 +187,7 @@ def _sort_runs(source: Path, target: Path) -> None:
             for _key, offset, number in index:
                 handle.seek(offset)
                 data: dict[str, Any] = parse_line(
-                    handle.readline(MAX_RUN_LINE_BYTES + 1), RUNS_FILE, number, decimal=False
+                    handle.readline(MAX_RUN_LINE_BYTES + 1), RUNS_FILE, number
                 )
                 data["cases"] = sorted(data["cases"], key=lambda case: case["case_id"])
                 try:
