@@ -34,6 +34,10 @@ Limits (bytes; each refused before it is parsed or while it is read)
                                                      stores (``serve --max-corpus-export-bytes``)
     ==================================== =========== ========================================
 
+    :data:`MAX_SHARD_COUNT` (256) bounds the shards of one sharded replay: a merged envelope
+    carries every shard's report and chain (about 12 KB each) within the envelope cap, and a
+    Job name leaves room for the controller's ``-<index>`` hostname suffix.
+
     The envelope cap is the verifier's: a report and its chain are about 10 KB and the rest is
     the evaluation report, so 16 MiB leaves room for large results, and every component that
     stores or forwards envelopes must accept every envelope the verifier accepts.
@@ -111,6 +115,8 @@ MAX_EXPORT_FILES_BYTES: Final = 64 * 1024**3
 DEFAULT_MAX_CORPUS_EXPORT_BYTES: Final = 256 * 1024 * 1024
 #: The kubelet truncates termination messages at 4096 bytes: digests only, never the envelope.
 MAX_TERMINATION_MESSAGE_BYTES: Final = 4096
+#: The most shards one replay may be split into (indices 0..255: three digits).
+MAX_SHARD_COUNT: Final = 256
 
 # -- digests ----------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 camelCase JSON. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
 ``workloadDigest``, ``resultDigest``, ``evaluationDigest`` and ``imageDigest`` are checked when
-present (a binding without ``imageDigest`` then fails); every
+present (a binding without ``imageDigest`` then fails); ``shardCount`` pins into how many
+shards the run was split (1: an unsharded run; a merged envelope of N shards has N); every
 key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too (``{}``-style secure
 defaults otherwise); ``simulatedRoots`` lists the ``sha256:`` fingerprints (of the DER) of
 simulated roots the tenant accepts: the only way simulated evidence can verify.
@@ -10,7 +11,17 @@ simulated roots the tenant accepts: the only way simulated evidence can verify.
 
 from __future__ import annotations
 
-from attestation.contracts import MAX_EXPECTED_BYTES, RunId, Sha256Digest, TenantId
+from typing import Annotated
+
+from pydantic import Field
+
+from attestation.contracts import (
+    MAX_EXPECTED_BYTES,
+    MAX_SHARD_COUNT,
+    RunId,
+    Sha256Digest,
+    TenantId,
+)
 from attestation.encoding.json_document import load_json_document
 from attestation.verify.policy import Policy
 
@@ -26,6 +37,8 @@ class ExpectedValues(Policy):
     evaluation_digest: Sha256Digest | None = None
     #: The container image the tenant expects the operator to have run (bound by the Job).
     image_digest: Sha256Digest | None = None
+    #: Into how many shards the run was split (1 = unsharded); any count when absent.
+    shard_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)] | None = None
     simulated_roots: tuple[Sha256Digest, ...] = ()
 
     def policy(self) -> Policy:

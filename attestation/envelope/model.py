@@ -12,10 +12,11 @@ import base64
 import binascii
 from typing import Annotated, Final, Literal
 
-from pydantic import Field, JsonValue, StringConstraints, field_validator
+from pydantic import Field, JsonValue, StringConstraints, field_validator, model_validator
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
+    MAX_SHARD_COUNT,
     Nonce,
     RunId,
     Sha256Digest,
@@ -53,6 +54,23 @@ class Workload(WireModel):
         return sha256_digest(self.canonical_bytes())
 
 
+class ShardPosition(WireModel):
+    """Which part of a sharded replay an envelope is: shard ``index`` (from 0) of ``count``.
+
+    Bound into REPORT_DATA with the run, so a shard's evidence cannot stand for another
+    position, another shard count or another run.
+    """
+
+    index: Annotated[int, Field(strict=True, ge=0, lt=MAX_SHARD_COUNT)]
+    count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)]
+
+    @model_validator(mode="after")
+    def _index_below_count(self) -> ShardPosition:
+        if self.index >= self.count:
+            raise ValueError(f"shard index {self.index} is not below the shard count {self.count}")
+        return self
+
+
 class Binding(WireModel):
     """The exact object whose hash is REPORT_DATA."""
 
@@ -64,6 +82,8 @@ class Binding(WireModel):
     result_digest: Sha256Digest
     nonce: Nonce | None = None
     image_digest: Sha256Digest | None = None
+    #: Present only in a shard's envelope (absent: the envelope is a whole, unsharded run).
+    shard: ShardPosition | None = None
 
 
 class Evidence(WireModel):

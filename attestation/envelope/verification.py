@@ -19,7 +19,7 @@ from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.envelope.binding import report_data_for, report_data_matches, result_digest
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.model import Envelope, Platform, parse_envelope
+from attestation.envelope.model import Envelope, Platform, ShardPosition, parse_envelope
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.verifier import LATER_STAGES, Verifier
@@ -43,6 +43,7 @@ _EXPECTATION_CHECKS = (
     "expectation.result-digest",
     "expectation.evaluation-digest",
     "expectation.image-digest",
+    "expectation.shard",
 )
 
 
@@ -53,8 +54,14 @@ def verify_envelope(
     now: datetime,
     trust: TrustStore | None = None,
     crl: bytes | None = None,
+    shard: ShardPosition | None = None,
 ) -> VerificationResult:
-    """Verify an envelope against the tenant's expectations. Never raises for a failed check."""
+    """Verify an envelope against the tenant's expectations. Never raises for a failed check.
+
+    A shard's envelope is a part of a run, never a whole one: it fails the ``expectation.shard``
+    check unless the caller asks for exactly that ``shard`` (the operator's checks of one
+    shard; a tenant verifies the merged envelope of all shards).
+    """
     checks: list[Check] = []
     envelope = _parse_envelope(envelope_bytes, checks)
     if envelope is None:
@@ -102,6 +109,7 @@ def verify_envelope(
         )
     else:
         checks.extend(_expectation_checks(envelope, expected))
+        checks.append(_shard_check(envelope.binding.shard, expected, shard))
     return VerificationResult.from_checks(checks, raw.report, raw.product_line)
 
 
@@ -271,6 +279,42 @@ def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Ch
                 Check.failed(name, _EXPECTATION, f"{key} is {shown}, the tenant expected {wanted}")
             )
     return checks
+
+
+def _shard_check(
+    bound: ShardPosition | None, expected: ExpectedValues, wanted: ShardPosition | None
+) -> Check:
+    name = "expectation.shard"
+    if bound is None:
+        if wanted is not None:
+            return Check.failed(
+                name,
+                _EXPECTATION,
+                f"the envelope is a whole run, not shard {wanted.index} of {wanted.count}",
+            )
+        if expected.shard_count not in (None, 1):
+            return Check.failed(
+                name,
+                _EXPECTATION,
+                f"the envelope is an unsharded run; the tenant expected {expected.shard_count} "
+                "shards",
+            )
+        return Check.passed(name, _EXPECTATION, "a whole, unsharded run")
+    position = f"shard {bound.index} of {bound.count}"
+    if wanted is None:
+        return Check.failed(
+            name,
+            _EXPECTATION,
+            f"the envelope is {position} of a sharded run, not a whole run: verify the "
+            "merged envelope of all its shards",
+        )
+    if bound != wanted:
+        return Check.failed(
+            name,
+            _EXPECTATION,
+            f"the envelope is {position}, expected shard {wanted.index} of {wanted.count}",
+        )
+    return Check.passed(name, _EXPECTATION, f"{position}, as asked")
 
 
 def _not_run_later(why: str) -> list[Check]:

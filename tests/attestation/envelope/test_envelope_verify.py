@@ -31,6 +31,7 @@ from attestation.envelope.model import (
     Envelope,
     Evidence,
     ReportDataEncoding,
+    ShardPosition,
     Workload,
 )
 from attestation.envelope.verification import platform_of_chain, verify_envelope
@@ -52,6 +53,7 @@ EXPECTATION_CHECKS = [
     "expectation.result-digest",
     "expectation.evaluation-digest",
     "expectation.image-digest",
+    "expectation.shard",
 ]
 
 
@@ -449,6 +451,68 @@ def test_unreadable_cert_chain_is_malformed(sim: SimulatedAmd, chain: str, messa
     assert all(check.ok is None for check in result.checks[2:])
 
 
+# -- shards are parts of a run, never a whole one ------------------------------------------
+
+
+def test_a_shard_alone_is_not_a_whole_run(sim: SimulatedAmd) -> None:
+    binding = make_binding(shard=ShardPosition(index=1, count=3))
+    result = verify(sim_envelope(sim, binding=binding), pinned(sim))
+    assert result.exit_code == 8
+    assert [c.name for c in result.failed_checks] == ["expectation.shard"]
+    assert result.failed_checks[0].detail == (
+        "the envelope is shard 1 of 3 of a sharded run, not a whole run: verify the merged "
+        "envelope of all its shards"
+    )
+
+
+def test_a_shard_verifies_as_the_shard_asked_for(sim: SimulatedAmd) -> None:
+    envelope = sim_envelope(sim, binding=make_binding(shard=ShardPosition(index=1, count=3)))
+    assert verify(envelope, pinned(sim), shard=ShardPosition(index=1, count=3)).exit_code == 0
+    result = verify(envelope, pinned(sim), shard=ShardPosition(index=2, count=3))
+    assert result.exit_code == 8
+    assert result.failed_checks[0].detail == ("the envelope is shard 1 of 3, expected shard 2 of 3")
+    whole = verify(sim_envelope(sim), pinned(sim), shard=ShardPosition(index=0, count=1))
+    assert whole.failed_checks[0].detail == "the envelope is a whole run, not shard 0 of 1"
+
+
+def test_the_shard_position_is_bound(sim: SimulatedAmd) -> None:
+    envelope = sim_envelope(sim, binding=make_binding(shard=ShardPosition(index=1, count=3)))
+    envelope["binding"]["shard"]["index"] = 2
+    result = verify(envelope, pinned(sim), shard=ShardPosition(index=2, count=3))
+    assert result.exit_code == 7
+    assert [c.name for c in result.failed_checks] == ["binding.report-data"]
+
+
+@pytest.mark.parametrize(
+    ("shard", "message"),
+    [
+        ({"index": 3, "count": 3}, "shard index 3 is not below the shard count 3"),
+        ({"index": 0, "count": 257}, "less than or equal to 256"),
+        ({"index": "0", "count": 2}, "Input should be a valid integer"),
+    ],
+)
+def test_impossible_shard_positions_are_malformed(
+    sim: SimulatedAmd, shard: dict[str, Any], message: str
+) -> None:
+    envelope = sim_envelope(sim)
+    envelope["binding"]["shard"] = shard
+    result = verify(envelope, pinned(sim))
+    assert result.exit_code == 1
+    assert message in result.failed_checks[0].detail
+
+
+@pytest.mark.parametrize(("count", "code"), [(1, 0), (2, 8)])
+def test_a_pinned_shard_count_applies_to_unsharded_runs(
+    sim: SimulatedAmd, count: int, code: int
+) -> None:
+    result = verify(sim_envelope(sim), pinned(sim, shardCount=count))
+    assert result.exit_code == code
+    if code:
+        assert result.failed_checks[0].detail == (
+            "the envelope is an unsharded run; the tenant expected 2 shards"
+        )
+
+
 # -- the CLI in envelope mode ------------------------------------------------------------
 
 
@@ -474,7 +538,7 @@ def test_cli_json_document_in_envelope_mode(
         "report.parse",
         "endorsement.parse",
     ]
-    assert names[-10:] == [
+    assert names[-11:] == [
         "binding.report-data",
         "binding.envelope-fields",
         "binding.result-digest",
@@ -556,5 +620,5 @@ def test_docs_name_every_check(sim: SimulatedAmd) -> None:
     result = verify(sim_envelope(sim), pinned(sim))
     assert result.exit_code == 0
     names = [check.name for check in result.checks]
-    assert len(names) == 34  # 2 envelope + 22 raw-report + 3 binding + 7 expectation
+    assert len(names) == 35  # 2 envelope + 22 raw-report + 3 binding + 8 expectation
     assert [name for name in names if f"`{name}`" not in docs] == []

@@ -1,0 +1,335 @@
+"""Run partials: the exact, mergeable state of one run's scoring over a range of its cases.
+
+Scoring a run is a fold over its cases, and everything the report needs from a run is a
+function of some counters, one sum and one order statistic. So the fold can be cut anywhere
+and the pieces added back together without changing a byte of the result:
+
+- the counters (cases, correct answers, positives and true positives, negatives and false
+  positives, abstentions, errors, unknown costs, unknown latencies) add;
+- the cost total is summed exactly (:data:`EXACT`: a sum that would round raises instead),
+  so the total of the parts' totals is the total;
+- nearest-rank p95 over n latencies is the k-th largest value with
+  k = n - ceil(0.95 n) + 1 (:func:`tail_size`), and the k-th largest value of a union is
+  among the union of every part's k largest values: a part keeps only those, its *tail*.
+
+The unsharded replay is the one-part case of the same code (:func:`merge_partials` of a
+single partial is that partial), so a merged result equals the unsharded one by construction.
+"""
+
+from __future__ import annotations
+
+import decimal
+import heapq
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
+#: 5e-324 to 1.8e308), so sums of doubles never come near this precision; Inexact and
+#: Rounded are trapped all the same, so a sum that cannot be exact raises rather than rounds
+#: (the default context rounds at 28 digits, and where it rounds depends on the grouping).
+EXACT: Final = decimal.Context(
+    prec=2000,
+    rounding=decimal.ROUND_HALF_EVEN,
+    traps=[decimal.Inexact, decimal.Rounded, decimal.InvalidOperation, decimal.Overflow],
+)
+#: Costs are summed in chunks of this many values (a C-level ``sum`` per chunk).
+_COST_CHUNK: Final = 4096
+
+#: A latency or a cost total as the wire writes it: a non-negative decimal without exponent,
+#: normalized (no trailing fractional zeros, no leading zeros).
+_DECIMAL_TEXT: Final = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$")
+#: A cost total (never normalized away from what the sum produced, so zeros may trail).
+_SUM_TEXT: Final = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
+_MAX_SUM_TEXT: Final = 2 * 2000 + 2
+
+
+class PartialError(ValueError):
+    """Partials that cannot be merged: different runs, or a sum that would not be exact."""
+
+
+def tail_size(case_count: int) -> int:
+    """How many of a run's largest latencies nearest-rank p95 over ``case_count`` values
+    can need: the p95 is the ``tail_size``-th largest (1 for fewer than 20 cases)."""
+    if case_count <= 0:
+        return 0
+    rank = (95 * case_count + 99) // 100  # ceil(0.95 * n), the rank from the bottom
+    return case_count - rank + 1
+
+
+def shard_range(index: int, count: int, case_count: int) -> tuple[int, int]:
+    """``[first, end)``: the ranks in ``cases.jsonl`` (ascending case_id) shard ``index`` of
+    ``count`` scores. The ranges of 0..count-1 cover 0..case_count-1 exactly once and differ
+    in size by at most one case."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} is not in 0..{count - 1}")
+    return index * case_count // count, (index + 1) * case_count // count
+
+
+def decimal_text(value: Decimal) -> str:
+    """The wire text of a non-negative finite decimal: normalized, no exponent."""
+    return f"{value.normalize(EXACT):f}" if value else "0"
+
+
+@dataclass(frozen=True, slots=True)
+class RunPartial:
+    """One run's scoring state over some of its cases (see the module docstring)."""
+
+    arm_id: str
+    run_index: int
+    cases: int
+    correct: int
+    positives: int
+    true_positives: int
+    negatives: int
+    false_positives: int
+    abstentions: int
+    errors: int
+    cost_total_usd: Decimal
+    cost_unknown_cases: int
+    latency_unknown_cases: int
+    #: The largest known latencies, descending, at most the run's :func:`tail_size`.
+    latency_tail: tuple[Decimal, ...]
+
+    def to_doc(self) -> RunPartialDoc:
+        return RunPartialDoc(
+            arm_id=self.arm_id,
+            run_index=self.run_index,
+            cases=self.cases,
+            correct=self.correct,
+            positives=self.positives,
+            true_positives=self.true_positives,
+            negatives=self.negatives,
+            false_positives=self.false_positives,
+            abstentions=self.abstentions,
+            errors=self.errors,
+            cost_total_usd=f"{self.cost_total_usd:f}",
+            cost_unknown_cases=self.cost_unknown_cases,
+            latency_unknown_cases=self.latency_unknown_cases,
+            latency_tail=" ".join(decimal_text(value) for value in self.latency_tail),
+        )
+
+
+_COUNTERS: Final = (
+    "cases",
+    "correct",
+    "positives",
+    "true_positives",
+    "negatives",
+    "false_positives",
+    "abstentions",
+    "errors",
+    "cost_unknown_cases",
+    "latency_unknown_cases",
+)
+
+
+class RunTally:
+    """Folds one run's cases into a :class:`RunPartial`.
+
+    Memory: the counters, a chunk of costs, and at most twice the tail of latencies (the
+    list is cut back to the ``tail`` largest whenever it doubles).
+    """
+
+    def __init__(self, positive_label: str, abstain_label: str | None, *, tail: int) -> None:
+        self.positive_label = positive_label
+        self.abstain_label = abstain_label
+        self.tail = tail
+        self.cases = 0
+        self.correct = 0
+        self.positives = 0
+        self.true_positives = 0
+        self.negatives = 0
+        self.false_positives = 0
+        self.abstentions = 0
+        self.errors = 0
+        self.cost_unknown_cases = 0
+        self.latency_unknown_cases = 0
+        self._cost_total = Decimal(0)
+        self._costs: list[Decimal] = []
+        self._latencies: list[Decimal] = []
+
+    def add(
+        self,
+        label: str,
+        prediction: str | None,
+        *,
+        has_error: bool,
+        cost_usd: Decimal | None,
+        latency_ms: Decimal | None,
+    ) -> None:
+        self.cases += 1
+        # An error or a missing (null) prediction is an error, and an error is never right.
+        answer = None if has_error else prediction
+        if answer is None:
+            self.errors += 1
+        elif answer == label:
+            self.correct += 1
+        if self.abstain_label is not None and answer == self.abstain_label:
+            self.abstentions += 1
+        said_positive = answer == self.positive_label
+        if label == self.positive_label:
+            self.positives += 1
+            self.true_positives += said_positive
+        else:
+            self.negatives += 1
+            self.false_positives += said_positive
+        if cost_usd is None:
+            self.cost_unknown_cases += 1
+        else:
+            self._costs.append(cost_usd)
+            if len(self._costs) >= _COST_CHUNK:
+                self._sum_costs()
+        if latency_ms is None:
+            self.latency_unknown_cases += 1
+        else:
+            self._latencies.append(latency_ms)
+            if len(self._latencies) >= 2 * self.tail + _COST_CHUNK:
+                self._cut_latencies()
+
+    def _sum_costs(self) -> None:
+        self._cost_total = exact_sum([self._cost_total, *self._costs])
+        self._costs.clear()
+
+    def _cut_latencies(self) -> None:
+        self._latencies = heapq.nlargest(self.tail, self._latencies)
+
+    def partial(self, arm_id: str, run_index: int) -> RunPartial:
+        """The state so far, as the partial of run ``arm_id``/``run_index``."""
+        self._sum_costs()
+        self._cut_latencies()
+        return RunPartial(
+            arm_id=arm_id,
+            run_index=run_index,
+            cases=self.cases,
+            correct=self.correct,
+            positives=self.positives,
+            true_positives=self.true_positives,
+            negatives=self.negatives,
+            false_positives=self.false_positives,
+            abstentions=self.abstentions,
+            errors=self.errors,
+            cost_total_usd=self._cost_total,
+            cost_unknown_cases=self.cost_unknown_cases,
+            latency_unknown_cases=self.latency_unknown_cases,
+            latency_tail=tuple(self._latencies),
+        )
+
+
+def exact_sum(values: Sequence[Decimal]) -> Decimal:
+    """The exact sum of ``values``; :class:`PartialError` if it cannot be represented."""
+    try:
+        with decimal.localcontext(EXACT):
+            return sum(values, Decimal(0))
+    except decimal.DecimalException as exc:
+        raise PartialError(f"a cost sum cannot be computed exactly: {exc!r}") from None
+
+
+def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
+    """One run's partial over the union of the parts' cases.
+
+    Raises:
+        PartialError: no parts, parts of different runs, or an inexact sum.
+    """
+    if not parts:
+        raise PartialError("no partials to merge")
+    first = parts[0]
+    for part in parts[1:]:
+        if (part.arm_id, part.run_index) != (first.arm_id, first.run_index):
+            raise PartialError(
+                f"partials of runs {first.arm_id}/{first.run_index} and "
+                f"{part.arm_id}/{part.run_index} cannot be merged"
+            )
+    counters = {name: sum(getattr(part, name) for part in parts) for name in _COUNTERS}
+    merged_tail = heapq.merge(*(part.latency_tail for part in parts), reverse=True)
+    return RunPartial(
+        arm_id=first.arm_id,
+        run_index=first.run_index,
+        cost_total_usd=exact_sum([part.cost_total_usd for part in parts]),
+        latency_tail=tuple(value for value, _ in zip(merged_tail, range(tail), strict=False)),
+        **counters,
+    )
+
+
+class RunPartialDoc(BaseModel):
+    """A :class:`RunPartial` on the wire (snake_case, like the evaluation report)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    arm_id: str = Field(min_length=1, max_length=20)
+    run_index: int = Field(ge=1, le=5)
+    cases: int = Field(ge=0)
+    correct: int = Field(ge=0)
+    positives: int = Field(ge=0)
+    true_positives: int = Field(ge=0)
+    negatives: int = Field(ge=0)
+    false_positives: int = Field(ge=0)
+    abstentions: int = Field(ge=0)
+    errors: int = Field(ge=0)
+    #: The exact sum of the known costs, as decimal text without exponent.
+    cost_total_usd: str = Field(min_length=1, max_length=_MAX_SUM_TEXT, pattern=_SUM_TEXT.pattern)
+    cost_unknown_cases: int = Field(ge=0)
+    latency_unknown_cases: int = Field(ge=0)
+    #: The tail, descending, as normalized decimal texts separated by one space.
+    latency_tail: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunPartialDoc:
+        if self.positives + self.negatives != self.cases:
+            raise ValueError("positives + negatives is not cases")
+        if self.true_positives > self.positives or self.false_positives > self.negatives:
+            raise ValueError("more true or false positives than positives or negatives")
+        for name in ("correct", "abstentions", "errors", "cost_unknown_cases"):
+            if getattr(self, name) > self.cases:
+                raise ValueError(f"{name} exceeds cases")
+        if self.latency_unknown_cases > self.cases:
+            raise ValueError("latency_unknown_cases exceeds cases")
+        return self
+
+    def to_partial(self, *, tail: int) -> RunPartial:
+        """The partial; its tail must be the part's ``tail`` largest known latencies.
+
+        Raises:
+            PartialError: a latency text that is not a normalized decimal, a tail that is
+                not descending, or one of the wrong length.
+        """
+        texts = self.latency_tail.split(" ") if self.latency_tail else []
+        known = self.cases - self.latency_unknown_cases
+        if len(texts) != min(tail, known):
+            raise PartialError(
+                f"run {self.arm_id}/{self.run_index}: latency tail has {len(texts)} values, "
+                f"expected {min(tail, known)}"
+            )
+        values: list[Decimal] = []
+        for text in texts:
+            if _DECIMAL_TEXT.fullmatch(text) is None:
+                raise PartialError(
+                    f"run {self.arm_id}/{self.run_index}: latency {text[:40]!r} is not a "
+                    "normalized decimal"
+                )
+            value = Decimal(text)
+            if values and value > values[-1]:
+                raise PartialError(
+                    f"run {self.arm_id}/{self.run_index}: latency tail is not descending"
+                )
+            values.append(value)
+        return RunPartial(
+            arm_id=self.arm_id,
+            run_index=self.run_index,
+            cases=self.cases,
+            correct=self.correct,
+            positives=self.positives,
+            true_positives=self.true_positives,
+            negatives=self.negatives,
+            false_positives=self.false_positives,
+            abstentions=self.abstentions,
+            errors=self.errors,
+            cost_total_usd=Decimal(self.cost_total_usd),
+            cost_unknown_cases=self.cost_unknown_cases,
+            latency_unknown_cases=self.latency_unknown_cases,
+            latency_tail=tuple(values),
+        )

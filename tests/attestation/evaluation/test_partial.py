@@ -1,0 +1,188 @@
+"""Run partials: cut anywhere, merged back exactly; tails, ranges and the wire form."""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attestation.evaluation.partial import (
+    PartialError,
+    RunPartial,
+    RunPartialDoc,
+    RunTally,
+    merge_partials,
+    shard_range,
+    tail_size,
+)
+
+Case = tuple[str, str | None, bool, Decimal | None, Decimal | None]
+
+labels = st.sampled_from(["flag", "clear", "hold"])
+# Doubles as scoring reads them (the decimal of their shortest text), plus exact decimals.
+numbers = st.one_of(
+    st.floats(min_value=0, allow_nan=False, allow_infinity=False).map(lambda f: Decimal(repr(f))),
+    st.decimals(min_value=0, max_value=10**6, places=9, allow_nan=False),
+)
+cases = st.tuples(
+    labels,
+    st.one_of(st.none(), labels),
+    st.booleans(),
+    st.one_of(st.none(), numbers),
+    st.one_of(st.none(), numbers),
+)
+
+
+def fold(rows: list[Case], *, tail: int) -> RunPartial:
+    tally = RunTally("flag", "hold", tail=tail)
+    for label, prediction, error, cost, latency in rows:
+        tally.add(label, prediction, has_error=error, cost_usd=cost, latency_ms=latency)
+    return tally.partial("A1", 2)
+
+
+@given(rows=st.lists(cases, max_size=60), count=st.integers(min_value=1, max_value=9))
+def test_the_merge_of_shards_is_the_whole(rows: list[Case], count: int) -> None:
+    tail = tail_size(len(rows))
+    whole = fold(rows, tail=tail)
+    parts = []
+    for index in range(count):
+        first, end = shard_range(index, count, len(rows))
+        parts.append(fold(rows[first:end], tail=tail))
+    assert merge_partials(parts, tail=tail) == whole
+    # and through the wire form
+    docs = [RunPartialDoc.model_validate(part.to_doc().model_dump()) for part in parts]
+    assert merge_partials([doc.to_partial(tail=tail) for doc in docs], tail=tail) == whole
+
+
+@given(latencies=st.lists(numbers, min_size=1, max_size=300))
+def test_the_tail_holds_the_nearest_rank_p95(latencies: list[Decimal]) -> None:
+    n = len(latencies)
+    tail = tail_size(n)
+    ordered = sorted(latencies)
+    p95 = ordered[-(-95 * n // 100) - 1]  # the ceil(0.95 n)-th smallest
+    rows: list[Case] = [("flag", "flag", False, None, value) for value in latencies]
+    assert fold(rows, tail=tail).latency_tail[tail - 1] == p95
+
+
+def test_tail_sizes() -> None:
+    assert [tail_size(n) for n in (0, 1, 8, 19, 20, 21, 100, 400_000)] == [
+        0,
+        1,
+        1,
+        1,
+        2,
+        2,
+        6,
+        20_001,
+    ]
+
+
+@pytest.mark.parametrize(("count", "cases"), [(1, 0), (3, 8), (7, 8), (11, 8), (8, 400_000)])
+def test_shard_ranges_cover_every_case_once_within_one_of_each_other(
+    count: int, cases: int
+) -> None:
+    ranges = [shard_range(index, count, cases) for index in range(count)]
+    assert ranges[0][0] == 0
+    assert ranges[-1][1] == cases
+    assert all(ranges[i][1] == ranges[i + 1][0] for i in range(count - 1))
+    sizes = {end - first for first, end in ranges}
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_index_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"shard index 3 is not in 0\.\.2"):
+        shard_range(3, 3, 10)
+
+
+def test_cost_sums_are_exact_where_the_default_context_rounds() -> None:
+    big, small = Decimal("1e20"), Decimal("0.000000001")
+    assert big + small == big  # 28 digits: the default context drops the small cost
+    rows: list[Case] = [("flag", "flag", False, big, None), ("flag", "flag", False, small, None)]
+    assert fold(rows, tail=1).cost_total_usd == Decimal("100000000000000000000.000000001")
+    halves = [fold(rows[:1], tail=1), fold(rows[1:], tail=1)]
+    assert merge_partials(halves, tail=1).cost_total_usd == Decimal(
+        "100000000000000000000.000000001"
+    )
+
+
+def test_a_sum_that_cannot_be_exact_raises() -> None:
+    huge = Decimal("1e999999")
+    rows: list[Case] = [("flag", "flag", False, huge, None)] * 10
+    with pytest.raises(PartialError, match="cannot be computed exactly"):
+        fold(rows, tail=1)
+    assert decimal.getcontext().prec == 28  # the exact context never leaks
+
+
+def test_partials_of_different_runs_are_not_merged() -> None:
+    one = fold([], tail=0)
+    with pytest.raises(PartialError, match="runs A1/2 and A1/1 cannot be merged"):
+        merge_partials([one, dataclasses.replace(one, run_index=1)], tail=0)
+    with pytest.raises(PartialError, match="no partials"):
+        merge_partials([], tail=0)
+
+
+def test_wire_form_is_compact_and_normalized() -> None:
+    rows: list[Case] = [
+        ("flag", "flag", False, Decimal("0.0020"), Decimal("812.370")),
+        ("clear", "flag", False, Decimal("0.002"), Decimal("1E+3")),
+        ("clear", None, True, None, None),
+    ]
+    doc = fold(rows, tail=2).to_doc()
+    assert doc.cost_total_usd == "0.0040"
+    assert doc.latency_tail == "1000 812.37"
+    assert doc.model_dump()["false_positives"] == 1
+
+
+@pytest.mark.parametrize(
+    ("tail_text", "problem"),
+    [
+        ("812.37 1000", "not descending"),
+        ("1000 812.370", "not a normalized decimal"),
+        ("1000 -1", "not a normalized decimal"),
+        ("1e3 1", "not a normalized decimal"),
+        ("5", "expected 2"),
+    ],
+)
+def test_wire_tails_are_checked(tail_text: str, problem: str) -> None:
+    doc = RunPartialDoc(
+        arm_id="A1",
+        run_index=1,
+        cases=2,
+        correct=2,
+        positives=2,
+        true_positives=2,
+        negatives=0,
+        false_positives=0,
+        abstentions=0,
+        errors=0,
+        cost_total_usd="0",
+        cost_unknown_cases=0,
+        latency_unknown_cases=0,
+        latency_tail=tail_text,
+    )
+    with pytest.raises(PartialError, match=problem):
+        doc.to_partial(tail=2)
+
+
+def test_wire_counts_must_be_consistent() -> None:
+    with pytest.raises(ValueError, match="positives \\+ negatives is not cases"):
+        RunPartialDoc(
+            arm_id="A1",
+            run_index=1,
+            cases=3,
+            correct=0,
+            positives=1,
+            true_positives=0,
+            negatives=1,
+            false_positives=0,
+            abstentions=0,
+            errors=0,
+            cost_total_usd="0",
+            cost_unknown_cases=0,
+            latency_unknown_cases=0,
+            latency_tail="",
+        )
