@@ -37,9 +37,6 @@ EXACT: Final = decimal.Context(
     rounding=decimal.ROUND_HALF_EVEN,
     traps=[decimal.Inexact, decimal.Rounded, decimal.InvalidOperation, decimal.Overflow],
 )
-#: Costs are summed in chunks of this many values (a C-level ``sum`` per chunk).
-_COST_CHUNK: Final = 4096
-
 #: A latency or a cost total as the wire writes it: a non-negative decimal without exponent,
 #: normalized (no trailing fractional zeros, no leading zeros).
 _DECIMAL_TEXT: Final = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$")
@@ -126,98 +123,6 @@ _COUNTERS: Final = (
     "cost_unknown_cases",
     "latency_unknown_cases",
 )
-
-
-class RunTally:
-    """Folds one run's cases into a :class:`RunPartial`.
-
-    Memory: the counters, a chunk of costs, and at most twice the tail of latencies (the
-    list is cut back to the ``tail`` largest whenever it doubles).
-    """
-
-    def __init__(self, positive_label: str, abstain_label: str | None, *, tail: int) -> None:
-        self.positive_label = positive_label
-        self.abstain_label = abstain_label
-        self.tail = tail
-        self.cases = 0
-        self.correct = 0
-        self.positives = 0
-        self.true_positives = 0
-        self.negatives = 0
-        self.false_positives = 0
-        self.abstentions = 0
-        self.errors = 0
-        self.cost_unknown_cases = 0
-        self.latency_unknown_cases = 0
-        self._cost_total = Decimal(0)
-        self._costs: list[Decimal] = []
-        self._latencies: list[Decimal] = []
-
-    def add(
-        self,
-        label: str,
-        prediction: str | None,
-        *,
-        has_error: bool,
-        cost_usd: Decimal | None,
-        latency_ms: Decimal | None,
-    ) -> None:
-        self.cases += 1
-        # An error or a missing (null) prediction is an error, and an error is never right.
-        answer = None if has_error else prediction
-        if answer is None:
-            self.errors += 1
-        elif answer == label:
-            self.correct += 1
-        if self.abstain_label is not None and answer == self.abstain_label:
-            self.abstentions += 1
-        said_positive = answer == self.positive_label
-        if label == self.positive_label:
-            self.positives += 1
-            self.true_positives += said_positive
-        else:
-            self.negatives += 1
-            self.false_positives += said_positive
-        if cost_usd is None:
-            self.cost_unknown_cases += 1
-        else:
-            self._costs.append(cost_usd)
-            if len(self._costs) >= _COST_CHUNK:
-                self._sum_costs()
-        if latency_ms is None:
-            self.latency_unknown_cases += 1
-        else:
-            self._latencies.append(latency_ms)
-            if len(self._latencies) >= 2 * self.tail + _COST_CHUNK:
-                self._cut_latencies()
-
-    def _sum_costs(self) -> None:
-        self._cost_total = exact_sum([self._cost_total, *self._costs])
-        self._costs.clear()
-
-    def _cut_latencies(self) -> None:
-        self._latencies = heapq.nlargest(self.tail, self._latencies)
-
-    def partial(self, arm_id: str, run_index: int) -> RunPartial:
-        """The state so far, as the partial of run ``arm_id``/``run_index``."""
-        self._sum_costs()
-        self._cut_latencies()
-        return RunPartial(
-            arm_id=arm_id,
-            run_index=run_index,
-            cases=self.cases,
-            correct=self.correct,
-            positives=self.positives,
-            true_positives=self.true_positives,
-            negatives=self.negatives,
-            false_positives=self.false_positives,
-            abstentions=self.abstentions,
-            errors=self.errors,
-            cost_total_usd=self._cost_total,
-            cost_unknown_cases=self.cost_unknown_cases,
-            latency_unknown_cases=self.latency_unknown_cases,
-            latency_tail=tuple(self._latencies),
-        )
 
 
 def exact_sum(values: Sequence[Decimal]) -> Decimal:

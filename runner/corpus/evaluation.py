@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
+from attestation.evaluation.models import PassMarks, Plan
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
     MAX_RUN_LINE_BYTES,
@@ -26,7 +27,7 @@ from runner.corpus.jsonio import (
     read_small_json,
     require_corpus_dir,
 )
-from runner.corpus.models import PassMarks, Plan, RunHeader, validate_record
+from runner.corpus.models import RunHeader, validate_record
 
 PLAN_FILE: Final = "plan.json"
 MARKS_FILE: Final = "marks.json"
@@ -61,7 +62,7 @@ def _canonical(value: object, file: str, line: int | None = None) -> bytes:
 
 def load_evaluation(corpus_dir: Path) -> Evaluation:
     """Read and validate plan and marks (each on its own; whether the plan's metrics and the
-    marks can be scored is the scoring rules' question: ``runner.scoring.marks.check_evaluation``).
+    marks can be scored is the scoring rules' question: ``runner.scoring.checks.check_evaluation``).
     """
     require_corpus_dir(corpus_dir)
     # One parse per file: the values validated and scored are the ones hashed

@@ -4,7 +4,8 @@ Every JSON number in a corpus file is the IEEE-754 double nearest to its text: R
 (whose bytes the corpus checksum, the evaluation digest and ``marks_ref`` hash) and I-JSON
 read numbers that way, and every JSON parser rounds the same way. Scoring reads the *same*
 double, never the text: a cost, latency, threshold or spread limit is the exact decimal value
-of the text RFC 8785 writes for the double (the shortest digits that round-trip). So the
+of the text RFC 8785 writes for the double (the shortest digits that round-trip:
+``attestation.evaluation.numbers.scored_value``, shared with the verifier). So the
 digests determine every value scoring uses, and two corpora with equal digests score alike:
 ``50.000000000000000001`` is the double 50 for the digest and for the pass mark alike, and
 ``1e-400`` is 0 in both.
@@ -16,12 +17,8 @@ them too) and magnitudes beyond the largest double (``1e400``).
 from __future__ import annotations
 
 import math
-from decimal import Decimal
-from typing import Final
 
 from attestation.encoding.canonical import MAX_SAFE_INTEGER
-
-_ZERO: Final = Decimal(0)
 
 
 class NumberRangeError(ValueError):
@@ -44,15 +41,3 @@ def parse_int(text: str) -> int:
             f"integer {text} is outside the I-JSON range +-(2**53-1) that a double holds exactly"
         )
     return value
-
-
-def scored_value(value: float) -> Decimal:
-    """The exact decimal scoring uses for a parsed JSON number: the value of its RFC 8785 text.
-
-    ``repr`` writes a double's shortest round-trip digits, the same digits RFC 8785 writes
-    (only the layout differs, e.g. ``1e-05`` vs ``0.00001``), so the values are equal. Negative
-    zero is 0, as RFC 8785 writes it.
-    """
-    if isinstance(value, int):
-        return Decimal(value)
-    return Decimal(repr(value)) if value else _ZERO

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from attestation.envelope.binding import result_digest as digest_of_result
+from attestation.evaluation.metrics import RunMetrics, RunTally
+from attestation.evaluation.report import build_report
 from runner.corpus.checksum import CASES_FILE, Progress, compute_checksum, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import (
@@ -25,9 +27,7 @@ from runner.corpus.evaluation import (
     load_evaluation,
 )
 from runner.corpus.models import RunCase, RunHeader, validate_record
-from runner.scoring.marks import check_evaluation
-from runner.scoring.metrics import RunMetrics, RunTally
-from runner.scoring.report import build_report
+from runner.scoring.checks import check_evaluation
 
 __all__ = ["Progress", "ReplayOutcome", "compute_checksum", "replay_corpus"]
 

@@ -1,1 +1,5 @@
-"""Exact-match scoring per the evaluation-design pack's method."""
+"""Scoring glue of the replay: the plan-vs-marks check and the pack's worked-example format.
+
+The arithmetic (metrics, marks, the report) is ``attestation.evaluation``, shared with the
+verifier.
+"""

@@ -13,11 +13,12 @@ from typing import Any, Final
 
 from pydantic import Field, JsonValue
 
+from attestation.evaluation.marks import evaluate_mark, mark_definition_error
+from attestation.evaluation.metrics import RunMetrics, RunTally
+from attestation.evaluation.models import ExactNumber, FrozenModel, PassMark
+from attestation.evaluation.numbers import json_number
 from runner.corpus.errors import CorpusError
-from runner.corpus.models import ExactNumber, FrozenModel, PassMark, validate_record
-from runner.scoring.marks import evaluate_mark, mark_definition_error
-from runner.scoring.metrics import RunMetrics, RunTally
-from runner.scoring.numbers import json_number
+from runner.corpus.models import validate_record
 
 #: Descriptive keys of the pack's worked-example record: they carry no scoring input.
 PACK_METADATA_KEYS: Final = frozenset(

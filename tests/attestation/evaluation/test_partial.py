@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attestation.evaluation.metrics import RunTally
 from attestation.evaluation.partial import (
     PartialError,
     RunPartial,
     RunPartialDoc,
-    RunTally,
     merge_partials,
     shard_range,
     tail_size,

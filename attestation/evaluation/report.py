@@ -7,10 +7,10 @@ from typing import Final
 
 from pydantic import JsonValue
 
-from runner.corpus.models import PassMarks, Plan
-from runner.scoring.marks import arm_spread, evaluate_mark
-from runner.scoring.metrics import RunMetrics
-from runner.scoring.numbers import json_number
+from attestation.evaluation.marks import arm_spread, evaluate_mark
+from attestation.evaluation.metrics import RunMetrics
+from attestation.evaluation.models import PassMarks, Plan
+from attestation.evaluation.numbers import json_number
 
 SCORER: Final = "attested-replay exact-match v1"
 

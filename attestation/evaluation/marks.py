@@ -15,11 +15,9 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, Evaluation
-from runner.corpus.models import PassMark
-from runner.scoring.metrics import METRIC_NAMES, RunMetrics
-from runner.scoring.numbers import text
+from attestation.evaluation.metrics import RunMetrics
+from attestation.evaluation.models import PassMark
+from attestation.evaluation.numbers import text
 
 MarkResult = Literal["met", "missed", "unknown"]
 #: arm id -> run index -> metrics
@@ -238,25 +236,3 @@ def arm_spread(runs: Mapping[int, RunMetrics]) -> Decimal | None:
     if len(known) != len(nets) or not known:
         return None
     return max(known) - min(known)
-
-
-def check_evaluation(evaluation: Evaluation) -> None:
-    """Refuse a plan naming metrics the scorer does not compute, or marks it cannot evaluate.
-
-    Raises:
-        CorpusError: naming the file and the field.
-    """
-    plan = evaluation.plan
-    known_metrics = set(METRIC_NAMES)
-    for index, name in enumerate(plan.metrics):
-        if name not in known_metrics:
-            raise CorpusError(
-                PLAN_FILE,
-                f"field 'metrics.{index}': unknown metric {name!r} "
-                f"(known: {', '.join(METRIC_NAMES)})",
-            )
-    arm_ids = frozenset(arm.arm_id for arm in plan.arms)
-    for mark in evaluation.marks.marks:
-        problem = mark_definition_error(mark, arm_ids)
-        if problem is not None:
-            raise CorpusError(MARKS_FILE, f"mark {mark.id!r}: {problem}")

@@ -1,8 +1,11 @@
-"""Exact rounding and JSON rendering of scores.
+"""Numbers in scoring: what a corpus number is worth, exact rounding, JSON rendering.
 
-Counts are integers and money is ``Decimal``, so every reported value is computed exactly
-and rounded once, half to even; JSON numbers are produced from those decimals, whose
-short digit strings survive the float round trip unchanged.
+A number in a corpus file is the double its text denotes (the double the digests hash), and
+scoring reads the exact decimal of that double's RFC 8785 text (:func:`scored_value`; the
+replay's JSON hooks in ``runner.corpus.numbers`` refuse what no double represents). Counts
+are integers and money is ``Decimal``, so every reported value is computed exactly and
+rounded once, half to even; JSON numbers are produced from those decimals, whose short digit
+strings survive the float round trip unchanged.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from decimal import Decimal
 from fractions import Fraction
 from typing import Final
+
+_ZERO: Final = Decimal(0)
 
 POINT_DECIMALS: Final = 3
 MONEY_DECIMALS: Final = 9  # nano-dollars: enough for per-case API prices
@@ -46,3 +51,15 @@ def text(value: Decimal | None, *, places: int | None = None) -> str:
     if places is not None:
         return f"{value:.{places}f}"
     return f"{value.normalize():f}"
+
+
+def scored_value(value: float) -> Decimal:
+    """The exact decimal scoring uses for a parsed JSON number: the value of its RFC 8785 text.
+
+    ``repr`` writes a double's shortest round-trip digits, the same digits RFC 8785 writes
+    (only the layout differs, e.g. ``1e-05`` vs ``0.00001``), so the values are equal. Negative
+    zero is 0, as RFC 8785 writes it.
+    """
+    if isinstance(value, int):
+        return Decimal(value)
+    return Decimal(repr(value)) if value else _ZERO
