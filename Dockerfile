@@ -31,8 +31,13 @@ COPY tenant/ tenant/
 RUN python -m venv /opt/attested-replay \
     && /opt/attested-replay/bin/pip install --no-compile --only-binary=:all: --constraint constraints.txt /src
 
-FROM ${PYTHON_BASE}
-ARG SOURCE_DATE_EPOCH=0
+# The runtime image is the Python base's files under a config of our own: FROM scratch, so the
+# image's environment is exactly the ENV below. The Job sets the same variables and the Kata agent
+# policy pins them (runner/k8s/job.py RUNNER_ENV): a variable inherited from the base image, or
+# one the host adds, would make the agent refuse the container.
+FROM ${PYTHON_BASE} AS python
+
+FROM scratch
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="attested-replay" \
@@ -41,17 +46,20 @@ LABEL org.opencontainers.image.title="attested-replay" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.base.name="docker.io/library/python:3.11-slim-bookworm"
+# The whole base filesystem on purpose: only its config (ENV, WORKDIR, USER) is left behind.
+# hadolint ignore=DL3067
+COPY --from=python / /
 # Read-only root filesystem: nothing may write outside /tmp and /replay/out (both volumes in
 # the Job). No .pyc files, state and caches under /tmp, HOME for libraries that want one.
 ENV PATH=/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin \
+    LANG=C.UTF-8 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONHASHSEED=0 \
     HOME=/tmp \
     TMPDIR=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
-    ATTESTED_REPLAY_STATE_DIR=/tmp/attested-replay \
-    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH}
+    ATTESTED_REPLAY_STATE_DIR=/tmp/attested-replay
 COPY --from=build /opt/attested-replay /opt/attested-replay
 WORKDIR /replay/out
 # Numeric UID/GID so that Kubernetes runAsNonRoot can check it without /etc/passwd.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attestation.abi.product import ProductLine
+from runner.commands.job_params import add_job_arguments, replay_spec
 from runner.errors import InputError
 from runner.evidence.kds import (
     DEFAULT_MAX_WAIT,
@@ -22,7 +23,8 @@ from runner.evidence.kds import (
     KdsClient,
     fetch_vcek,
 )
-from runner.reference.initdata import ALGORITHMS, ANNOTATION, render_initdata
+from runner.k8s.job import build_replay
+from runner.reference.initdata import ANNOTATION
 from runner.reference.measure import (
     AGENT_REST_PARAMETER,
     VCPU_TYPES,
@@ -118,16 +120,16 @@ def _register_measure(subparsers: Subparsers) -> None:
 def _register_initdata(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "init-data",
-        help="CoCo init-data TOML, its HOST_DATA and the pod annotation",
-        description="Write the init-data TOML (agent policy, attestation-agent config, and a "
-        "CDH image policy that admits only the pinned image), print its HOST_DATA and the "
-        f"value of the {ANNOTATION} annotation.",
+        help="the CoCo init-data of a replay Job, its HOST_DATA and the pod annotation",
+        description="Write the init-data that `submit` puts into the Job with the same run "
+        "parameters: an agent policy that admits exactly that Job's replay container, the "
+        "attestation-agent config and a CDH config whose image policy admits only --image. "
+        f"Prints its HOST_DATA and the value of the {ANNOTATION} annotation.",
     )
-    parser.add_argument("--image", required=True, help="runner image, REPO@sha256:<digest>")
-    parser.add_argument("--policy-rego", type=Path, help="Kata agent policy (default: built-in)")
-    parser.add_argument("--aa-toml", type=Path, help="attestation-agent config")
-    parser.add_argument("--cdh-toml", type=Path, help="CDH config (must pin the image itself)")
-    parser.add_argument("--algorithm", choices=ALGORITHMS, default="sha256")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--tenant", required=True)
+    parser.add_argument("--checksum", required=True, help="expected corpus checksum sha256:...")
+    add_job_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="init-data TOML to write")
     parser.add_argument(
         "--emit-expected",
@@ -135,15 +137,6 @@ def _register_initdata(subparsers: Subparsers) -> None:
         help='print {"hostData": [...]} for the expected-values file',
     )
     parser.set_defaults(handler=handle_initdata)
-
-
-def _read_text(path: Path | None, label: str) -> str | None:
-    if path is None:
-        return None
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{label} {path}: {exc}") from exc
 
 
 def handle_vcek_fetch(args: argparse.Namespace) -> int:
@@ -190,13 +183,7 @@ def handle_measure(args: argparse.Namespace) -> int:
 
 
 def handle_initdata(args: argparse.Namespace) -> int:
-    initdata = render_initdata(
-        image=args.image,
-        algorithm=args.algorithm,
-        policy_rego=_read_text(args.policy_rego, "--policy-rego"),
-        aa_toml=_read_text(args.aa_toml, "--aa-toml"),
-        cdh_toml=_read_text(args.cdh_toml, "--cdh-toml"),
-    )
+    initdata = build_replay(replay_spec(args, checksum=args.checksum)).init_data
     atomic_write(args.out, initdata.toml)
     if args.emit_expected:
         print(json.dumps(initdata.host_data_snippet(), indent=2))

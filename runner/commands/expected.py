@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from attestation.envelope.expected import ExpectedValues, load_expected
 from attestation.errors import AttestationError
 from attestation.verify.policy import load_policy
+from runner.commands.job_params import add_job_arguments, replay_spec
 from runner.errors import InputError, UsageError
+from runner.k8s.job import build_replay
 from runner.pipeline.replay import compute_checksum
 from runner.workload import current_workload
 from tenant.fsutil import atomic_write_text
@@ -63,6 +65,14 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--policy", type=Path, help="policy JSON whose keys are merged in")
     parser.add_argument("--measurement", action="append", default=[], help="allowed MEASUREMENT")
     parser.add_argument("--host-data", action="append", default=[], help="allowed HOST_DATA")
+    job = parser.add_argument_group(
+        "the replay Job (pins HOST_DATA and the image digest)",
+        "The run parameters given to `submit`: the HOST_DATA of the init-data `submit` builds "
+        "from them (its agent policy admits only that Job's replay container), so a run that "
+        "executed anything else fails verification with exit 8. --corpus-source is submit's "
+        "--corpus.",
+    )
+    add_job_arguments(job, corpus_flag="--corpus-source", required=False)
     parser.add_argument("--out", type=Path, required=True)
     parser.set_defaults(handler=handle)
 
@@ -72,6 +82,30 @@ def handle(args: argparse.Namespace) -> int:
     atomic_write_text(args.out, json.dumps(expected.to_json_dict(), indent=2) + "\n")
     print(f"wrote {args.out} (run {expected.run_id}, corpus {expected.corpus_checksum})")
     return 0
+
+
+def _pinned_by_the_job(
+    args: argparse.Namespace, checksum: str, document: dict[str, Any]
+) -> dict[str, Any]:
+    """``hostData`` and ``imageDigest`` of the Job ``submit`` makes from these parameters."""
+    missing = [
+        flag
+        for flag, value in (
+            ("--tenant", args.tenant),
+            ("--overlay", args.overlay),
+            ("--corpus-source", args.corpus_source),
+        )
+        if value is None
+    ]
+    if missing:
+        raise UsageError(f"--image pins the replay Job's HOST_DATA: also give {', '.join(missing)}")
+    if "hostData" in document:
+        raise UsageError("give either --host-data or the replay Job's parameters (--image ...)")
+    spec = replay_spec(args, checksum=checksum, flag="--corpus-source")
+    if document.get("imageDigest", spec.image_digest) != spec.image_digest:
+        raise UsageError(f"--image-digest {document['imageDigest']} is not the digest of --image")
+    host_data = build_replay(spec).init_data.host_data
+    return {"hostData": [host_data.hex()], "imageDigest": spec.image_digest}
 
 
 def build_expected(args: argparse.Namespace) -> ExpectedValues:
@@ -98,6 +132,8 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         document["measurements"] = [value.lower() for value in args.measurement]
     if args.host_data:
         document["hostData"] = [value.lower() for value in args.host_data]
+    if args.image is not None:
+        document.update(_pinned_by_the_job(args, checksum, document))
     roots = list(args.simulated_root)
     if args.trust_local_simulated_root:
         from runner.evidence.simulated import load_or_create_simulated_amd

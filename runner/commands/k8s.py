@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING, get_args
 
 import structlog
 
+from runner.commands.job_params import (
+    DEFAULT_NAMESPACE,
+    add_job_arguments,
+    replay_spec,
+)
 from runner.errors import SubmitError, UsageError
 from runner.k8s.config import connect
 from runner.k8s.job import (
     DEFAULT_ACTIVE_DEADLINE_SECONDS,
-    OVERLAYS,
-    CorpusSource,
-    CorpusUrl,
-    CorpusVolume,
     ReplaySpec,
+    build_replay,
     job_name,
 )
 from runner.k8s.retry import KUBERNETES_RETRY
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("attested-replay.k8s")
 
-DEFAULT_NAMESPACE = "attested-replay"
 #: How much longer than the Job's deadline a client-side wait lasts (scheduling, collection).
 WAIT_GRACE_SECONDS = 300
 VerifierFactory = Callable[[Path], Callable[[bytes], None]]
@@ -54,19 +55,22 @@ def load_verifier(expected_path: Path) -> Callable[[bytes], None]:
 
 
 def register(subparsers: Subparsers) -> None:
-    submit = subparsers.add_parser("submit", help="submit a replay Job to Kubernetes")
-    _cluster_arguments(submit)
-    submit.add_argument(
-        "--corpus",
-        required=True,
-        help="https:// URL of the corpus .tar.gz, or a directory inside --corpus-claim",
+    submit = subparsers.add_parser(
+        "submit",
+        help="submit a replay Job to Kubernetes",
+        description="Build the replay Job and its init-data (whose agent policy admits only this "
+        "Job's replay container) and create it; --dry-run prints the Job instead.",
     )
-    submit.add_argument("--corpus-claim", help="PersistentVolumeClaim holding --corpus (path)")
+    _cluster_arguments(submit)
     submit.add_argument("--checksum", required=True, help="expected corpus checksum sha256:...")
     submit.add_argument("--run-id", required=True)
     submit.add_argument("--tenant", required=True)
-    submit.add_argument("--image", required=True, help="runner image, REPO@sha256:...")
-    submit.add_argument("--overlay", required=True, choices=sorted(OVERLAYS))
+    add_job_arguments(submit)
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the Job (JSON, with its init-data annotation) and contact no cluster",
+    )
     submit.add_argument("--runtime-class", help="override the overlay's runtime class")
     submit.add_argument("--cpu", default="2", help="whole vCPUs (part of the launch measurement)")
     submit.add_argument("--memory", default="4Gi")
@@ -81,15 +85,6 @@ def register(subparsers: Subparsers) -> None:
         help="ttlSecondsAfterFinished: collect before it expires",
     )
     submit.add_argument("--backoff-limit", type=int, default=2)
-    submit.add_argument("--init-data", type=Path, help="init-data TOML (cc_init_data, HOST_DATA)")
-    submit.add_argument(
-        "--publish-url",
-        help="publication endpoint the pod publishes to (https://; needs --publish-token-secret)",
-    )
-    submit.add_argument(
-        "--publish-token-secret",
-        help="Secret (key 'token', an operator token) the pod reads its publish token from",
-    )
     submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
     _collect_arguments(submit)
     submit.set_defaults(handler=handle_submit)
@@ -157,6 +152,15 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle_submit(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        if args.wait:
+            raise UsageError("--dry-run contacts no cluster, so it cannot --wait")
+        built = build_replay(_replay_spec(args, str(args.namespace or DEFAULT_NAMESPACE)))
+        print(json.dumps(built.job, indent=2, sort_keys=True))
+        log.info(
+            "dry_run", job=built.job["metadata"]["name"], host_data=built.init_data.host_data.hex()
+        )
+        return 0
     if args.wait and args.expected is None:
         raise UsageError("--wait verifies the envelope: give --expected EXPECTED.json")
     # The expected values are read before anything is submitted: a missing or malformed file
@@ -244,32 +248,8 @@ def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
             f"--cpu {cpu_text!r}: give a whole number of vCPUs (fractions such as 500m or 1.5 "
             "are refused: the vCPU count is part of the SNP launch measurement)"
         )
-    corpus: CorpusSource
-    if args.corpus.startswith("https://"):
-        if args.corpus_claim:
-            raise UsageError("--corpus-claim is for a path inside a volume, not a URL")
-        corpus = CorpusUrl(args.corpus)
-    elif args.corpus_claim:
-        corpus = CorpusVolume(args.corpus_claim, args.corpus.strip("/"))
-    else:
-        raise UsageError(
-            f"--corpus {args.corpus!r}: give an https:// URL, or a path with --corpus-claim"
-        )
-    init_data = None
-    if args.init_data is not None:
-        try:
-            init_data = args.init_data.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"--init-data {args.init_data}: {exc}") from exc
-    elif args.overlay == "snp":
-        log.warning("no_init_data", hint="HOST_DATA will be zero; pass --init-data")
-    return ReplaySpec(
-        tenant=args.tenant,
-        run_id=args.run_id,
-        corpus=corpus,
-        checksum=args.checksum,
-        image=args.image,
-        overlay=args.overlay,
+    return dataclasses.replace(
+        replay_spec(args, checksum=args.checksum),
         namespace=namespace,
         runtime_class=args.runtime_class,
         cpu=int(cpu_text),
@@ -277,9 +257,6 @@ def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
         backoff_limit=args.backoff_limit,
         active_deadline_seconds=args.active_deadline,
         ttl_seconds_after_finished=args.ttl,
-        publish_url=args.publish_url,
-        publish_token_secret=args.publish_token_secret,
-        init_data_toml=init_data,
     )
 
 

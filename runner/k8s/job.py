@@ -1,8 +1,14 @@
-"""Build the replay Job: a pure function from a :class:`ReplaySpec` to the API's wire dict.
+"""Build the replay Job and its init-data: one pure function of a :class:`ReplaySpec`.
 
 Everything that decides what runs inside the TEE is fixed here, so two submissions of the
 same run produce byte-identical specs and the ``spec-digest`` annotation can tell an
 idempotent retry (attach) from a conflicting second run under the same run ID (refuse).
+
+:func:`build_replay` makes the pod spec, derives the Kata agent policy from that very pod spec
+(:mod:`runner.coco.policy`), wraps it in init-data with the image policy and puts the init-data
+into the pod template. ``submit``, ``submit --dry-run``, ``init-data`` and ``expected`` all call
+it with the same run parameters, so the Job, its init-data and the HOST_DATA a tenant pins
+cannot drift apart.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from attestation.contracts import (
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
+from runner.coco.policy import render_policy
 from runner.errors import UsageError
 from runner.publish.client import check_target
-from runner.reference.initdata import init_data_annotation
+from runner.reference.initdata import InitData, check_pinned_image, render_initdata
 
 Overlay = Literal["snp", "coco-dev", "peer-pods"]
 EvidenceMode = Literal["coco-aa", "configfs-tsm", "sev-guest", "auto", "simulated"]
@@ -52,6 +59,21 @@ PUBLISH_TOKEN_KEY: Final = "token"  # noqa: S105 - a Secret key name, not a secr
 DEFAULT_ACTIVE_DEADLINE_SECONDS: Final = 7200
 #: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.
 RUN_AS_UID: Final = 65532
+#: The runner image's whole environment (the Dockerfile's final stage sets exactly these). The
+#: pod sets each one too, so the container's environment is this list whatever the image says,
+#: and the agent policy pins it: a variable the host adds (PYTHONPATH, HTTPS_PROXY, LD_PRELOAD
+#: ...) is refused.
+RUNNER_ENV: Final = (
+    ("PATH", "/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin"),
+    ("LANG", "C.UTF-8"),
+    ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("PYTHONUNBUFFERED", "1"),
+    ("PYTHONHASHSEED", "0"),
+    ("HOME", "/tmp"),  # noqa: S108 - paths in the container's /tmp emptyDir
+    ("TMPDIR", "/tmp"),  # noqa: S108 - paths in the container's /tmp emptyDir
+    ("XDG_CACHE_HOME", "/tmp/.cache"),  # noqa: S108 - paths in the container's /tmp emptyDir
+    ("ATTESTED_REPLAY_STATE_DIR", "/tmp/attested-replay"),  # noqa: S108 - paths in the container's /tmp emptyDir
+)
 
 #: Runner exit codes (runner.exit_codes) that mean "the same input fails the same way":
 #: input 1, checksum 2, evidence unavailable 3, verification 4, usage 9. Retrying them
@@ -64,32 +86,29 @@ KATA_KERNEL_PARAMS: Final = "io.katacontainers.config.hypervisor.kernel_params"
 KATA_INIT_DATA: Final = "io.katacontainers.config.hypervisor.cc_init_data"
 #: Turns on the attestation-agent REST API inside the guest (it changes MEASUREMENT).
 AA_REST_KERNEL_PARAMS: Final = "agent.guest_components_rest_api=attestation"
-#: Node Feature Discovery label that kata-deploy's SNP RuntimeClass also selects on.
-SNP_NODE_LABEL: Final = "amd.feature.node.kubernetes.io/snp"
 
 
 @dataclass(frozen=True, slots=True)
 class OverlayProfile:
-    """What an overlay fixes: runtime class, evidence provider, node selection, annotations."""
+    """What an overlay fixes: runtime class, evidence provider, annotations.
+
+    ``aa_rest_api`` adds the kernel_params annotation that turns the agent's /aa/* endpoints on
+    (kata-qemu-snp and -coco-dev list ``kernel_params`` in ``enable_annotations``). Peer pods
+    must not carry it: configuration-remote.toml does not enable it, so the shim would refuse the
+    sandbox, and the pod VM already serves every feature. No overlay selects nodes itself:
+    kata-deploy's RuntimeClass adds the NFD SNP label when NFD is installed.
+    """
 
     runtime_class: str
     evidence: EvidenceMode
-    node_selector: tuple[tuple[str, str], ...] = ()
     aa_rest_api: bool = False
 
 
 OVERLAYS: Final[dict[str, OverlayProfile]] = {
-    "snp": OverlayProfile(
-        runtime_class="kata-qemu-snp",
-        evidence="coco-aa",
-        node_selector=((SNP_NODE_LABEL, "true"),),
-        aa_rest_api=True,
-    ),
+    "snp": OverlayProfile(runtime_class="kata-qemu-snp", evidence="coco-aa", aa_rest_api=True),
     "coco-dev": OverlayProfile(runtime_class="kata-qemu-coco-dev", evidence="simulated"),
-    "peer-pods": OverlayProfile(runtime_class="kata-remote", evidence="coco-aa", aa_rest_api=True),
+    "peer-pods": OverlayProfile(runtime_class="kata-remote", evidence="coco-aa"),
 }
-
-_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
 _MEMORY = re.compile(r"^[1-9][0-9]{0,5}(Mi|Gi)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -165,7 +184,6 @@ class ReplaySpec:
     ttl_seconds_after_finished: int = 86400
     publish_url: str | None = None
     publish_token_secret: str | None = None
-    init_data_toml: bytes | None = None
     service_account: str = "attested-replay-job"
 
     def __post_init__(self) -> None:
@@ -175,11 +193,7 @@ class ReplaySpec:
             raise UsageError(f"unknown overlay {self.overlay!r}; choose one of {sorted(OVERLAYS)}")
         if not is_sha256_digest(self.checksum):
             raise UsageError(f"checksum must be sha256:<64 lowercase hex>, got {self.checksum!r}")
-        if not _IMAGE.fullmatch(self.image):
-            raise UsageError(
-                f"image must be pinned by digest (repo@sha256:<64 hex>), got {self.image!r}; "
-                "tags are mutable and the TEE must run exactly the image the tenant expects"
-            )
+        check_pinned_image(self.image)
         if not _DNS_LABEL.fullmatch(self.namespace):
             raise UsageError(f"namespace {self.namespace!r} is not a DNS-1123 label")
         if self.runtime_class is not None and not _RUNTIME_CLASS.fullmatch(self.runtime_class):
@@ -235,10 +249,30 @@ def spec_digest(job_spec: dict[str, Any]) -> str:
     return sha256_digest(canonicalize(job_spec))
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltReplay:
+    """A replay Job (wire form) and the init-data its pod template carries."""
+
+    job: dict[str, Any]
+    init_data: InitData
+
+
 def build_job(spec: ReplaySpec) -> dict[str, Any]:
     """The batch/v1 Job for ``spec`` in wire form (camelCase keys)."""
+    return build_replay(spec).job
+
+
+def build_replay(spec: ReplaySpec) -> BuiltReplay:
+    """The Job for ``spec`` and its init-data, whose agent policy admits exactly its pod."""
     name = spec.name
     profile = spec.profile
+    pod_spec = _pod_spec(spec, profile)
+    init_data = render_initdata(
+        image=spec.image, policy_rego=render_policy(pod_spec, job_name=name)
+    )
+    pod_annotations = {KATA_INIT_DATA: init_data.annotation_value}
+    if profile.aa_rest_api:
+        pod_annotations[KATA_KERNEL_PARAMS] = AA_REST_KERNEL_PARAMS
     pod_labels = {
         "app.kubernetes.io/name": "attested-replay",
         INSTANCE_LABEL: name,
@@ -271,8 +305,8 @@ def build_job(spec: ReplaySpec) -> dict[str, Any]:
             ]
         },
         "template": {
-            "metadata": {"labels": pod_labels, "annotations": _pod_annotations(spec)},
-            "spec": _pod_spec(spec, profile),
+            "metadata": {"labels": pod_labels, "annotations": pod_annotations},
+            "spec": pod_spec,
         },
     }
     annotations = {
@@ -283,7 +317,7 @@ def build_job(spec: ReplaySpec) -> dict[str, Any]:
     }
     if spec.publish_url is not None:
         annotations[ANNOTATION_PUBLISH_URL] = spec.publish_url
-    return {
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -294,15 +328,7 @@ def build_job(spec: ReplaySpec) -> dict[str, Any]:
         },
         "spec": job_spec,
     }
-
-
-def _pod_annotations(spec: ReplaySpec) -> dict[str, str]:
-    annotations: dict[str, str] = {}
-    if spec.profile.aa_rest_api:
-        annotations[KATA_KERNEL_PARAMS] = AA_REST_KERNEL_PARAMS
-    if spec.init_data_toml is not None:
-        annotations[KATA_INIT_DATA] = init_data_annotation(spec.init_data_toml)
-    return annotations
+    return BuiltReplay(job, init_data)
 
 
 def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
@@ -380,6 +406,8 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
                 "imagePullPolicy": "Always",
                 "command": ["attested-replay"],
                 "args": args,
+                "workingDir": OUT_DIR,
+                "env": [{"name": name, "value": value} for name, value in RUNNER_ENV],
                 "resources": {"requests": dict(quantity), "limits": dict(quantity)},
                 "securityContext": {
                     "runAsNonRoot": True,
@@ -395,8 +423,6 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
         ],
         "volumes": volumes,
     }
-    if profile.node_selector:
-        pod["nodeSelector"] = dict(profile.node_selector)
     return pod
 
 

@@ -1,4 +1,4 @@
-"""CoCo init-data: the TOML that Kata hashes into HOST_DATA (design/coco-runtime.md 1d).
+"""CoCo init-data: the TOML that Kata hashes into HOST_DATA.
 
 Document (Kata ``kata-types/src/initdata.rs``)::
 
@@ -13,9 +13,10 @@ HOST_DATA = algorithm(TOML bytes exactly as sent), cut or zero-padded to 32 byte
 annotation ``io.katacontainers.config.hypervisor.cc_init_data`` carries base64(gzip(TOML));
 we gzip with mtime 0 so the annotation is reproducible.
 
-Container images are not in MEASUREMENT, and Kata's generated agent policy does not pin the
-image pulled inside the guest, so ``cdh.toml`` carries an image policy that rejects every
-image except the pinned digest; through HOST_DATA the report then commits to that image.
+HOST_DATA (kata-types ``calculate_initdata_digest`` + ``adjust_digest``) therefore commits to
+everything below. Container images are not in MEASUREMENT: ``cdh.toml`` carries an image policy
+that rejects every image except the pinned digest, and ``policy.rego``
+(:mod:`runner.coco.policy`) admits exactly the replay container of one Job.
 """
 
 from __future__ import annotations
@@ -35,58 +36,23 @@ ANNOTATION: Final = "io.katacontainers.config.hypervisor.cc_init_data"
 HOST_DATA_SIZE: Final = 32
 Algorithm = Literal["sha256", "sha384", "sha512"]
 ALGORITHMS: Final[tuple[Algorithm, ...]] = ("sha256", "sha384", "sha512")
+#: ``registry/repository@sha256:<64 hex>`` with the registry written out (a host with a dot or
+#: a port, or ``localhost``): then containerd's normalisation leaves the reference unchanged, and
+#: the string the Job names is the one the guest pulls (the guest-pull storage's ``source`` is the
+#: ``io.kubernetes.cri.image-name`` annotation, kata_agent.go ``handleImageGuestPullBlockVolume``)
+#: and the key the image policy matches (image-rs matches ``Reference::whole()`` first).
 _PINNED_IMAGE = re.compile(
-    r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+)"
+    r"^(?P<registry>(?:[a-z0-9]+(?:-+[a-z0-9]+)*\.)+[a-z0-9]+(?:-+[a-z0-9]+)*(?::[0-9]{1,5})?"
+    r"|[a-z0-9]+(?:-+[a-z0-9]+)*:[0-9]{1,5}|localhost)"
+    r"(?P<path>(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+)"
     r"@(?P<digest>sha256:[0-9a-f]{64})$"
 )
 
-#: Default agent policy: every agent request is allowed except exec, changing the policy at
-#: run time, and writing to a container's stdin. Copying files stays allowed because with
-#: ``shared_fs=none`` Kata delivers ConfigMap/Secret volumes (the endorsement bundle) that
-#: way. For production generate a pod-specific policy with Kata's genpolicy; this default
-#: only keeps operators out of the running VM.
-DEFAULT_POLICY_REGO: Final = """package agent_policy
-
-default AddARPNeighborsRequest := true
-default AddSwapRequest := true
-default CloseStdinRequest := true
-default CopyFileRequest := true
-default CreateContainerRequest := true
-default CreateSandboxRequest := true
-default DestroySandboxRequest := true
-default ExecProcessRequest := false
-default GetMetricsRequest := true
-default GetOOMEventRequest := true
-default GuestDetailsRequest := true
-default ListInterfacesRequest := true
-default ListRoutesRequest := true
-default MemHotplugByProbeRequest := true
-default OnlineCPUMemRequest := true
-default PauseContainerRequest := true
-default PullImageRequest := true
-default ReadStreamRequest := true
-default RemoveContainerRequest := true
-default RemoveStaleVirtiofsShareMountsRequest := true
-default ReseedRandomDevRequest := true
-default ResumeContainerRequest := true
-default SetGuestDateTimeRequest := true
-default SetPolicyRequest := false
-default SignalProcessRequest := true
-default StartContainerRequest := true
-default StartTracingRequest := true
-default StatsContainerRequest := true
-default StopTracingRequest := true
-default TtyWinResizeRequest := true
-default UpdateContainerRequest := true
-default UpdateEphemeralMountsRequest := true
-default UpdateInterfaceRequest := true
-default UpdateRoutesRequest := true
-default WaitProcessRequest := true
-default WriteStreamRequest := false
-"""
-
-#: Default attestation-agent config: no KBS; the runner only asks for evidence.
-DEFAULT_AA_TOML: Final = (
+#: attested-replay asks the attestation agent for evidence only: no KBS, no token. Every table
+#: of the agent's config has a default (guest-components attestation-agent ``config/mod.rs``:
+#: ``token_configs`` serde default, ``eventlog_config`` set by the builder; an empty file is one of
+#: upstream's parser test inputs), so a file with only a comment is a complete config.
+AA_TOML: Final = (
     "# attestation-agent: no token or KBS configured (attested-replay asks for evidence only)\n"
 )
 
@@ -100,8 +66,16 @@ def image_policy_json(image: str) -> str:
     return json.dumps(policy, indent=2, sort_keys=True)
 
 
-def default_cdh_toml(image: str) -> str:
-    """CDH config whose ``[image]`` policy admits only the pinned image."""
+def cdh_toml(image: str) -> str:
+    """CDH config whose ``[image]`` policy admits only the pinned image.
+
+    ``[kbc]`` with ``name`` is required by CDH's parser (guest-components
+    ``confidential-data-hub/hub/src/config``: ``kbc: KbsConfig`` without a serde default,
+    ``name: String``); without it CDH exits and the kata agent aborts the sandbox.
+    ``offline_fs_kbc`` is upstream's own fallback when no KBS is configured. The inline
+    ``image_security_policy`` is read from guest-components v0.17.0 (kata 3.25.0); older CDHs
+    ignore the key silently.
+    """
     return (
         'socket = "unix:///run/confidential-containers/cdh.sock"\n'
         "\n"
@@ -118,7 +92,9 @@ def check_pinned_image(image: str) -> str:
     """``registry/repo@sha256:<64 hex>`` or a UsageError (a tag would not pin anything)."""
     if _PINNED_IMAGE.fullmatch(image) is None:
         raise UsageError(
-            f"--image {image!r} must be pinned by digest: registry/repository@sha256:<64 hex>"
+            f"--image {image!r} must be pinned by digest with its registry written out: "
+            "registry.host/repository@sha256:<64 hex> (a tag is mutable; a short name such as "
+            "library/x is rewritten by the container runtime and would not match the policies)"
         )
     return image
 
@@ -165,30 +141,13 @@ class InitData:
         return {"hostData": [self.host_data.hex()]}
 
 
-def render_initdata(
-    *,
-    image: str,
-    algorithm: Algorithm = "sha256",
-    policy_rego: str | None = None,
-    aa_toml: str | None = None,
-    cdh_toml: str | None = None,
-) -> InitData:
-    """Build the init-data TOML. ``cdh_toml`` replaces the generated one entirely; it must
-    then carry its own image policy (we check that it names the pinned image)."""
+def render_initdata(*, image: str, policy_rego: str, algorithm: Algorithm = "sha256") -> InitData:
+    """The init-data TOML of a replay pod: its agent policy, the AA config and the CDH config
+    with the image policy for ``image``."""
     check_pinned_image(image)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm must be one of {', '.join(ALGORITHMS)}")
-    cdh = cdh_toml if cdh_toml is not None else default_cdh_toml(image)
-    if image not in cdh:
-        raise UsageError(
-            "the --cdh-toml file does not mention the pinned image digest: without an image "
-            "policy, HOST_DATA would not commit to the container image"
-        )
-    entries = {
-        "aa.toml": aa_toml if aa_toml is not None else DEFAULT_AA_TOML,
-        "cdh.toml": cdh,
-        "policy.rego": policy_rego if policy_rego is not None else DEFAULT_POLICY_REGO,
-    }
+    entries = {"aa.toml": AA_TOML, "cdh.toml": cdh_toml(image), "policy.rego": policy_rego}
     lines = [f'version = "{INITDATA_VERSION}"', f'algorithm = "{algorithm}"', "", "[data]"]
     lines.extend(f'"{name}" = {_toml_string(content)}' for name, content in entries.items())
     return InitData(("\n".join(lines) + "\n").encode("utf-8"), algorithm)

@@ -83,13 +83,15 @@ class RegopyAgent:
 
     Queried as ``x = data.agent_policy.<Name>`` because rego-cpp reports a bare query whose
     value is ``false`` as undefined; input is given as JSON text, which rego-cpp reads like the
-    agent's serde JSON (a Python object input is decoded differently). rego-cpp cannot drop
-    data, so the interpreter is rebuilt with the new state after each allowed patch.
+    agent's serde JSON (a Python object input is decoded differently). Each query is compiled
+    once into a bundle. rego-cpp cannot drop data, so the interpreter is rebuilt with the new
+    state after each allowed patch.
     """
 
     def __init__(self, policy: str) -> None:
         self.policy = policy
         self.data: dict[str, Any] = copy.deepcopy(INITIAL_DATA)
+        self._bundles: dict[str, regopy.Bundle] = {}
         self._interpreter = self._build()
         self.allow_failures = False
         self.allow_failures = self.allows("AllowRequestsFailingPolicy", {})
@@ -106,9 +108,13 @@ class RegopyAgent:
         return interpreter
 
     def allows(self, request_name: str, request: Any) -> bool:
+        if request_name not in self._bundles:
+            with _quiet_stdout():
+                query = f"x = data.agent_policy.{request_name}"
+                self._bundles[request_name] = self._interpreter.build(query)
         self._interpreter.set_input_term(json.dumps(request))
         with _quiet_stdout():
-            output = self._interpreter.query(f"x = data.agent_policy.{request_name}")
+            output = self._interpreter.query_bundle(self._bundles[request_name])
         if not output.ok():
             raise EngineError(str(output))
         results = output.results
@@ -118,6 +124,7 @@ class RegopyAgent:
         if allowed and ops:
             self.data = apply_patch(self.data, ops)
             self._interpreter = self._build()
+            self._bundles.clear()
         return allowed or self.allow_failures
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.k8s.job import OUT_DIR, RUNNER_ENV
 from tests.tools import installed_tool
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -53,15 +54,23 @@ def _logical_lines(text: str) -> list[str]:
     return [line for line in out if line]
 
 
-def _build_stage(lines: list[str]) -> list[str]:
+def _stages(lines: list[str]) -> list[list[str]]:
     stages: list[list[str]] = []
     for line in lines:
         if line.upper().startswith("FROM "):
             stages.append([])
         if stages:
             stages[-1].append(line)
-    assert len(stages) == 2, "expected a build stage and a runtime stage"
-    return stages[0]
+    assert len(stages) == 3, "expected a build stage, the Python base and the runtime stage"
+    return stages
+
+
+def _build_stage(lines: list[str]) -> list[str]:
+    return _stages(lines)[0]
+
+
+def runtime_stage() -> list[str]:
+    return _stages(_logical_lines(DOCKERFILE.read_text(encoding="utf-8")))[-1]
 
 
 def parse_dockerfile() -> tuple[dict[str, str], list[str], list[tuple[str, str]], list[str]]:
@@ -101,6 +110,19 @@ def test_dockerfile_shape() -> None:
     )
     assert re.search(r"^USER 10001:10001$", text, re.MULTILINE)
     assert "PYTHONDONTWRITEBYTECODE=1" in text
+
+
+def test_the_runtime_image_environment_is_exactly_what_the_job_pins() -> None:
+    """The Job sets RUNNER_ENV and the agent policy admits no other variable: the image must
+    not bring any (FROM scratch, so nothing is inherited from the base image's config)."""
+    stage = runtime_stage()
+    assert stage[0] == "FROM scratch"
+    env: list[tuple[str, str]] = []
+    for line in stage:
+        if line.startswith("ENV "):
+            env += [tuple(part.split("=", 1)) for part in shlex.split(line[4:])]  # type: ignore[misc]
+    assert env == list(RUNNER_ENV)
+    assert [line for line in stage if line.startswith("WORKDIR ")] == [f"WORKDIR {OUT_DIR}"]
 
 
 def test_constraints_pin_every_runtime_dependency() -> None:

@@ -8,13 +8,10 @@ a synthetic OVMF image built here (kernel, initrd and command-line plumbing).
 
 from __future__ import annotations
 
-import base64
-import gzip
 import hashlib
 import json
 import struct
 import subprocess
-import tomllib
 import uuid
 from pathlib import Path
 
@@ -24,7 +21,6 @@ from sevsnpmeasure import guest
 from attestation.verify.policy import Policy
 from runner.cli import main
 from runner.errors import UsageError
-from runner.reference.initdata import image_policy_json, render_initdata
 from runner.reference.measure import MeasureInputs
 from tests.tools import installed_tool
 
@@ -241,75 +237,3 @@ def test_measure_with_precomputed_ovmf_hash(
     assert digest == (
         "329c8ce0972ae52343b64d34a434a86f245dfd74f5ed7aae15d22efc78fb9683632b9b50e4e1d7fa41179ef98a7ef198"
     )
-
-
-# ----------------------------------------------------------------------------- init-data
-
-
-def test_initdata_document_and_digests(tmp_path: Path) -> None:
-    initdata = render_initdata(image=IMAGE)
-    doc = tomllib.loads(initdata.toml.decode())
-    assert doc["version"] == "0.1.0"
-    assert doc["algorithm"] == "sha256"
-    assert set(doc["data"]) == {"aa.toml", "cdh.toml", "policy.rego"}
-    cdh = tomllib.loads(doc["data"]["cdh.toml"])
-    policy = json.loads(cdh["image"]["image_security_policy"])
-    assert policy == {
-        "default": [{"type": "reject"}],
-        "transports": {"docker": {IMAGE: [{"type": "insecureAcceptAnything"}]}},
-    }
-    assert "default ExecProcessRequest := false" in doc["data"]["policy.rego"]
-    assert "default SetPolicyRequest := false" in doc["data"]["policy.rego"]
-    assert initdata.host_data == hashlib.sha256(initdata.toml).digest()
-    annotation = base64.b64decode(initdata.annotation_value)
-    assert gzip.decompress(annotation) == initdata.toml
-    assert annotation[4:8] == b"\0\0\0\0"  # gzip MTIME 0: reproducible
-    assert render_initdata(image=IMAGE).annotation_value == initdata.annotation_value
-
-
-@pytest.mark.parametrize("algorithm", ["sha384", "sha512"])
-def test_initdata_host_data_is_truncated(algorithm: str) -> None:
-    initdata = render_initdata(image=IMAGE, algorithm=algorithm)  # type: ignore[arg-type]
-    assert initdata.host_data == hashlib.new(algorithm, initdata.toml).digest()[:32]
-
-
-def test_initdata_custom_files_round_trip_exactly() -> None:
-    tricky = "package agent_policy\n# quote ''' and \"\"\" and a\ttab\ndefault X := true\n"
-    aa = "[token_configs.kbs]\nurl = 'http://kbs:8080'\n"
-    initdata = render_initdata(image=IMAGE, policy_rego=tricky, aa_toml=aa)
-    doc = tomllib.loads(initdata.toml.decode())
-    assert doc["data"]["policy.rego"] == tricky
-    assert doc["data"]["aa.toml"] == aa
-
-
-@pytest.mark.parametrize(
-    "image", ["registry.example/replay:latest", "replay@sha256:" + "ab" * 32, IMAGE.upper()]
-)
-def test_initdata_needs_a_pinned_image(image: str) -> None:
-    with pytest.raises(UsageError, match="must be pinned by digest"):
-        render_initdata(image=image)
-
-
-def test_initdata_custom_cdh_must_pin_image() -> None:
-    with pytest.raises(UsageError, match="does not mention the pinned image"):
-        render_initdata(image=IMAGE, cdh_toml="[image]\n")
-
-
-def test_initdata_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "initdata.toml"
-    assert main(["init-data", "--image", IMAGE, "--out", str(out)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    host_data = hashlib.sha256(out.read_bytes()).hexdigest()
-    assert lines[1] == f"HOST_DATA  {host_data}"
-    prefix = "annotation io.katacontainers.config.hypervisor.cc_init_data: "
-    assert lines[2].startswith(prefix)
-    assert gzip.decompress(base64.b64decode(lines[2].removeprefix(prefix))) == out.read_bytes()
-    assert main(["init-data", "--image", IMAGE, "--out", str(out), "--emit-expected"]) == 0
-    snippet = json.loads(capsys.readouterr().out)
-    assert snippet == {"hostData": [host_data]}
-    assert Policy.model_validate(snippet).host_data == (host_data,)
-
-
-def test_image_policy_json_is_stable() -> None:
-    assert image_policy_json(IMAGE) == image_policy_json(IMAGE)
-    assert json.loads(image_policy_json(IMAGE))["default"] == [{"type": "reject"}]

@@ -18,6 +18,7 @@ from runner.errors import UsageError
 from runner.k8s.errors import EnvelopeMissingError
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
+    RUNNER_ENV,
     CorpusUrl,
     CorpusVolume,
     ReplaySpec,
@@ -60,7 +61,7 @@ def test_names_that_sanitise_or_join_alike_still_differ() -> None:
     assert job_name("acme", "run-1") == "acme-run-1-865eaba9b6"
 
 
-@pytest.mark.parametrize("version", ["1.33", "1.34"])
+@pytest.mark.parametrize("version", ["1.31", "1.32", "1.33", "1.34"])
 @pytest.mark.parametrize(
     "changes",
     [
@@ -69,7 +70,7 @@ def test_names_that_sanitise_or_join_alike_still_differ() -> None:
         {"overlay": "peer-pods", "runtime_class": "kata-remote-custom"},
         {"corpus": CorpusVolume("corpora", "acme/2026-11")},
         {"publish_url": "https://publish.example", "publish_token_secret": "acme-publish"},
-        {"init_data_toml": b'version = "0.1.0"\n'},
+        {"run_id": "a" * 128},
     ],
 )
 def test_built_jobs_validate_strictly(changes: dict[str, Any], version: str) -> None:
@@ -110,6 +111,8 @@ def test_pod_security_resources_and_failure_policy() -> None:
     }
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/replay/out", "/tmp"}
     assert container["imagePullPolicy"] == "Always"
+    assert container["workingDir"] == "/replay/out"
+    assert [(item["name"], item["value"]) for item in container["env"]] == list(RUNNER_ENV)
     assert container["terminationMessagePolicy"] == "File"
     assert job_spec["podReplacementPolicy"] == "Failed"
     assert job_spec["backoffLimit"] == 2
@@ -163,10 +166,13 @@ def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"image": "registry.example/attested-replay:v1"}, "image must be pinned by digest"),
+        (
+            {"image": "registry.example/attested-replay:v1"},
+            "must be pinned by digest with its registry",
+        ),
         (
             {"image": "registry.example/attested-replay@sha256:abc"},
-            "image must be pinned by digest",
+            "must be pinned by digest with its registry",
         ),
         ({"cpu": 0}, "cpu must be a whole number of vCPUs from 1 to 64"),
         ({"cpu": 1.5}, "cpu must be a whole number of vCPUs from 1 to 64"),

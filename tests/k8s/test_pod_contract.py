@@ -32,7 +32,6 @@ from runner.k8s.job import (
     ReplaySpec,
     build_job,
 )
-from runner.k8s.kustomize import render
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.storage import SqliteStorage
 from tests.k8s.apiserver import FakeCluster
@@ -47,6 +46,7 @@ from tests.k8s.conftest import (
     last_json,
     name_of,
 )
+from tests.k8s.kustomize import kustomize
 from tests.publish.conftest import running_service
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
@@ -109,7 +109,7 @@ def test_builder_args_are_accepted_by_the_real_run_parser(
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_every_overlays_job_args_are_accepted_by_the_real_run_parser(overlay: str) -> None:
-    (job,) = [r for r in render(K8S / "overlays" / overlay) if r["kind"] == "Job"]
+    (job,) = [r for r in kustomize(K8S / "overlays" / overlay) if r["kind"] == "Job"]
     args = parse_pod_command(job)
     assert args.handler is run_command.handle
     assert args.evidence == OVERLAYS[overlay].evidence

@@ -360,7 +360,11 @@ def test_status_list_collect_and_cancel(
     [
         ("--cpu", "1.5", "--cpu '1.5': give a whole number of vCPUs"),
         ("--cpu", "500m", "--cpu '500m': give a whole number of vCPUs"),
-        ("--image", "registry.example/attested-replay:latest", "image must be pinned by digest"),
+        (
+            "--image",
+            "registry.example/attested-replay:latest",
+            "must be pinned by digest with its registry",
+        ),
         ("--checksum", "sha256:abc", "checksum must be sha256:<64 lowercase hex>"),
         ("--corpus", "/data/corpus", "give an https:// URL, or a path with --corpus-claim"),
         ("--run-id", "bad/run", "run ID 'bad/run' must match"),

@@ -1,0 +1,491 @@
+package agent_policy
+
+# Kata agent policy for one attested-replay pod. attested-replay writes `policy_data` (the exact
+# replay container and pod it admits) after these rules; the agent evaluates
+# `data.agent_policy.<RequestName>` with each ttrpc request as input. Written for Rego v0 (kata
+# 3.28-3.29, regorus 0.2) and Rego v1 (kata >= 4.0, regorus 0.9) alike, with builtins from
+# regorus' core, regex and base64url only (what kata builds it with), none that can fail on input.
+
+import future.keywords.contains
+import future.keywords.every
+import future.keywords.if
+import future.keywords.in
+
+# Debug switch of the agent: must stay false, or every denial below becomes an allow.
+default AllowRequestsFailingPolicy := false
+
+# Requests the pod never needs are denied; the list names them so that a reader sees each decision.
+default AddARPNeighborsRequest := false
+default AddSwapPathRequest := false
+default AddSwapRequest := false
+default CloseStdinRequest := false
+default CopyFileRequest := false
+default CreateContainerRequest := false
+default CreateSandboxRequest := false
+default DestroySandboxRequest := true
+default ExecProcessRequest := false
+default GetDiagnosticDataRequest := false
+default GetIPTablesRequest := false
+default GetMetricsRequest := false
+default GetOOMEventRequest := true
+default GuestDetailsRequest := true
+default ListInterfacesRequest := false
+default ListRoutesRequest := false
+default MemAgentCompactConfig := false
+default MemAgentMemcgConfig := false
+default MemHotplugByProbeRequest := false
+default OnlineCPUMemRequest := true
+default PauseContainerRequest := false
+default PullImageRequest := false
+default ReadStreamRequest := true
+default RemoveContainerRequest := true
+default RemoveStaleVirtiofsShareMountsRequest := true
+default ReseedRandomDevRequest := false
+default ResizeVolumeRequest := false
+default ResumeContainerRequest := false
+default SetGuestDateTimeRequest := false
+default SetIPTablesRequest := false
+default SetPolicyRequest := false
+default SignalProcessRequest := true
+default StartContainerRequest := true
+default StartTracingRequest := false
+default StatsContainerRequest := true
+default StopTracingRequest := false
+default TtyWinResizeRequest := false
+default UpdateContainerRequest := false
+default UpdateEphemeralMountsRequest := false
+default UpdateInterfaceRequest := false
+default UpdateRoutesRequest := false
+default VolumeStatsRequest := false
+default WaitProcessRequest := true
+default WriteStreamRequest := false
+
+# ---------------------------------------------------------------------------------------------
+# Containers: the pause container and the replay container, nothing else.
+
+CreateContainerRequest := {"allowed": true, "ops": ops} if {
+	role := container_role
+	ops := [
+		{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
+		{"op": "add", "path": "/pstate/sandbox-name", "value": input.OCI.Annotations["io.kubernetes.cri.sandbox-name"]},
+	]
+}
+
+container_role := "sandbox" if {
+	common_container_input("sandbox")
+	pause_container
+}
+
+container_role := "replay" if {
+	common_container_input("container")
+	replay_container
+}
+
+# Fields kata leaves empty for every Kubernetes container (genpolicy refuses them too), the
+# container ID, the pod, and the annotations the agent acts on.
+common_container_input(cri_type) if {
+	regex.match("^[0-9a-f]{64}$", input.container_id)
+	input.exec_id == input.container_id
+	is_null(input.string_user)
+	count(input.shared_mounts) == 0
+	count(input.devices) == 0
+	input.sandbox_pidns == false
+
+	oci := input.OCI
+	is_null(oci.Hooks)
+	is_null(oci.Solaris)
+	is_null(oci.Windows)
+	oci.Root.Path == concat("", ["/run/kata-containers/", input.container_id, "/rootfs"])
+	oci.Root.Readonly == true
+
+	process := oci.Process
+	process.Terminal == false
+	process.NoNewPrivileges == true
+	process.SelinuxLabel == ""
+	process.ApparmorProfile == ""
+	process.User.Username == ""
+
+	linux_ok(oci.Linux)
+	annotations_ok(oci.Annotations, cri_type)
+}
+
+KATA_CONTAINER_TYPE := {"sandbox": "pod_sandbox", "container": "pod_container"}
+
+annotations_ok(annotations, cri_type) if {
+	every key in object.keys(annotations) {
+		annotation_key_allowed(key)
+	}
+	annotations["io.kubernetes.cri.container-type"] == cri_type
+	annotations["io.katacontainers.pkg.oci.container_type"] == KATA_CONTAINER_TYPE[cri_type]
+	pod_name_ok(annotations["io.kubernetes.cri.sandbox-name"])
+	termination_message_path_ok(annotations)
+}
+
+annotation_key_allowed(key) if startswith(key, "io.kubernetes.cri.")
+
+# Pod annotations kata-deploy passes through (cc_init_data, ...) and kata's own bookkeeping.
+annotation_key_allowed(key) if startswith(key, "io.katacontainers.")
+
+annotation_key_allowed(key) if key in {
+	"io.kubernetes.container.terminationMessagePath",
+	"io.kubernetes.container.terminationMessagePolicy",
+	"nerdctl/network-namespace",
+}
+
+termination_message_path_ok(annotations) if {
+	not annotations["io.kubernetes.container.terminationMessagePath"]
+}
+
+termination_message_path_ok(annotations) if {
+	annotations["io.kubernetes.container.terminationMessagePath"] == policy_data.replay.termination_message_path
+}
+
+# Every container of the VM belongs to one pod of this Job.
+pod_name_ok(name) if {
+	regex.match(policy_data.pod.name_regex, name)
+	not data.pstate["sandbox-name"]
+}
+
+pod_name_ok(name) if {
+	regex.match(policy_data.pod.name_regex, name)
+	data.pstate["sandbox-name"] == name
+}
+
+linux_ok(linux) if {
+	count(linux.UIDMappings) == 0
+	count(linux.GIDMappings) == 0
+	linux.MountLabel == ""
+	linux.RootfsPropagation == ""
+	is_null(linux.IntelRdt)
+	is_null(linux.Seccomp)
+	count(linux.Devices) == 0
+	count(linux.Resources.Devices) == 0
+	is_null(linux.Resources.Pids)
+	is_null(linux.Resources.BlockIO)
+	is_null(linux.Resources.Network)
+
+	# kata drops network, cgroup and time and empties the other paths; pid goes to sandbox_pidns.
+	count(linux.Namespaces) == 3
+	{ns.Type | some ns in linux.Namespaces} == {"ipc", "uts", "mount"}
+	every ns in linux.Namespaces {
+		ns.Path == ""
+	}
+
+	every path in policy_data.linux.masked_paths {
+		path in linux.MaskedPaths
+	}
+	every path in policy_data.linux.readonly_paths {
+		readonly_or_masked(path, linux)
+	}
+	sysctls_ok(linux.Sysctl)
+}
+
+readonly_or_masked(path, linux) if path in linux.ReadonlyPaths
+
+readonly_or_masked(path, linux) if path in linux.MaskedPaths
+
+sysctls_ok(sysctls) if is_null(sysctls)
+
+sysctls_ok(sysctls) if {
+	is_object(sysctls)
+	every name in object.keys(sysctls) {
+		policy_data.linux.sysctls[name] == sysctls[name]
+	}
+}
+
+# The pause container: the agent replaces its process and rootfs with the guest's own pause
+# image when the rootfs is a guest pull of "pause" (kata agent confidential_data_hub/image.rs).
+pause_container if {
+	oci := input.OCI
+	not oci.Annotations["io.kubernetes.cri.container-name"]
+	oci.Process.Args == ["/pause"]
+	count(input.storages) == 1
+	guest_pull_storage(input.storages[0], "pause")
+	every mount in oci.Mounts {
+		mount_allowed(policy_data.sandbox.mounts, mount)
+	}
+}
+
+replay_container if {
+	replay := policy_data.replay
+	oci := input.OCI
+	oci.Annotations["io.kubernetes.cri.container-name"] == replay.name
+	oci.Annotations["io.kubernetes.cri.image-name"] == replay.image
+
+	process := oci.Process
+	process.Args == replay.args
+	process.Cwd == replay.cwd
+	process.User.UID == replay.uid
+	process.User.GID == replay.gid
+	{gid | some gid in process.User.AdditionalGids} == {gid | some gid in replay.additional_gids}
+	no_capabilities(process.Capabilities)
+	env_ok(process.Env, replay)
+
+	mounts_ok(oci.Mounts, replay.mounts)
+	storages_ok(input.storages, oci.Mounts, replay)
+}
+
+no_capabilities(caps) if is_null(caps)
+
+no_capabilities(caps) if {
+	count(caps.Bounding) == 0
+	count(caps.Effective) == 0
+	count(caps.Inheritable) == 0
+	count(caps.Permitted) == 0
+	count(caps.Ambient) == 0
+}
+
+# Every variable is pinned (or one the kubelet sets, in its format), each name at most once,
+# and every pinned variable is there.
+env_ok(env, replay) if {
+	every entry in env {
+		env_entry_allowed(entry, replay)
+	}
+	names := [split(entry, "=")[0] | some entry in env]
+	count(names) == count({name | some name in names})
+	every entry in replay.env {
+		entry in env
+	}
+}
+
+env_entry_allowed(entry, replay) if entry in replay.env
+
+env_entry_allowed(entry, replay) if {
+	some pattern in replay.env_patterns
+	regex.match(pattern, entry)
+}
+
+# Each mount destination exactly once, each one expected, each expected one present.
+mounts_ok(mounts, expected) if {
+	every mount in mounts {
+		mount_allowed(expected, mount)
+	}
+	destinations := [mount.destination | some mount in mounts]
+	count(destinations) == count({d | some d in destinations})
+	every want in expected {
+		want.destination in destinations
+	}
+}
+
+mount_allowed(expected, mount) if {
+	some want in expected
+	want.destination == mount.destination
+	some variant in want.variants
+	mount_variant_ok(variant, mount)
+}
+
+mount_variant_ok(variant, mount) if {
+	variant.type == mount.type_
+	source_ok(variant, mount.source)
+	every option in mount.options {
+		option in variant.options_allowed
+	}
+	every option in variant.options_required {
+		option in mount.options
+	}
+}
+
+source_ok(variant, source) if variant.source == source
+
+source_ok(variant, source) if {
+	not variant.source
+	pattern := replace(variant.source_pattern, "$(container-id)", input.container_id)
+	regex.match(pattern, source)
+}
+
+# Exactly one guest-pulled rootfs of the pinned image, and one storage per emptyDir mount.
+storages_ok(storages, mounts, replay) if {
+	count([s | some s in storages; s.driver == "image_guest_pull"]) == 1
+	every storage in storages {
+		storage_allowed(storage, mounts, replay)
+	}
+	every mount in mounts {
+		mount_has_storage(mount, storages, replay)
+	}
+}
+
+storage_allowed(storage, mounts, replay) if guest_pull_storage(storage, replay.image)
+
+storage_allowed(storage, mounts, replay) if {
+	emptydir_storage(storage, replay)
+	some mount in mounts
+	mount.destination in replay.emptydir_destinations
+	mount.source == storage.mount_point
+}
+
+mount_has_storage(mount, storages, replay) if not mount.destination in replay.emptydir_destinations
+
+mount_has_storage(mount, storages, replay) if {
+	mount.destination in replay.emptydir_destinations
+	some storage in storages
+	storage.mount_point == mount.source
+}
+
+guest_pull_storage(storage, image) if {
+	storage.driver == "image_guest_pull"
+	storage.source == image
+	storage.fstype == "overlay"
+	storage.mount_point == input.OCI.Root.Path
+	count(storage.options) == 0
+	storage.shared == false
+	is_null(storage.fs_group)
+	count(storage.driver_options) == 1
+	startswith(storage.driver_options[0], "image_guest_pull=")
+}
+
+# emptydir_mode = "block-encrypted" (kata >= 3.28 CoCo default): a disk encrypted with a key
+# the guest makes and never shows the host.
+emptydir_storage(storage, replay) if {
+	storage.driver in {"blk", "scsi"}
+	block_device_source(storage.driver, storage.source)
+	count(storage.driver_options) == 2
+	{o | some o in storage.driver_options} == {"encryption_key=ephemeral", "create_filesystem"}
+	storage.fstype == "ext4"
+	count(storage.options) == 0
+	storage.shared == true
+	storage.mount_point == concat("", ["/run/kata-containers/sandbox/storage/", base64url.encode(storage.source)])
+	fs_group_ok(storage.fs_group, replay)
+}
+
+# Guest-local directories (disable_guest_empty_dir = false with emptydir_mode = "shared-fs",
+# e.g. peer pods): created by the agent inside the VM, never filled by the host.
+emptydir_storage(storage, replay) if {
+	storage.driver == "local"
+	storage.source == "local"
+	storage.fstype == "local"
+	count(storage.driver_options) == 0
+	"mode=0777" in storage.options
+	every option in storage.options {
+		option in replay.local_storage_options
+	}
+	storage.shared == false
+	is_null(storage.fs_group)
+}
+
+block_device_source("blk", source) if regex.match("^[0-9a-f]{2}(/[0-9a-f]{2})?$", source)
+
+block_device_source("scsi", source) if regex.match("^[0-9]+:[0-9]+$", source)
+
+fs_group_ok(group, replay) if is_null(group)
+
+fs_group_ok(group, replay) if group.group_id == replay.fs_group
+
+# ---------------------------------------------------------------------------------------------
+# Files the runtime copies into the guest (shared_fs = none): only this pod's bind mounts, into
+# the shared directory, never into a container that already exists.
+
+CopyFileRequest if {
+	parts := regex.find_all_string_submatch_n(
+		"^/run/kata-containers/shared/containers/([0-9a-f]{64})-[0-9a-f]{16}-([^/]+)(/.*)?$",
+		input.path,
+		1,
+	)
+	count(parts) == 1
+	container_id := parts[0][1]
+	name := parts[0][2]
+	below := parts[0][3]
+	not data.pstate[concat("", ["created-", container_id])]
+	no_dot_segments(input.path)
+	copy_allowed(name, below)
+}
+
+copy_allowed(name, "") if {
+	name in policy_data.copy_file.files
+	input.file_type == "Regular"
+}
+
+copy_allowed(name, "") if {
+	name in policy_data.copy_file.trees
+	input.file_type == "Directory"
+}
+
+copy_allowed(name, below) if {
+	name in policy_data.copy_file.trees
+	below != ""
+	input.file_type in {"Regular", "Directory"}
+}
+
+# Kubernetes Secret and ConfigMap volumes are built from relative symlinks (token -> ..data/token).
+copy_allowed(name, below) if {
+	name in policy_data.copy_file.trees
+	below != ""
+	input.file_type == "Symlink"
+	is_string(input.symlink_target)
+	input.symlink_target != ""
+	not startswith(input.symlink_target, "/")
+	no_dot_segments(input.symlink_target)
+}
+
+no_dot_segments(path) if not regex.match("(^|/)\\.\\.?(/|$)", path)
+
+# ---------------------------------------------------------------------------------------------
+# The pod network, as genpolicy restricts it: no loopback devices, routes or neighbours.
+
+CreateSandboxRequest if {
+	count(input.guest_hook_path) == 0
+	count(input.kernel_modules) == 0
+	input.sandbox_pidns == false
+	every storage in input.storages {
+		sandbox_storage(storage)
+	}
+}
+
+sandbox_storage(storage) if {
+	storage.driver == "ephemeral"
+	storage.source == "shm"
+	storage.fstype == "tmpfs"
+	storage.mount_point == "/run/kata-containers/sandbox/shm"
+	is_null(storage.fs_group)
+	every option in storage.options {
+		shm_option(option)
+	}
+}
+
+shm_option(option) if option in {"noexec", "nosuid", "nodev", "mode=1777"}
+
+shm_option(option) if regex.match("^size=[0-9]+$", option)
+
+UpdateInterfaceRequest if {
+	interface := input.interface
+	bits.and(interface.raw_flags, bits.negate(policy_data.network.interface_raw_flags)) == 0
+	not interface.name in policy_data.network.forbidden_devices
+	not interface.hwAddr in {"00:00:00:00:00:00"}
+}
+
+UpdateRoutesRequest if not forbidden_route
+
+forbidden_route if {
+	some route in input.routes.Routes
+	route.device in policy_data.network.forbidden_devices
+}
+
+forbidden_route if {
+	some route in input.routes.Routes
+	some pattern in policy_data.network.loopback_address_patterns
+	regex.match(pattern, route.source)
+}
+
+AddARPNeighborsRequest if not forbidden_neighbor
+
+forbidden_neighbor if {
+	some neighbor in input.neighbors.ARPNeighbors
+	not neighbor_ok(neighbor)
+}
+
+neighbor_ok(neighbor) if {
+	not neighbor.device in policy_data.network.forbidden_devices
+	neighbor.toIPAddress.mask == ""
+	not loopback_address(neighbor.toIPAddress.address)
+	neighbor.state in policy_data.network.neighbor_states
+	bits.or(neighbor.flags, policy_data.network.neighbor_flags) == policy_data.network.neighbor_flags
+}
+
+loopback_address(address) if {
+	some pattern in policy_data.network.loopback_address_patterns
+	regex.match(pattern, address)
+}
+
+# ---------------------------------------------------------------------------------------------
+# Output: the container log (kubectl logs) and, on kata >= 3.29, the termination message.
+
+GetDiagnosticDataRequest if input.log_type == "termination_log"

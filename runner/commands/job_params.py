@@ -1,0 +1,69 @@
+"""The run parameters of a replay Job, shared by ``submit``, ``init-data`` and ``expected``.
+
+They all build a :class:`runner.k8s.job.ReplaySpec` from the same options and hand it to
+:func:`runner.k8s.job.build_replay`, so the Job the operator submits, the init-data file and
+the HOST_DATA a tenant pins come from one function of one set of parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from runner.errors import UsageError
+from runner.k8s.job import OVERLAYS, CorpusSource, CorpusUrl, CorpusVolume, ReplaySpec
+
+DEFAULT_NAMESPACE = "attested-replay"
+
+
+def add_job_arguments(
+    parser: argparse._ActionsContainer, *, corpus_flag: str = "--corpus", required: bool = True
+) -> None:
+    """The options whose values end up in the pod (and so in its agent policy)."""
+    parser.add_argument(
+        corpus_flag,
+        dest="corpus_source",
+        required=required,
+        metavar="URL_OR_PATH",
+        help="https:// URL of the corpus .tar.gz, or a directory inside --corpus-claim",
+    )
+    parser.add_argument("--corpus-claim", help="PersistentVolumeClaim holding the corpus path")
+    parser.add_argument(
+        "--image",
+        required=required,
+        help="runner image, registry.host/repository@sha256:<64 hex>",
+    )
+    parser.add_argument("--overlay", required=required, choices=sorted(OVERLAYS))
+    parser.add_argument(
+        "--publish-url",
+        help="publication endpoint the pod publishes to (https://; needs --publish-token-secret)",
+    )
+    parser.add_argument(
+        "--publish-token-secret",
+        help="Secret (key 'token', an operator token) the pod reads its publish token from",
+    )
+
+
+def corpus_source(args: argparse.Namespace, *, flag: str = "--corpus") -> CorpusSource:
+    text: str = args.corpus_source
+    if text.startswith("https://"):
+        if args.corpus_claim:
+            raise UsageError("--corpus-claim is for a path inside a volume, not a URL")
+        return CorpusUrl(text)
+    if args.corpus_claim:
+        return CorpusVolume(args.corpus_claim, text.strip("/"))
+    raise UsageError(f"{flag} {text!r}: give an https:// URL, or a path with --corpus-claim")
+
+
+def replay_spec(args: argparse.Namespace, *, checksum: str, flag: str = "--corpus") -> ReplaySpec:
+    """The ReplaySpec of these options. ``submit`` adds its own fields (namespace, cpu,
+    deadlines ...) with ``dataclasses.replace``; none of them changes the pod's init-data."""
+    return ReplaySpec(
+        tenant=args.tenant,
+        run_id=args.run_id,
+        corpus=corpus_source(args, flag=flag),
+        checksum=checksum,
+        image=args.image,
+        overlay=args.overlay,
+        publish_url=args.publish_url,
+        publish_token_secret=args.publish_token_secret,
+    )

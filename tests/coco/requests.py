@@ -1,0 +1,567 @@
+"""The agent requests Kata sends for a replay pod (shared_fs = none, guest pull), as JSON.
+
+DERIVED from upstream behaviour, not captured on a cluster (no SEV-SNP cluster here). Each
+piece cites where it comes from; the field layout is the agent's serde form of the kata
+protocol structs (every field present, ``type_`` for ``type``), as in the upstream samples under
+tests/assets/coco/requests. Sources (kata-containers 3.28.0-4.1.0, containerd CRI):
+
+* CopyFile: one request per file, directory and symlink of each bind mount, into
+  ``/run/kata-containers/shared/containers/<container id>-<16 hex>-<basename(destination)>``
+  (fs_share_linux.go ``ShareFile``), as the agent's ``PolicyCopyFileRequest``
+  (src/agent/policy/src/policy.rs). Secrets are kubelet's atomic-writer layout:
+  ``..<timestamp>/`` holding the files, ``..data -> ..<timestamp>``, ``<key> -> ..data/<key>``.
+* CreateContainer: guest-pull rootfs storage (kata_agent.go ``handleImageGuestPullBlockVolume``:
+  source = the ``io.kubernetes.cri.image-name`` annotation, or ``pause`` for the sandbox),
+  emptyDirs as encrypted block storage (``emptydir_mode = block-encrypted``) or as guest-local
+  directories (``handleLocalStorage``), the spec as ``constrainGRPCSpec`` leaves it (no hooks,
+  seccomp or network namespace; ipc, uts and mount with empty paths), containerd's default
+  mounts, masked paths and sysctls, kubelet's environment (HOSTNAME, KUBERNETES_*).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+EmptyDirMode = Literal["block", "local"]
+
+POD_UID: Final = "392939d5-72a0-4421-9cd7-1e89c3f86256"
+SECRET_TIMESTAMP_DIR: Final = "..2026_11_30_10_00_00.123456789"
+CONTAINERD_PATH: Final = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SERVICE_ENV: Final = (
+    "KUBERNETES_SERVICE_PORT_HTTPS=443",
+    "KUBERNETES_SERVICE_PORT=443",
+    "KUBERNETES_PORT_443_TCP=tcp://10.96.0.1:443",
+    "KUBERNETES_PORT_443_TCP_PROTO=tcp",
+    "KUBERNETES_PORT_443_TCP_ADDR=10.96.0.1",
+    "KUBERNETES_SERVICE_HOST=10.96.0.1",
+    "KUBERNETES_PORT=tcp://10.96.0.1:443",
+    "KUBERNETES_PORT_443_TCP_PORT=443",
+)
+KERNEL_MOUNTS: Final = (
+    {
+        "destination": "/proc",
+        "source": "proc",
+        "type_": "proc",
+        "options": ["nosuid", "noexec", "nodev"],
+    },
+    {
+        "destination": "/dev",
+        "source": "tmpfs",
+        "type_": "tmpfs",
+        "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+    },
+    {
+        "destination": "/dev/pts",
+        "source": "devpts",
+        "type_": "devpts",
+        "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"],
+    },
+    {
+        "destination": "/dev/mqueue",
+        "source": "mqueue",
+        "type_": "mqueue",
+        "options": ["nosuid", "noexec", "nodev"],
+    },
+    {
+        "destination": "/sys",
+        "source": "sysfs",
+        "type_": "sysfs",
+        "options": ["nosuid", "noexec", "nodev", "ro"],
+    },
+)
+DEFAULT_CAPS: Final = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+)
+S_IFREG: Final = 0o100000
+S_IFDIR: Final = 0o040000
+S_IFLNK: Final = 0o120000
+
+
+def container_id(seed: str) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()
+
+
+class ReplayPod:
+    """One pod of a replay Job as the agent sees it: its IDs, copies and containers."""
+
+    def __init__(self, job: Mapping[str, Any], *, pod_suffix: str = "x7k2q") -> None:
+        self.job = job
+        self.pod_spec: Mapping[str, Any] = job["spec"]["template"]["spec"]
+        self.container: Mapping[str, Any] = self.pod_spec["containers"][0]
+        self.pod_name = f"{job['metadata']['name']}-"[:58] + pod_suffix
+        self.namespace = job["metadata"]["namespace"]
+        self.sandbox_id = container_id(f"{self.pod_name}/sandbox")
+        self.replay_id = container_id(f"{self.pod_name}/replay")
+
+    # -- CopyFile ---------------------------------------------------------------------------
+
+    def shared_path(self, cid: str, name: str) -> str:
+        random = hashlib.sha256(f"{cid}/{name}".encode()).hexdigest()[:16]
+        return f"/run/kata-containers/shared/containers/{cid}-{random}-{name}"
+
+    def sandbox_copies(self) -> list[dict[str, Any]]:
+        return [copy_file(self.shared_path(self.sandbox_id, "resolv.conf"), "Regular")]
+
+    def replay_copies(self) -> list[dict[str, Any]]:
+        copies = [
+            copy_file(self.shared_path(self.replay_id, name), "Regular")
+            for name in ("hosts", "termination-log", "hostname", "resolv.conf")
+        ]
+        volumes = {volume["name"]: volume for volume in self.pod_spec["volumes"]}
+        for mount in self.container["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            root = self.shared_path(self.replay_id, mount["mountPath"].rpartition("/")[2])
+            if "secret" in volume:
+                copies += secret_tree(root, ["token"])
+            elif "persistentVolumeClaim" in volume:
+                copies += [
+                    copy_file(root, "Directory"),
+                    copy_file(f"{root}/corpus", "Directory"),
+                    *(copy_file(f"{root}/corpus/{name}", "Regular") for name in CORPUS_FILES),
+                ]
+        return copies
+
+    # -- CreateSandbox / CreateContainer ---------------------------------------------------
+
+    def create_sandbox(self) -> dict[str, Any]:
+        return {
+            "hostname": self.pod_name,
+            "dns": ["nameserver 10.96.0.10", "search attested-replay.svc.cluster.local"],
+            "storages": [
+                {
+                    "driver": "ephemeral",
+                    "driver_options": [],
+                    "source": "shm",
+                    "fstype": "tmpfs",
+                    "options": ["noexec", "nosuid", "nodev", "mode=1777", "size=67108864"],
+                    "mount_point": "/run/kata-containers/sandbox/shm",
+                    "fs_group": None,
+                    "shared": False,
+                }
+            ],
+            "sandbox_pidns": False,
+            "sandbox_id": self.sandbox_id,
+            "guest_hook_path": "",
+            "kernel_modules": [],
+        }
+
+    def pause(self) -> dict[str, Any]:
+        cid = self.sandbox_id
+        mounts = [
+            *copy.deepcopy(KERNEL_MOUNTS),
+            _bind("/dev/shm", "/run/kata-containers/sandbox/shm", ["rbind"]),
+            _bind(
+                "/etc/resolv.conf",
+                self.shared_path(cid, "resolv.conf"),
+                ["rbind", "ro", "nosuid", "nodev", "noexec"],
+            ),
+        ]
+        caps = {name: list(DEFAULT_CAPS) for name in ("Bounding", "Effective", "Permitted")}
+        caps |= {"Inheritable": [], "Ambient": []}
+        annotations = self._annotations("sandbox", cid)
+        annotations["io.kubernetes.cri.sandbox-log-directory"] = (
+            f"/var/log/pods/{self.namespace}_{self.pod_name}_{POD_UID}"
+        )
+        oci = _oci(
+            _process(
+                ["/pause"],
+                [CONTAINERD_PATH],
+                "/",
+                uid=65535,
+                gid=65535,
+                gids=[65535],
+                caps=caps,
+                oom=-998,
+            ),
+            cid,
+            mounts,
+            annotations,
+            hostname=self.pod_name,
+        )
+        return _request(cid, oci, [_guest_pull(cid, "pause", "sandbox")])
+
+    def replay(self, emptydir_mode: EmptyDirMode = "block") -> dict[str, Any]:
+        cid = self.replay_id
+        container = self.container
+        security = self.pod_spec["securityContext"]
+        pinned = [f"{item['name']}={item['value']}" for item in container.get("env", [])]
+        # containerd: its default PATH, HOSTNAME, then the image's and the container's
+        # variables replacing by name; kubelet's service variables come with the container's.
+        env = [CONTAINERD_PATH, f"HOSTNAME={self.pod_name}"]
+        for entry in pinned:
+            name = entry.partition("=")[0]
+            replaced = [i for i, old in enumerate(env) if old.partition("=")[0] == name]
+            if replaced:
+                env[replaced[0]] = entry
+            else:
+                env.append(entry)
+        env += SERVICE_ENV
+        storages = [_guest_pull(cid, container["image"], "container")]
+        mounts = [
+            *copy.deepcopy(KERNEL_MOUNTS),
+            {
+                "destination": "/sys/fs/cgroup",
+                "source": "cgroup",
+                "type_": "cgroup",
+                "options": ["nosuid", "noexec", "nodev", "relatime", "ro"],
+            },
+        ]
+        volumes = {volume["name"]: volume for volume in self.pod_spec["volumes"]}
+        for index, mount in enumerate(container["volumeMounts"]):
+            volume = volumes[mount["name"]]
+            destination = mount["mountPath"]
+            if "emptyDir" in volume:
+                storage = _emptydir_storage(
+                    emptydir_mode, index, mount["name"], self.sandbox_id, security["fsGroup"]
+                )
+                storages.append(storage)
+                kind = "bind" if emptydir_mode == "block" else "local"
+                mounts.append(
+                    {
+                        "destination": destination,
+                        "source": storage["mount_point"],
+                        "type_": kind,
+                        "options": ["rbind", "rprivate", "rw"],
+                    }
+                )
+            else:
+                name = destination.rpartition("/")[2]
+                mounts.append(
+                    _bind(destination, self.shared_path(cid, name), ["rbind", "rprivate", "ro"])
+                )
+        mounts += [
+            _bind("/etc/hosts", self.shared_path(cid, "hosts"), ["rbind", "rprivate", "rw"]),
+            _bind(
+                container["terminationMessagePath"],
+                self.shared_path(cid, "termination-log"),
+                ["rbind", "rprivate", "rw"],
+            ),
+            _bind("/etc/hostname", self.shared_path(cid, "hostname"), ["rbind", "rprivate", "rw"]),
+            _bind(
+                "/etc/resolv.conf",
+                self.shared_path(cid, "resolv.conf"),
+                ["rbind", "rprivate", "rw"],
+            ),
+            _bind("/dev/shm", "/run/kata-containers/sandbox/shm", ["rbind"]),
+        ]
+        caps: dict[str, list[str]] = {
+            name: [] for name in ("Bounding", "Effective", "Inheritable", "Permitted", "Ambient")
+        }
+        annotations = self._annotations("container", cid)
+        annotations |= {
+            "io.kubernetes.cri.container-name": container["name"],
+            "io.kubernetes.cri.image-name": container["image"],
+            "io.kubernetes.container.terminationMessagePath": container["terminationMessagePath"],
+            "io.kubernetes.container.terminationMessagePolicy": container[
+                "terminationMessagePolicy"
+            ],
+        }
+        process = _process(
+            [*container["command"], *container["args"]],
+            env,
+            container["workingDir"],
+            uid=security["runAsUser"],
+            gid=security["runAsGroup"],
+            gids=[security["runAsGroup"], security["fsGroup"]],
+            caps=caps,
+            oom=1000,
+        )
+        oci = _oci(process, cid, mounts, annotations, hostname="")
+        return _request(cid, oci, storages)
+
+    def _annotations(self, cri_type: str, cid: str) -> dict[str, str]:
+        annotations = {
+            "io.katacontainers.pkg.oci.bundle_path": f"/run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}",
+            "io.katacontainers.pkg.oci.container_type": "pod_container"
+            if cri_type == "container"
+            else "pod_sandbox",
+            "io.kubernetes.cri.container-type": cri_type,
+            "io.kubernetes.cri.sandbox-id": self.sandbox_id,
+            "io.kubernetes.cri.sandbox-name": self.pod_name,
+            "io.kubernetes.cri.sandbox-namespace": self.namespace,
+            "io.kubernetes.cri.sandbox-uid": POD_UID,
+        }
+        # containerd passes the pod's io.katacontainers.* annotations on (kata-deploy's
+        # pod_annotations), the init-data among them.
+        pod_annotations = self.job["spec"]["template"]["metadata"].get("annotations", {})
+        annotations |= {
+            key: value
+            for key, value in pod_annotations.items()
+            if key.startswith("io.katacontainers.")
+        }
+        return annotations
+
+    # -- the other requests of a pod's life -------------------------------------------------
+
+    def lifecycle(self) -> list[tuple[str, dict[str, Any]]]:
+        cid = self.replay_id
+        return [
+            ("UpdateInterfaceRequest", UPDATE_INTERFACE),
+            ("UpdateRoutesRequest", UPDATE_ROUTES),
+            ("GuestDetailsRequest", {"mem_block_size": True, "mem_hotplug_probe": True}),
+            ("StartContainerRequest", {"container_id": cid}),
+            ("ReadStreamRequest", {"container_id": cid, "exec_id": cid, "len": 32768}),
+            ("StatsContainerRequest", {"container_id": cid}),
+            ("WaitProcessRequest", {"container_id": cid, "exec_id": cid}),
+            ("GetDiagnosticDataRequest", {"container_id": cid, "log_type": "termination_log"}),
+            ("SignalProcessRequest", {"container_id": cid, "exec_id": "", "signal": 9}),
+            ("RemoveContainerRequest", {"container_id": cid, "timeout": 0}),
+            ("DestroySandboxRequest", {}),
+        ]
+
+    def exec_process(self, args: list[str]) -> dict[str, Any]:
+        process = _process(args, [CONTAINERD_PATH], "/", uid=0, gid=0, gids=[0], caps=None, oom=0)
+        return {
+            "container_id": self.replay_id,
+            "exec_id": "e" * 64,
+            "string_user": None,
+            "process": process,
+        }
+
+
+CORPUS_FILES: Final = ("cases.jsonl", "marks.json", "plan.json", "runs.jsonl")
+UPDATE_INTERFACE: Final = {
+    "interface": {
+        "device": "eth0",
+        "name": "eth0",
+        "IPAddresses": [{"family": 0, "address": "10.244.1.17", "mask": "24"}],
+        "mtu": 1450,
+        "hwAddr": "6a:1f:02:8e:44:10",
+        "devicePath": "",
+        "type_": "",
+        "raw_flags": 0,
+    }
+}
+UPDATE_ROUTES: Final = {
+    "routes": {
+        "Routes": [
+            {
+                "dest": "",
+                "gateway": "10.244.1.1",
+                "device": "eth0",
+                "source": "",
+                "scope": 0,
+                "family": 0,
+                "flags": 0,
+                "mtu": 0,
+            },
+            {
+                "dest": "10.244.1.0/24",
+                "gateway": "",
+                "device": "eth0",
+                "source": "10.244.1.17",
+                "scope": 253,
+                "family": 0,
+                "flags": 0,
+                "mtu": 0,
+            },
+        ]
+    }
+}
+
+
+def copy_file(path: str, file_type: str, symlink_target: str | None = None) -> dict[str, Any]:
+    """A ``PolicyCopyFileRequest`` (the agent drops the data bytes before asking the policy)."""
+    mode = {"Regular": S_IFREG | 0o644, "Directory": S_IFDIR | 0o2755, "Symlink": S_IFLNK | 0o777}[
+        file_type
+    ]
+    return {
+        "path": path,
+        "file_type": file_type,
+        "symlink_target": symlink_target,
+        "file_size": {"Regular": 64, "Directory": 0, "Symlink": len(symlink_target or "")}[
+            file_type
+        ],
+        "file_mode": mode,
+        "dir_mode": 0o750,
+        "uid": 0,
+        "gid": 65532,
+        "offset": 0,
+    }
+
+
+def secret_tree(root: str, keys: list[str]) -> list[dict[str, Any]]:
+    """kubelet's atomic writer layout of a Secret volume, walked as ShareFile walks it."""
+    copies = [
+        copy_file(root, "Directory"),
+        copy_file(f"{root}/{SECRET_TIMESTAMP_DIR}", "Directory"),
+    ]
+    copies += [copy_file(f"{root}/{SECRET_TIMESTAMP_DIR}/{key}", "Regular") for key in keys]
+    copies.append(copy_file(f"{root}/..data", "Symlink", SECRET_TIMESTAMP_DIR))
+    copies += [copy_file(f"{root}/{key}", "Symlink", f"..data/{key}") for key in keys]
+    return copies
+
+
+def _emptydir_storage(
+    mode: EmptyDirMode, index: int, volume: str, sandbox_id: str, fs_group: int
+) -> dict[str, Any]:
+    if mode == "block":
+        source = f"{index + 1:02x}/00"
+        return {
+            "driver": "blk",
+            "driver_options": ["encryption_key=ephemeral", "create_filesystem"],
+            "source": source,
+            "fstype": "ext4",
+            "options": [],
+            "mount_point": "/run/kata-containers/sandbox/storage/"
+            + base64.urlsafe_b64encode(source.encode()).decode(),
+            "fs_group": {"group_id": fs_group, "group_change_policy": 0},
+            "shared": True,
+        }
+    return {
+        "driver": "local",
+        "driver_options": [],
+        "source": "local",
+        "fstype": "local",
+        "options": ["mode=0777", f"fsgid={fs_group}"],
+        "mount_point": f"/run/kata-containers/shared/containers/{sandbox_id}/rootfs/local/{volume}",
+        "fs_group": None,
+        "shared": False,
+    }
+
+
+def _guest_pull(cid: str, image: str, cri_type: str) -> dict[str, Any]:
+    metadata = {"io.kubernetes.cri.container-type": cri_type, "io.kubernetes.cri.image-name": image}
+    return {
+        "driver": "image_guest_pull",
+        "driver_options": ["image_guest_pull=" + json.dumps({"metadata": metadata})],
+        "source": image,
+        "fstype": "overlay",
+        "options": [],
+        "mount_point": f"/run/kata-containers/{cid}/rootfs",
+        "fs_group": None,
+        "shared": False,
+    }
+
+
+def _bind(destination: str, source: str, options: list[str]) -> dict[str, Any]:
+    return {"destination": destination, "source": source, "type_": "bind", "options": options}
+
+
+def _process(
+    args: list[str],
+    env: list[str],
+    cwd: str,
+    *,
+    uid: int,
+    gid: int,
+    gids: list[int],
+    caps: Any,
+    oom: int,
+) -> dict[str, Any]:
+    return {
+        "Terminal": False,
+        "ConsoleSize": None,
+        "User": {"UID": uid, "GID": gid, "AdditionalGids": gids, "Username": ""},
+        "Args": args,
+        "Env": env,
+        "Cwd": cwd,
+        "Capabilities": caps,
+        "Rlimits": [],
+        "NoNewPrivileges": True,
+        "ApparmorProfile": "",
+        "OOMScoreAdj": oom,
+        "SelinuxLabel": "",
+    }
+
+
+def _oci(
+    process: dict[str, Any],
+    cid: str,
+    mounts: list[dict[str, Any]],
+    annotations: dict[str, str],
+    *,
+    hostname: str,
+) -> dict[str, Any]:
+    return {
+        "Version": "1.1.0",
+        "Process": process,
+        "Root": {"Path": f"/run/kata-containers/{cid}/rootfs", "Readonly": True},
+        "Hostname": hostname,
+        "Mounts": mounts,
+        "Hooks": None,
+        "Annotations": annotations,
+        "Linux": {
+            "UIDMappings": [],
+            "GIDMappings": [],
+            "Sysctl": {
+                "net.ipv4.ip_unprivileged_port_start": "0",
+                "net.ipv4.ping_group_range": "0 2147483647",
+            },
+            "Resources": {
+                "Devices": [],
+                "Memory": None,
+                "CPU": None,
+                "Pids": None,
+                "BlockIO": None,
+                "HugepageLimits": [],
+                "Network": None,
+            },
+            "CgroupsPath": f"kubepods-pod{POD_UID.replace('-', '_')}.slice:cri-containerd:{cid}",
+            "Namespaces": [
+                {"Type": "ipc", "Path": ""},
+                {"Type": "uts", "Path": ""},
+                {"Type": "mount", "Path": ""},
+            ],
+            "Devices": [],
+            "Seccomp": None,
+            "RootfsPropagation": "",
+            "MaskedPaths": [
+                "/proc/acpi",
+                "/proc/asound",
+                "/proc/kcore",
+                "/proc/keys",
+                "/proc/latency_stats",
+                "/proc/timer_list",
+                "/proc/timer_stats",
+                "/proc/sched_debug",
+                "/sys/firmware",
+                "/proc/scsi",
+            ],
+            "ReadonlyPaths": [
+                "/proc/bus",
+                "/proc/fs",
+                "/proc/irq",
+                "/proc/sys",
+                "/proc/sysrq-trigger",
+            ],
+            "MountLabel": "",
+            "IntelRdt": None,
+        },
+        "Solaris": None,
+        "Windows": None,
+    }
+
+
+def _request(cid: str, oci: dict[str, Any], storages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "container_id": cid,
+        "exec_id": cid,
+        "string_user": None,
+        "devices": [],
+        "storages": storages,
+        "OCI": oci,
+        "sandbox_pidns": False,
+        "shared_mounts": [],
+        "stdin_port": 0,
+        "stdout_port": 0,
+        "stderr_port": 0,
+    }

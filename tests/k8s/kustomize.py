@@ -1,0 +1,56 @@
+"""Render kustomizations with kubectl's built-in kustomize, the tool operators use.
+
+kubectl is a test requirement (.ci/run checks for it before anything else): a test that
+needs it fails with this message rather than skipping, so a missing kubectl cannot pass
+unnoticed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+TIMEOUT_SECONDS = 60
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail(
+            "kubectl is not installed: the manifest tests render k8s/ with `kubectl kustomize` "
+            "(install kubectl, which bundles kustomize)",
+            pytrace=False,
+        )
+    return path
+
+
+def kustomize(root: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize ROOT`` as a list of objects, in kustomize's output order."""
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"kubectl kustomize {root} failed: {result.stderr.strip()}", pytrace=False)
+    return [document for document in yaml.safe_load_all(result.stdout) if document is not None]
+
+
+def kustomize_error(root: Path) -> str:
+    """The error ``kubectl kustomize ROOT`` stops with (the build must fail)."""
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert result.returncode != 0, f"kubectl kustomize {root} unexpectedly succeeded"
+    return result.stderr
