@@ -17,26 +17,50 @@ service all use it, so a timeout, retry, size or redirect rule is written once:
 * failures are :class:`HttpRefusedError` (final: the URL policy, a redirect outside it, an answer
   over the size limit, TLS) or :class:`HttpUnavailableError` (transient: no connection, a timeout,
   the deadline, a ``Retry-After`` too long). After the last attempt a retryable status is
-  returned as the :class:`Answer`, and the caller words the error in its own terms.
+  returned as the :class:`Answer`, and the caller words the error in its own terms;
+* nothing comes from the environment: no proxy, CA bundle, ``.netrc`` or TLS key-log variable
+  (:data:`TRUST_VARIABLES`). Server certificates are checked against certifi's bundle, or the
+  file the caller names (``--ca-bundle``); :meth:`HttpClient.environment` says which, and which
+  of those variables were set and ignored, for the run's record.
+
+Why the deadline lives in the sockets. Timeouts bound each ``recv``: a server sending one byte
+per second never trips them, ``http.client`` reads the status line and every header line by
+line, and a buffered ``read(64 KiB)`` loops until it is full. So every connection this client
+opens uses a :class:`_DeadlineSocket` (under TLS a :class:`_DeadlineSSLSocket`, through the
+documented ``SSLContext.sslsocket_class``) whose timeout becomes min(configured, time left in
+the call) before every ``recv``, ``send`` and handshake: no phase of a call outlives its
+deadline. Only name resolution is left to the system resolver's timeout.
+
+Why urllib3 and not ``requests``: a ``requests`` session would take proxies, CA bundles and
+``.netrc`` from the environment unless told not to on every path, and its default TLS context
+(built by urllib3) honours ``SSLKEYLOGFILE``; this module drives urllib3's connection pools
+with its own TLS context instead.
 """
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import email.utils
 import ipaddress
 import json
+import os
 import random
+import re
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final, Literal, Self
-from urllib.parse import urljoin, urlsplit
+from typing import IO, Any, Final, Literal, Self
+from urllib.parse import urlencode, urljoin, urlsplit
 
-import requests
+import certifi
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
 
 from attestation.encoding.json_document import parse_strict_json
@@ -48,6 +72,26 @@ USER_AGENT: Final = "attested-replay/1"
 TRANSIENT_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 #: How much of an error answer is read (and at most 200 characters of it shown).
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
+#: How deep a server's JSON may nest (the publication service's nests at most four levels).
+MAX_JSON_DEPTH: Final = 32
+#: Variables through which other HTTP stacks let the environment redirect trust. This module
+#: reads none of them; :meth:`HttpClient.environment` reports which were set.
+TRUST_VARIABLES: Final = (
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "all_proxy",
+    "no_proxy",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NETRC",
+    "SSLKEYLOGFILE",
+)
 _CHUNK: Final = 64 * 1024
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 Method = Literal["GET", "PUT", "POST"]
@@ -152,15 +196,63 @@ class Answer:
         return self.body[:limit].decode("utf-8", "replace")
 
     def json(self, what: str) -> object:
-        """The body as strict JSON (UTF-8, no duplicate keys, no NaN).
+        """The body as strict JSON: UTF-8 without a byte order mark, no duplicate keys, no NaN,
+        nested at most :data:`MAX_JSON_DEPTH` levels.
 
         Raises:
             HttpRefusedError: naming ``what`` and the problem.
         """
+        if json_nests_deeper(self.body, MAX_JSON_DEPTH):
+            raise HttpRefusedError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
+        # json.loads(bytes) would also take UTF-16/32 and skip a byte order mark.
+        if self.body.startswith(b"\xef\xbb\xbf"):
+            raise HttpRefusedError(f"{what} starts with a byte order mark")
+        try:
+            self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HttpRefusedError(f"{what} is not UTF-8: {exc}") from None
+        if b"\x00" in self.body:  # never in UTF-8 JSON; json.loads would read it as UTF-16/32
+            raise HttpRefusedError(f"{what} is not UTF-8 JSON: it holds NUL bytes")
         try:
             return parse_strict_json(self.body, what=what)
         except MalformedError as exc:
             raise HttpRefusedError(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpEnvironment:
+    """What a client took from outside its arguments, and what it ignored."""
+
+    ca_bundle: str
+    #: ``"certifi"``, or ``"--ca-bundle"`` when the caller named the file.
+    ca_bundle_source: str
+    #: Trust variables (:data:`TRUST_VARIABLES`) set in the environment and not used.
+    ignored: tuple[str, ...]
+
+    def describe(self) -> str:
+        ignored = ", ".join(self.ignored) if self.ignored else "none set"
+        return f"CA bundle {self.ca_bundle} ({self.ca_bundle_source}); ignored: {ignored}"
+
+
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_nests_deeper(data: bytes, limit: int) -> bool:
+    """Whether arrays and objects in ``data`` nest deeper than ``limit`` (strings skipped).
+
+    Linear, and checked before parsing: a deeply nested answer would otherwise reach the
+    interpreter's recursion limit inside the parser.
+    """
+    depth = 0
+    for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKET):
+        if byte in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def is_loopback(host: str) -> bool:
@@ -223,6 +315,115 @@ def parse_retry_after(value: str | None, *, now: dt.datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
+# -- deadline sockets -----------------------------------------------------------------------
+
+#: The monotonic time by which the current call must end (set for the call's duration).
+_call_ends: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "attested_replay_http_call_ends", default=None
+)
+
+
+def _timeout_now(configured: float | None) -> float | None:
+    end = _call_ends.get()
+    if end is None:
+        return configured
+    left = end - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the call's deadline has passed")
+    return left if configured is None else min(configured, left)
+
+
+class _DeadlineMixin:
+    """Before each blocking call the socket timeout becomes min(configured, time left).
+
+    The I/O methods pass their arguments through unchanged: socket's and SSLSocket's
+    signatures differ (``nbytes`` defaults to 0 in one and None in the other).
+    """
+
+    _configured: float | None = None
+
+    def settimeout(self, value: float | None) -> None:
+        self._configured = value
+        super().settimeout(value)  # type: ignore[misc]
+
+    def _arm(self) -> None:
+        super().settimeout(_timeout_now(self._configured))  # type: ignore[misc]
+
+    def recv(self, *args: Any) -> bytes:  # noqa: ANN401
+        self._arm()
+        return super().recv(*args)  # type: ignore[misc,no-any-return]
+
+    def recv_into(self, *args: Any) -> int:  # noqa: ANN401
+        self._arm()
+        return super().recv_into(*args)  # type: ignore[misc,no-any-return]
+
+    def send(self, *args: Any) -> int:  # noqa: ANN401
+        self._arm()
+        return super().send(*args)  # type: ignore[misc,no-any-return]
+
+    def sendall(self, *args: Any) -> None:  # noqa: ANN401
+        self._arm()
+        super().sendall(*args)  # type: ignore[misc]
+
+
+class _DeadlineSocket(_DeadlineMixin, socket.socket):
+    pass
+
+
+class _DeadlineSSLSocket(_DeadlineMixin, ssl.SSLSocket):
+    def do_handshake(self, block: bool = False) -> None:
+        self._arm()
+        super().do_handshake(block)
+
+
+def _adopt(sock: socket.socket) -> _DeadlineSocket:
+    """The same connected socket as a :class:`_DeadlineSocket`."""
+    timeout = sock.gettimeout()
+    adopted = _DeadlineSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+    adopted.settimeout(timeout)
+    return adopted
+
+
+class _Connection(HTTPConnection):
+    def _new_conn(self) -> socket.socket:
+        return _adopt(super()._new_conn())
+
+
+class _TlsConnection(HTTPSConnection):
+    def _new_conn(self) -> socket.socket:
+        return _adopt(super()._new_conn())
+
+
+class _Pool(HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _TlsPool(HTTPSConnectionPool):
+    ConnectionCls = _TlsConnection
+
+
+def _tls_context(ca_bundle: Path) -> ssl.SSLContext:
+    # Built by hand: ssl.create_default_context() and urllib3's own context would honour
+    # SSLKEYLOGFILE, and load_default_certs() honours SSL_CERT_FILE / SSL_CERT_DIR.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks the chain and the host name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_verify_locations(cafile=str(ca_bundle))
+    except (OSError, ssl.SSLError) as exc:
+        raise TenantUsageError(f"cannot load the CA bundle {ca_bundle}: {exc}") from exc
+    context.sslsocket_class = _DeadlineSSLSocket
+    return context
+
+
+@contextmanager
+def _deadline(call: _Call) -> Iterator[None]:
+    token = _call_ends.set(call.started + call.limit.deadline)
+    try:
+        yield
+    finally:
+        _call_ends.reset(token)
+
+
 @dataclass
 class _Call:
     """One call's state: its limits, its clock and what it has tried."""
@@ -241,8 +442,9 @@ class HttpClient:
 
     ``token`` is sent as ``Authorization: Bearer`` to the origins of the URLs called directly,
     never to another origin reached by a redirect. ``what`` names the URLs in messages
-    (``"corpus URL"``). ``sleep`` replaces ``time.sleep`` between attempts (tests). Use it as
-    a context manager (or ``close``) to release its connections.
+    (``"corpus URL"``). ``ca_bundle`` replaces certifi's CA certificates (``--ca-bundle``).
+    ``sleep`` replaces ``time.sleep`` between attempts (tests). Safe to share between threads;
+    use it as a context manager (or ``close``) to release its connections.
     """
 
     def __init__(
@@ -251,16 +453,31 @@ class HttpClient:
         token: str | None = None,
         retry: RetryPolicy | None = None,
         what: str = "URL",
+        ca_bundle: Path | None = None,
+        connections: int = 10,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._token = token
         self._what = what
-        self._session = requests.Session()
-        self._session.trust_env = False  # no proxy, CA bundle or netrc from the environment
-        self._session.headers["User-Agent"] = USER_AGENT
-        self._session.headers["Accept-Encoding"] = "identity"  # the size cap counts real bytes
+        self._ca_source = "certifi" if ca_bundle is None else "--ca-bundle"
+        self.ca_bundle = Path(certifi.where()) if ca_bundle is None else ca_bundle
+        self._pools = urllib3.PoolManager(
+            num_pools=connections,
+            maxsize=connections,
+            ssl_context=_tls_context(self.ca_bundle),
+            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
+        )
+        self._pools.pool_classes_by_scheme = {"http": _Pool, "https": _TlsPool}
+
+    def environment(self) -> HttpEnvironment:
+        """The CA bundle in use and the trust variables set but ignored (for the record)."""
+        return HttpEnvironment(
+            ca_bundle=str(self.ca_bundle),
+            ca_bundle_source=self._ca_source,
+            ignored=tuple(name for name in TRUST_VARIABLES if name in os.environ),
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -269,7 +486,7 @@ class HttpClient:
         self.close()
 
     def close(self) -> None:
-        self._session.close()
+        self._pools.clear()
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -305,11 +522,11 @@ class HttpClient:
         """GET ``url`` and write a 2xx body to ``sink`` as it arrives (``Answer.body`` is empty);
         any other status is returned with its (capped) body and nothing written."""
         with self._exchange("GET", url, limit, redirects, None, None, None) as (response, call):
-            if not 200 <= response.status_code < 300:
+            if not 200 <= response.status < 300:
                 return self._answer(response, call, max_bytes=MAX_ERROR_BODY_BYTES)
             for chunk in self._chunks(response, call, limit.max_bytes):
                 sink.write(chunk)
-            return Answer(response.status_code, dict(response.headers), b"", response.url)
+            return Answer(response.status, dict(response.headers), b"", call.url)
 
     # -- the exchange -----------------------------------------------------------------------
 
@@ -323,42 +540,46 @@ class HttpClient:
         headers: Mapping[str, str] | None,
         params: Mapping[str, str | int] | None,
         body: bytes | None,
-    ) -> Iterator[tuple[requests.Response, _Call]]:
-        """The final response (after retries and redirects), closed when the block ends."""
+    ) -> Iterator[tuple[urllib3.BaseHTTPResponse, _Call]]:
+        """The final response (after retries and redirects), released when the block ends."""
         self._check(url)
         call = _Call(method, url, limit)
         origin = _origin(url)
-        for hop in range(redirects + 1):
-            response = self._attempts(call, origin, headers, params, body)
-            if response.status_code not in _REDIRECT_STATUSES:
-                with response:
-                    yield response, call
-                return
-            location = response.headers.get("Location", "")
-            response.close()
-            if method != "GET" or hop == redirects:
-                raise HttpRefusedError(
-                    f"{call.url} answered HTTP {response.status_code} redirecting to "
-                    f"{location!r}, which this call does not follow"
-                )
-            target = urljoin(call.url, location)
-            try:
-                self._check(target)
-            except TenantUsageError as exc:
-                raise HttpRefusedError(f"redirect from {call.url} refused: {exc}") from None
-            call.url = target
-            params = None  # the Location carries its own query
+        if params:
+            call.url = f"{url}{'&' if '?' in url else '?'}{urlencode(params)}"
+        with _deadline(call):
+            for hop in range(redirects + 1):
+                response = self._attempts(call, origin, headers, body)
+                if response.status not in _REDIRECT_STATUSES:
+                    try:
+                        yield response, call
+                    finally:
+                        _release(response)
+                    return
+                location = response.headers.get("Location", "")
+                _release(response)
+                if method != "GET" or hop == redirects:
+                    raise HttpRefusedError(
+                        f"{call.url} answered HTTP {response.status} redirecting to "
+                        f"{location!r}, which this call does not follow"
+                    )
+                target = urljoin(call.url, location)
+                try:
+                    self._check(target)
+                except TenantUsageError as exc:
+                    raise HttpRefusedError(f"redirect from {call.url} refused: {exc}") from None
+                call.url = target
 
     def _attempts(
         self,
         call: _Call,
         origin: str,
         headers: Mapping[str, str] | None,
-        params: Mapping[str, str | int] | None,
         body: bytes | None,
-    ) -> requests.Response:
+    ) -> urllib3.BaseHTTPResponse:
         policy = self.retry
-        all_headers = dict(headers or {})
+        all_headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        all_headers.update(headers or {})
         if self._token is not None and _origin(call.url) == origin:
             all_headers.setdefault("Authorization", f"Bearer {self._token}")
         last_error: HttpUnavailableError | None = None
@@ -370,35 +591,40 @@ class HttpClient:
                     f"{call.limit.deadline:.0f} s deadline"
                     + (f" (last error: {last_error})" if last_error else "")
                 )
-            timeout = (min(policy.connect_timeout, left), min(policy.read_timeout, left))
+            timeout = urllib3.Timeout(
+                connect=min(policy.connect_timeout, left), read=min(policy.read_timeout, left)
+            )
             try:
-                response = self._session.request(
+                response = self._pools.request(
                     call.method,
                     call.url,
+                    body=body,
                     headers=all_headers,
-                    params=params,
-                    data=body,
                     timeout=timeout,
-                    allow_redirects=False,
-                    stream=True,
+                    retries=False,
+                    redirect=False,
+                    preload_content=False,
+                    decode_content=False,
                 )
-            except requests.exceptions.SSLError as exc:
-                raise HttpRefusedError(f"{call.method} {call.url}: TLS failed: {exc}") from exc
-            except requests.RequestException as exc:
+            except urllib3.exceptions.SSLError as exc:
+                raise HttpRefusedError(
+                    f"{call.method} {call.url}: TLS failed: {_innermost(exc)}"
+                ) from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
                 last_error = _unavailable(call, exc)
                 if attempt + 1 == policy.attempts:
                     break
                 self._wait(call, policy.delay(attempt), last_error)
                 continue
-            if response.status_code not in policy.retry_statuses or attempt + 1 == policy.attempts:
+            if response.status not in policy.retry_statuses or attempt + 1 == policy.attempts:
                 return response
             wait = parse_retry_after(
                 response.headers.get("Retry-After"), now=dt.datetime.now(dt.UTC)
             )
-            response.close()
+            _release(response)
             if wait is not None and wait > policy.retry_after_max:
                 raise RetryAfterTooLongError(
-                    f"{call.url} answered HTTP {response.status_code} and asked to wait "
+                    f"{call.url} answered HTTP {response.status} and asked to wait "
                     f"{wait:.0f} s (more than {policy.retry_after_max:.0f} s)",
                     wait=wait,
                 )
@@ -422,18 +648,23 @@ class HttpClient:
             time.sleep(seconds)
 
     def _answer(
-        self, response: requests.Response, call: _Call, *, max_bytes: int | None = None
+        self, response: urllib3.BaseHTTPResponse, call: _Call, *, max_bytes: int | None = None
     ) -> Answer:
         limit = call.limit.max_bytes if max_bytes is None else max_bytes
-        if not 200 <= response.status_code < 300:
+        if not 200 <= response.status < 300:
             limit = min(limit, MAX_ERROR_BODY_BYTES)
             body = b"".join(self._chunks(response, call, limit, truncate=True))
         else:
             body = b"".join(self._chunks(response, call, limit))
-        return Answer(response.status_code, dict(response.headers), body, response.url)
+        return Answer(response.status, dict(response.headers), body, call.url)
 
     def _chunks(
-        self, response: requests.Response, call: _Call, limit: int, *, truncate: bool = False
+        self,
+        response: urllib3.BaseHTTPResponse,
+        call: _Call,
+        limit: int,
+        *,
+        truncate: bool = False,
     ) -> Iterator[bytes]:
         declared = response.headers.get("Content-Length", "")
         if not truncate and declared.isdigit() and int(declared) > limit:
@@ -442,26 +673,29 @@ class HttpClient:
                 limit=limit,
             )
         received = 0
-        try:
-            for chunk in response.raw.stream(_CHUNK, decode_content=False):
+        while True:
+            try:
+                chunk = response.read(_CHUNK, decode_content=False)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if call.left() <= 0:
                     raise HttpUnavailableError(
                         f"{call.method} {call.url}: the answer did not arrive within the "
                         f"{call.limit.deadline:.0f} s deadline"
-                    )
-                received += len(chunk)
-                if received > limit:
-                    if truncate:
-                        yield chunk[: len(chunk) - (received - limit)]
-                        return
-                    raise AnswerTooLargeError(
-                        f"{call.url} answered more than the {limit}-byte limit", limit=limit
-                    )
-                yield chunk
-        except (urllib3.exceptions.HTTPError, OSError) as exc:  # while streaming the body
-            raise HttpUnavailableError(
-                f"{call.method} {call.url}: reading the answer failed: {exc}"
-            ) from exc
+                    ) from exc
+                raise HttpUnavailableError(
+                    f"{call.method} {call.url}: reading the answer failed: {_innermost(exc)}"
+                ) from exc
+            if not chunk:
+                return
+            received += len(chunk)
+            if received > limit:
+                if truncate:
+                    yield chunk[: len(chunk) - (received - limit)]
+                    return
+                raise AnswerTooLargeError(
+                    f"{call.url} answered more than the {limit}-byte limit", limit=limit
+                )
+            yield chunk
 
     def _check(self, url: str) -> None:
         check_url(url, what=self._what)
@@ -472,18 +706,32 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port}"
 
 
-def _unavailable(call: _Call, exc: requests.RequestException) -> HttpUnavailableError:
-    if isinstance(exc, requests.Timeout):
-        return HttpUnavailableError(f"{call.method} {call.url}: timed out ({exc})")
-    refused = isinstance(exc, requests.ConnectionError) and _no_connection(exc)
-    return HttpUnavailableError(f"{call.method} {call.url}: {exc}", refused=refused)
+def _release(response: urllib3.BaseHTTPResponse) -> None:
+    """Give the connection back to the pool; one whose answer was not read to its end is
+    closed first, so that its leftovers never become the next answer."""
+    if not response.closed:
+        response.close()
+    response.release_conn()
 
 
-def _no_connection(exc: requests.ConnectionError) -> bool:
-    """True when no connection could be made at all (nothing listens at the address)."""
-    cause: object = exc.args[0] if exc.args else None
-    reason = getattr(cause, "reason", None)
-    return isinstance(reason, NewConnectionError) or isinstance(cause, NewConnectionError)
+def _innermost(exc: BaseException) -> str:
+    # urllib3 wraps the cause; the innermost message is the one a person can act on.
+    while isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason
+    return str(exc) or type(exc).__name__
+
+
+def _unavailable(call: _Call, exc: BaseException) -> HttpUnavailableError:
+    if call.left() <= 0:
+        return HttpUnavailableError(
+            f"{call.method} {call.url}: no answer within the {call.limit.deadline:.0f} s deadline"
+        )
+    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError) and not isinstance(
+        exc, NewConnectionError
+    ):
+        return HttpUnavailableError(f"{call.method} {call.url}: timed out ({_innermost(exc)})")
+    refused = isinstance(exc, NewConnectionError)
+    return HttpUnavailableError(f"{call.method} {call.url}: {_innermost(exc)}", refused=refused)
 
 
 def json_body(document: object) -> bytes:

@@ -1,0 +1,330 @@
+"""The one HTTP client against servers that misbehave on purpose (tests/hostile_server.py).
+
+No assertion here is about time: a deadline is shown by the error it ends with and by how
+many bytes the dripping server managed to send before the client hung up (a count that can
+only shrink when the machine is slow). Memory is the peak of Python allocations while the
+request runs (tracemalloc), which does not depend on timing either.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tenant.errors import TenantUsageError
+from tenant.http import (
+    TRUST_VARIABLES,
+    Answer,
+    AnswerTooLargeError,
+    HttpClient,
+    HttpRefusedError,
+    HttpUnavailableError,
+    Limits,
+    RetryAfterTooLongError,
+    RetryPolicy,
+    json_nests_deeper,
+)
+from tests import hostile_server as hs
+
+DEADLINE = 1.0
+DRIP = 0.05  # seconds between two dripped bytes
+#: What the dripping server can send before a client that keeps its deadline hangs up,
+#: three times over (a slow machine only sends fewer).
+DRIP_BOUND = 3 * DEADLINE / DRIP
+MiB = 1024 * 1024
+
+
+def _client(
+    ca: Path | None = None, *, attempts: int = 2, sleeps: list[float] | None = None
+) -> HttpClient:
+    record = sleeps if sleeps is not None else []
+    return HttpClient(
+        ca_bundle=ca, retry=RetryPolicy(attempts=attempts, backoff_factor=0.01), sleep=record.append
+    )
+
+
+@pytest.fixture(params=["http", "https"])
+def tls(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[ssl.SSLContext | None, Path | None]:
+    """Each behaviour over plain loopback http and over TLS (a CA the client is given)."""
+    if request.param == "http":
+        return None, None
+    return hs.mint_tls(tmp_path)
+
+
+def _peak_while(action: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        action()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [hs.drip_status_line(DRIP), hs.drip_headers(DRIP), hs.drip_body(DRIP), hs.silent],
+    ids=["status-line", "headers", "body", "silent"],
+)
+def test_a_drip_ends_at_the_deadline(
+    tls: tuple[ssl.SSLContext | None, Path | None], behaviour: hs.Behaviour
+) -> None:
+    context, ca = tls
+    with (
+        hs.HostileServer(behaviour, tls=context) as server,
+        _client(ca) as client,
+        pytest.raises(HttpUnavailableError, match=r"within the 1 s deadline"),
+    ):
+        client.get(server.url + "/x", limit=Limits(MiB, DEADLINE))
+    assert server.sent <= DRIP_BOUND
+
+
+def test_a_tls_handshake_drip_ends_at_the_deadline(tmp_path: Path) -> None:
+    _context, ca = hs.mint_tls(tmp_path)
+    with (
+        hs.HostileServer(hs.drip_handshake(DRIP), raw=True) as server,
+        _client(ca) as client,
+        pytest.raises(HttpUnavailableError, match=r"within the 1 s deadline"),
+    ):
+        client.get(f"https://127.0.0.1:{server.port}/", limit=Limits(MiB, DEADLINE))
+    assert server.sent <= DRIP_BOUND
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [hs.endless_chunked, hs.declared(512 * MiB), hs.undeclared_stream],
+    ids=["endless-chunked", "declares-512MiB", "streams-without-length"],
+)
+def test_an_answer_over_its_cap_is_refused_while_reading(
+    tls: tuple[ssl.SSLContext | None, Path | None], behaviour: hs.Behaviour
+) -> None:
+    context, ca = tls
+    with hs.HostileServer(behaviour, tls=context) as server, _client(ca) as client:
+
+        def fetch() -> None:
+            with pytest.raises(AnswerTooLargeError, match=str(MiB)):
+                client.get(server.url, limit=Limits(MiB, 30))
+
+        peak = _peak_while(fetch)
+    assert peak < 3 * MiB
+
+
+def test_an_error_answer_is_read_only_for_its_message() -> None:
+    with hs.HostileServer(hs.declared(512 * MiB, status=404)) as server, _client() as client:
+        answer = client.get(server.url, limit=Limits(64 * MiB, 30))
+    assert answer.status == 404
+    assert answer.body == b"x" * 16384  # MAX_ERROR_ANSWER_BYTES
+
+
+def test_retry_after_of_a_day_is_refused_at_once() -> None:
+    sleeps: list[float] = []
+    with (
+        hs.HostileServer(hs.answer(503, headers={"Retry-After": "86400"})) as server,
+        _client(attempts=4, sleeps=sleeps) as client,
+        pytest.raises(RetryAfterTooLongError, match=r"asked to wait 86400 s \(more than 120 s\)"),
+    ):
+        client.get(server.url, limit=Limits(1024, 600))
+    assert len(server.requests) == 1
+    assert sleeps == []
+
+
+def test_retry_after_beyond_the_deadline_is_refused_at_once() -> None:
+    sleeps: list[float] = []
+    with (
+        hs.HostileServer(hs.answer(429, headers={"Retry-After": "60"})) as server,
+        _client(attempts=4, sleeps=sleeps) as client,
+        pytest.raises(
+            HttpUnavailableError, match=r"would start after the 5 s deadline \(wait 60 s\)"
+        ),
+    ):
+        client.get(server.url, limit=Limits(1024, 5))
+    assert sleeps == []
+
+
+def test_transient_answers_are_retried_then_returned() -> None:
+    sleeps: list[float] = []
+    with (
+        hs.HostileServer(hs.answer(503, b"maintenance")) as server,
+        _client(attempts=3, sleeps=sleeps) as client,
+    ):
+        answer = client.get(server.url, limit=Limits(1024, 30))
+    assert (answer.status, answer.text()) == (503, "maintenance")
+    assert len(server.requests) == 3
+    assert len(sleeps) == 2
+
+
+def test_nothing_listening_is_no_connection() -> None:
+    port = hs.free_port()
+    with _client(attempts=1) as client, pytest.raises(HttpUnavailableError) as caught:
+        client.get(f"http://127.0.0.1:{port}/", limit=Limits(1024, 5))
+    assert caught.value.refused
+
+
+def test_a_redirect_to_plain_http_elsewhere_is_refused_at_the_hop() -> None:
+    redirect = hs.answer(302, headers={"Location": "http://203.0.113.7/corpus.tar.gz"})
+    with (
+        hs.HostileServer(redirect) as server,
+        _client() as client,
+        pytest.raises(HttpRefusedError, match=r"redirect .* refused: .*not 203\.0\.113\.7"),
+    ):
+        client.get(server.url, limit=Limits(1024, 5), redirects=5)
+
+
+def test_redirects_are_not_followed_unless_allowed() -> None:
+    with hs.HostileServer(hs.answer(307, headers={"Location": "/elsewhere"})) as server:
+        with (
+            _client() as client,
+            pytest.raises(HttpRefusedError, match="which this call does not follow"),
+        ):
+            client.get(server.url, limit=Limits(1024, 5))
+        with (
+            _client() as client,
+            pytest.raises(HttpRefusedError, match="which this call does not follow"),
+        ):
+            client.put(server.url, body=b"{}", limit=Limits(1024, 5))
+
+
+def test_a_redirect_loop_ends_at_the_hop_limit() -> None:
+    with (
+        hs.HostileServer(hs.answer(302, headers={"Location": "/again"})) as server,
+        _client() as client,
+        pytest.raises(HttpRefusedError, match="which this call does not follow"),
+    ):
+        client.get(server.url, limit=Limits(1024, 5), redirects=3)
+    assert len(server.requests) == 4
+
+
+def test_a_cross_origin_redirect_carries_no_token() -> None:
+    with hs.HostileServer(hs.answer(200, b"ok")) as target:
+        bounce = hs.answer(302, headers={"Location": target.url + "/z"})
+        with (
+            hs.HostileServer(bounce) as first,
+            HttpClient(token="arp_secret", retry=RetryPolicy(attempts=1)) as client,
+        ):
+            answer = client.get(first.url, limit=Limits(1024, 5), redirects=1)
+    assert answer.body == b"ok"
+    assert answer.url == target.url + "/z"
+    assert b"Bearer arp_secret" in first.requests[0]
+    assert b"arp_secret" not in target.requests[0]
+
+
+def test_an_untrusted_certificate_is_refused_not_retried(tmp_path: Path) -> None:
+    context, _ca = hs.mint_tls(tmp_path)
+    with (
+        hs.HostileServer(hs.answer(200, b"ok"), tls=context) as server,
+        _client(attempts=4) as client,
+        pytest.raises(HttpRefusedError, match=r"TLS failed: .*CERTIFICATE_VERIFY_FAILED"),
+    ):
+        client.get(server.url, limit=Limits(1024, 5))
+    assert server.requests == []  # the handshake failed: no request, and no retry
+
+
+def test_a_certificate_for_another_name_is_refused(tmp_path: Path) -> None:
+    context, ca = hs.mint_tls(tmp_path, hostname="other.example", ip=False)
+    with (
+        hs.HostileServer(hs.answer(200, b"ok"), tls=context) as server,
+        _client(ca) as client,
+        pytest.raises(HttpRefusedError, match=r"TLS failed: .*CERTIFICATE_VERIFY_FAILED"),
+    ):
+        client.get(f"https://localhost:{server.port}/", limit=Limits(1024, 5))
+
+
+def test_an_unreadable_ca_bundle_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(TenantUsageError, match="cannot load the CA bundle"):
+        HttpClient(ca_bundle=tmp_path / "absent.pem")
+
+
+def test_plain_http_off_loopback_is_refused_before_connecting() -> None:
+    with (
+        _client() as client,
+        pytest.raises(TenantUsageError, match=r"not 203\.0\.113\.7"),
+    ):
+        client.get("http://203.0.113.7/", limit=Limits(1024, 5))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nests deeper than 32"),
+        (b"\xef\xbb\xbf{}", "byte order mark"),
+        ('{"a": 1}'.encode("utf-16-le"), "not UTF-8 JSON: it holds NUL bytes"),
+        ('{"a": 1}'.encode("utf-16"), "not UTF-8"),
+        (b'{"a": 1, "a": 2}', "appears more than once"),
+        (b'{"a": NaN}', "NaN is not a JSON number"),
+    ],
+    ids=["deep", "bom", "utf-16-le", "utf-16", "duplicate", "nan"],
+)
+def test_server_json_is_strict(body: bytes, message: str) -> None:
+    with pytest.raises(HttpRefusedError, match=message):
+        Answer(200, {}, body, "http://127.0.0.1/").json("the answer")
+
+
+def test_nesting_is_measured_outside_strings() -> None:
+    assert not json_nests_deeper(b'{"a": "[[[[[[[[", "b": [1, [2, "]]]]"]]}', 3)
+    assert not json_nests_deeper(b'["\\"[[[[", "\\\\"]', 1)  # escaped quotes stay in strings
+    assert json_nests_deeper(b'{"a": [[1]]}', 2)
+    assert not json_nests_deeper(b'{"a": [[1]]}', 3)
+
+
+@pytest.fixture
+def trust_environment(tmp_path: Path) -> Iterator[tuple[dict[str, str], hs.HostileServer]]:
+    """Variables that redirect trust in requests/curl/OpenSSL, all pointing somewhere wrong."""
+    with hs.HostileServer(hs.answer(200, b"from the proxy")) as proxy:
+        netrc = tmp_path / "netrc"
+        netrc.write_text("machine 127.0.0.1 login thief password stolen\n", encoding="utf-8")
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in TRUST_VARIABLES},
+            "HTTPS_PROXY": proxy.url,
+            "https_proxy": proxy.url,
+            "HTTP_PROXY": proxy.url,
+            "http_proxy": proxy.url,
+            "ALL_PROXY": proxy.url,
+            "REQUESTS_CA_BUNDLE": str(tmp_path / "absent.pem"),
+            "CURL_CA_BUNDLE": str(tmp_path / "absent.pem"),
+            "SSL_CERT_FILE": str(tmp_path / "absent.pem"),
+            "NETRC": str(netrc),
+            "SSLKEYLOGFILE": str(tmp_path / "keys.log"),
+        }
+        yield env, proxy
+
+
+def test_the_environment_redirects_nothing(
+    tmp_path: Path, trust_environment: tuple[dict[str, str], hs.HostileServer]
+) -> None:
+    env, proxy = trust_environment
+    context, ca = hs.mint_tls(tmp_path)
+    code = (
+        "import pathlib, sys\n"
+        "from tenant.http import HttpClient, Limits\n"
+        "with HttpClient(ca_bundle=pathlib.Path(sys.argv[1])) as client:\n"
+        "    print(client.get(sys.argv[2], limit=Limits(100, 10)).body.decode())\n"
+        "    print(client.environment().describe())\n"
+    )
+    with hs.HostileServer(hs.answer(200, b"from the server"), tls=context) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(ca), server.url + "/"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parents[2],
+        )
+    body, environment = done.stdout.splitlines()
+    assert body == "from the server"
+    assert proxy.requests == []
+    assert not (tmp_path / "keys.log").exists()
+    assert b"Authorization" not in server.requests[0]
+    assert environment == (
+        f"CA bundle {ca} (--ca-bundle); ignored: HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, "
+        "https_proxy, http_proxy, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE, NETRC, "
+        "SSLKEYLOGFILE"
+    )
