@@ -225,6 +225,17 @@ def _next_member(tar: tarfile.TarFile, expected: str, size_limit: int) -> tarfil
     return member
 
 
+def peek_manifest(archive: IO[bytes]) -> ExportManifest:
+    """The manifest of the export read from ``archive``, without reading its files (the
+    publication service indexes exports by it; readers that use the files call
+    :func:`read_export`, which checks them)."""
+    with _open_stream(archive) as (tar, _bounded):
+        head = _next_member(tar, MANIFEST_NAME, MAX_EXPORT_MANIFEST_BYTES)
+        source = tar.extractfile(head)
+        assert source is not None  # a regular file
+        return parse_manifest(source.read())
+
+
 def read_export(
     archive: IO[bytes], destination: Path | None = None, *, max_bytes: int = MAX_EXPORT_FILES_BYTES
 ) -> ExportManifest:

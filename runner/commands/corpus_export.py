@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 from pathlib import Path
 from typing import Any
 
+from attestation.contracts import is_tenant_id, sha256_digest
 from runner.corpus.checksum import scan_cases
-from runner.errors import InputError, UsageError
-from tenant.corpus_export import ExportError, ExportManifest, describe_files, write_export
+from runner.errors import InputError, PublishError, UsageError
+from tenant.corpus_export import (
+    ExportError,
+    ExportManifest,
+    describe_files,
+    peek_manifest,
+    write_export,
+)
 from tenant.fsutil import atomic_output
+from tenant.http import HttpClient, HttpError, Limits, check_url, read_token
+
+#: The service's answer to an upload is a small JSON receipt; the upload itself may take long.
+UPLOAD_ANSWER = Limits(max_bytes=64 * 1024, deadline=1800.0)
 
 _CHUNK = 1024 * 1024
 
@@ -33,6 +45,22 @@ def register_actions(actions: Any) -> None:  # noqa: ANN401  # argparse's privat
         "--out", type=Path, required=True, metavar="ARCHIVE", help="archive to write (.tar.gz)"
     )
     export.set_defaults(handler=handle_export)
+
+    upload = actions.add_parser(
+        "upload",
+        help="store a corpus export in the publication service for its tenant",
+        description="PUT ARCHIVE (a corpus export) to the publication service under its "
+        "SHA-256, for TENANT, with an operator token. The service checks the digest, its size "
+        "cap and the manifest; the tenant downloads and checks it with `attested-replay tenant "
+        "fetch --corpus` (docs/publishing.md).",
+    )
+    upload.add_argument("archive", type=Path, metavar="ARCHIVE", help="corpus export (.tar.gz)")
+    upload.add_argument("--server", required=True, help="https://HOST of the service")
+    upload.add_argument("--tenant", required=True, help="tenant the corpus belongs to")
+    upload.add_argument(
+        "--token-file", required=True, type=Path, help="file holding the operator token"
+    )
+    upload.set_defaults(handler=handle_upload)
 
 
 def build_manifest(corpus: Path) -> ExportManifest:
@@ -62,4 +90,35 @@ def handle_export(args: argparse.Namespace) -> int:
             digest.update(chunk)
     print(f"wrote {out}: {manifest.case_count} cases, corpus checksum {manifest.corpus_checksum}")
     print(f"archive sha256:{digest.hexdigest()}")
+    return 0
+
+
+def handle_upload(args: argparse.Namespace) -> int:
+    archive: Path = args.archive
+    check_url(args.server, what="--server")
+    if not is_tenant_id(args.tenant):
+        raise UsageError(f"--tenant {args.tenant!r}: a tenant is a DNS label")
+    token = read_token(args.token_file)
+    try:
+        data = archive.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"ARCHIVE {archive}: cannot read it: {exc.strerror or exc}") from exc
+    try:
+        manifest = peek_manifest(io.BytesIO(data))
+    except ExportError as exc:
+        raise InputError(f"ARCHIVE {archive}: {exc}") from exc
+    digest = sha256_digest(data)
+    url = f"{args.server.rstrip('/')}/v1/tenants/{args.tenant}/corpora/{digest}"
+    try:
+        with HttpClient(token=token, what="server") as client:
+            answer = client.put(url, body=data, limit=UPLOAD_ANSWER, headers={"If-None-Match": "*"})
+    except HttpError as exc:
+        raise PublishError(f"upload of {archive} failed: {exc}") from exc
+    if answer.status not in (200, 201, 412):
+        raise PublishError(f"upload of {archive} answered HTTP {answer.status}: {answer.text()}")
+    status = "created" if answer.status == 201 else "already present"
+    print(
+        f"{digest} {status} for tenant {args.tenant}: {manifest.case_count} cases, corpus "
+        f"checksum {manifest.corpus_checksum}"
+    )
     return 0

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attestation.contracts import is_tenant_id
+from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_tenant_id
 from runner.commands import reproduce
+from runner.commands.corpus import parse_size
 from runner.errors import InputError, PublishError, UsageError
 from tenant.http import read_token
 
@@ -53,6 +54,13 @@ def _register_serve(subparsers: Any) -> None:  # noqa: ANN401  # as above
         help="full (default): every acknowledged envelope survives power loss; normal: "
         "survives process crashes only, for disposable stores",
     )
+    parser.add_argument(
+        "--max-corpus-export-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_CORPUS_EXPORT_BYTES,
+        metavar="SIZE",
+        help="largest corpus export accepted, e.g. 256M or 2G (default 256M)",
+    )
     parser.add_argument("--tls-cert", type=Path)
     parser.add_argument("--tls-key", type=Path)
     parser.set_defaults(handler=_serve)
@@ -80,6 +88,18 @@ def _register_tenant(subparsers: Any) -> None:  # noqa: ANN401  # as above
     fetch.add_argument("--out", required=True, type=Path, help="local store directory")
     fetch.add_argument("--log-key", help="pinned verifier key (text or file)")
     fetch.add_argument("--checkpoint", help="a checkpoint file to check consistency against")
+    fetch.add_argument(
+        "--corpus",
+        action="store_true",
+        help="also download the tenant's corpus exports into OUT/corpora and check each one",
+    )
+    fetch.add_argument(
+        "--max-corpus-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_CORPUS_EXPORT_BYTES,
+        metavar="SIZE",
+        help="largest corpus export downloaded, e.g. 256M or 2G (default 256M)",
+    )
     fetch.set_defaults(handler=_tenant_fetch)
 
     reproduce.register_action(actions)
@@ -132,6 +152,9 @@ def _run_id_of(data: bytes, path: Path) -> str:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from runner.publish.corpus_routes import corpus_routes
+    from runner.publish.corpus_store import open_corpus_store
+    from runner.publish.panel import panel_routes
     from runner.publish.server import create_app
     from runner.publish.service import (
         DEFAULT_LOG_NAME,
@@ -151,7 +174,12 @@ def _serve(args: argparse.Namespace) -> int:
     )
     storage, signer = open_service(config)
     print(f"log verifier key (tenants pin this): {signer.verifier_key.encode()}", flush=True)
-    app = create_app(storage, signer, log_name=config.log_name)
+    store = open_corpus_store(config.storage_location())
+    extra_routes = [
+        *corpus_routes(storage, store, max_bytes=args.max_corpus_export_bytes),
+        *panel_routes(storage, store),
+    ]
+    app = create_app(storage, signer, log_name=config.log_name, extra_routes=extra_routes)
     try:
         uvicorn.run(
             app,
@@ -195,4 +223,22 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         f"verified log of {report.size} entries (was {report.previous_size}); "
         f"{len(report.new_envelopes)} new envelope(s) in {report.out_dir / 'envelopes'}"
     )
+    if args.corpus:
+        from runner.corpus.checksum import compute_checksum
+        from tenant.corpus_fetch import fetch_corpus_exports
+
+        exports = fetch_corpus_exports(
+            server=args.server,
+            token=read_token(args.token_file),
+            tenant=args.tenant,
+            out_dir=args.out,
+            max_bytes=args.max_corpus_bytes,
+            corpus_checksum=compute_checksum,
+        )
+        for export in exports:
+            print(
+                f"corpus export {export.digest}: {export.manifest.case_count} cases, corpus "
+                f"checksum {export.manifest.corpus_checksum} (checked) -> {export.path}"
+            )
+        print(f"{len(exports)} new corpus export(s) in {args.out / 'corpora'}")
     return 0

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ import structlog
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.routing import BaseRoute
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
@@ -134,8 +136,36 @@ def _bearer(request: Request) -> str | None:
     return token.strip()
 
 
-def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> FastAPI:
-    """The publication service for ``storage``, signing checkpoints with ``signer``."""
+def identify_request(storage: Storage, request: Request) -> tuple[str, Role]:
+    """The (tenant, role) of the request's bearer token; 401 without a known token."""
+    token = _bearer(request)
+    identity = None if token is None else authenticate(storage, token)
+    if identity is None:
+        raise ApiError(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+    return identity
+
+
+def authorize_request(storage: Storage, request: Request, tenant: str, *, write: bool) -> Role:
+    """The role of the request's token on ``tenant``'s paths: 401 without a known token, 404
+    for another tenant (the answer for a missing object: no existence oracle), 403 for a
+    write with a read-only token."""
+    token_tenant, role = identify_request(storage, request)
+    if token_tenant != tenant or not is_tenant_id(tenant):
+        raise _not_found()
+    if write and role is not Role.OPERATOR:
+        raise ApiError(403, "this token may read, not publish")
+    return role
+
+
+def create_app(
+    storage: Storage,
+    signer: CheckpointSigner,
+    *,
+    log_name: str,
+    extra_routes: Sequence[BaseRoute] = (),
+) -> FastAPI:
+    """The publication service for ``storage``, signing checkpoints with ``signer``;
+    ``extra_routes``: other features' routers (corpus exports, the trust panel)."""
     app = FastAPI(title="attested-replay publication service", docs_url=None, redoc_url=None)
     logs = LogView(storage, signer, log_name)
 
@@ -144,15 +174,7 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
         return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
 
     def authorize(request: Request, tenant: str, *, write: bool) -> None:
-        token = _bearer(request)
-        identity = None if token is None else authenticate(storage, token)
-        if identity is None:
-            raise ApiError(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
-        token_tenant, role = identity
-        if token_tenant != tenant or not is_tenant_id(tenant):
-            raise _not_found()
-        if write and role is not Role.OPERATOR:
-            raise ApiError(403, "this token may read, not publish")
+        authorize_request(storage, request, tenant, write=write)
 
     async def authorize_async(request: Request, tenant: str, *, write: bool) -> str:
         """Authorize in a worker thread; return the token hash prefix for the audit log."""
@@ -357,4 +379,5 @@ def create_app(storage: Storage, signer: CheckpointSigner, *, log_name: str) -> 
             proof = tree.consistency_proof(old_size, new_size)
         return {"from": old_size, "to": new_size, "hashes": _b64_list(proof)}
 
+    app.router.routes.extend(extra_routes)
     return app

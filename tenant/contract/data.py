@@ -128,14 +128,17 @@ CONTRACT: Final = Contract(
             "carries the corpus checksum and each file's SHA-256) and the envelope's "
             "`binding` (corpus checksum, evaluation digest, result digest, workload code "
             "digest)",
-            commands=("attested-replay tenant reproduce --envelope E --corpus DIR|ARCHIVE",),
+            commands=(
+                "attested-replay tenant fetch ... --corpus",
+                "attested-replay tenant reproduce --envelope E --corpus DIR|ARCHIVE",
+            ),
             command_note="`reproduce` checks the corpus checksum against the binding, re-runs "
             "the scoring with the same code path as `run` and compares the evaluation and "
             "result digests: exit 8 names a different corpus or evaluation, exit 7 a bound "
             "result that this code does not compute from these inputs",
             who=(Party.TENANT,),
-            who_detail="tenant, with its copy of the corpus or an export of it "
-            "(`attested-replay corpus export`); it needs nothing from the operator",
+            who_detail="tenant, with its own copy of the corpus (then it needs nothing from "
+            "the operator) or the export the service holds for it, served to its token only",
             assurance=Assurance.RECOMPUTED,
             assumption="Trusts no hardware at all: closes corpus tampering and numbers not "
             "from the published code for whoever runs it. Assumes the scoring code the tenant "
@@ -260,7 +263,7 @@ CONTRACT: Final = Contract(
         NotVerifiable(
             id="availability",
             title="Availability",
-            detail="The service can withhold envelopes or refuse to serve; "
+            detail="The service can withhold envelopes and corpus exports or refuse to serve; "
             "the spool and the tenant's local store limit the damage but cannot force "
             "publication.",
             revisit="a tenant needs delivery guarantees (replication to a tenant-owned bucket "
@@ -293,7 +296,7 @@ CONTRACT: Final = Contract(
             aspect="Verifies",
             self_host="every row locally: its own envelopes, corpus, database and log",
             hosted="every row marked for hosted tenants through artifacts it downloads: "
-            "envelopes via `tenant fetch`, its corpus copy or export, AMD's roots; "
+            "envelopes and corpus exports via `tenant fetch`, its corpus copy, AMD's roots; "
             "the publish receipt when the operator shares it",
         ),
         Comparison(

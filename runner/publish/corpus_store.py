@@ -1,0 +1,247 @@
+"""Storage of tenants' corpus exports, in the publication service's own database.
+
+An export is kept per tenant under the SHA-256 of its exact bytes, in 1 MiB chunks so that
+neither an upload nor a download holds a whole corpus in memory. Two tables:
+``corpus_exports`` (tenant, digest, corpus checksum, case count, size, manifest, upload time)
+and ``corpus_chunks`` (tenant, digest, sequence number, bytes). An export and its chunks are
+written in one transaction, so a reader never sees a partial export. Exports are immutable:
+a digest, once stored, is never rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final, Protocol
+
+import psycopg
+
+CHUNK_BYTES: Final = 1024 * 1024
+
+SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS corpus_exports (
+        tenant TEXT NOT NULL, digest TEXT NOT NULL, corpus_checksum TEXT NOT NULL,
+        case_count BIGINT NOT NULL, size BIGINT NOT NULL, manifest {blob} NOT NULL,
+        uploaded_at TEXT NOT NULL, PRIMARY KEY (tenant, digest))""",
+    """CREATE TABLE IF NOT EXISTS corpus_chunks (
+        tenant TEXT NOT NULL, digest TEXT NOT NULL, seq BIGINT NOT NULL, data {blob} NOT NULL,
+        PRIMARY KEY (tenant, digest, seq))""",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredExport:
+    digest: str
+    corpus_checksum: str
+    case_count: int
+    size: int
+    uploaded_at: str
+
+
+class CorpusStore(Protocol):
+    def initialize(self) -> None: ...
+    def put(self, tenant: str, export: StoredExport, manifest: bytes, body: IO[bytes]) -> bool:
+        """Store ``body`` (``export.size`` bytes); False when the digest is already held."""
+        ...
+
+    def get(self, tenant: str, digest: str) -> StoredExport | None: ...
+    def chunks(self, tenant: str, digest: str) -> Iterator[bytes]: ...
+    def list(self, tenant: str) -> list[StoredExport]: ...
+    def close(self) -> None: ...
+
+
+def utc_now() -> str:
+    """The server clock as RFC 3339 UTC (an upload time is the operator's statement)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _read_chunks(body: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    seq = 0
+    while chunk := body.read(CHUNK_BYTES):
+        yield seq, chunk
+        seq += 1
+
+
+class SqliteCorpusStore:
+    """The tables in the service's SQLite file (WAL mode, set by the service's storage);
+    ``BEGIN IMMEDIATE`` serializes writers with it."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        connection = sqlite3.connect(self._path, timeout=60, isolation_level=None)
+        try:
+            connection.execute("PRAGMA busy_timeout = 60000")
+            connection.execute("PRAGMA synchronous = FULL")
+            yield connection
+        finally:
+            connection.close()
+
+    def initialize(self) -> None:
+        with self._connect() as db:
+            for statement in SCHEMA:
+                db.execute(statement.format(blob="BLOB"))
+
+    def put(self, tenant: str, export: StoredExport, manifest: bytes, body: IO[bytes]) -> bool:
+        with self._lock, self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if db.execute(
+                    "SELECT 1 FROM corpus_exports WHERE tenant = ? AND digest = ?",
+                    (tenant, export.digest),
+                ).fetchone():
+                    db.execute("ROLLBACK")
+                    return False
+                for seq, chunk in _read_chunks(body):
+                    db.execute(
+                        "INSERT INTO corpus_chunks (tenant, digest, seq, data) VALUES (?, ?, ?, ?)",
+                        (tenant, export.digest, seq, chunk),
+                    )
+                db.execute(
+                    "INSERT INTO corpus_exports (tenant, digest, corpus_checksum, case_count, "
+                    "size, manifest, uploaded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        tenant,
+                        export.digest,
+                        export.corpus_checksum,
+                        export.case_count,
+                        export.size,
+                        manifest,
+                        export.uploaded_at,
+                    ),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return True
+
+    def get(self, tenant: str, digest: str) -> StoredExport | None:
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
+                "corpus_exports WHERE tenant = ? AND digest = ?",
+                (tenant, digest),
+            ).fetchone()
+        return None if row is None else StoredExport(*row)
+
+    def chunks(self, tenant: str, digest: str) -> Iterator[bytes]:
+        seq = 0
+        while True:
+            with self._connect() as db:
+                row = db.execute(
+                    "SELECT data FROM corpus_chunks WHERE tenant = ? AND digest = ? AND seq = ?",
+                    (tenant, digest, seq),
+                ).fetchone()
+            if row is None:
+                return
+            yield bytes(row[0])
+            seq += 1
+
+    def list(self, tenant: str) -> list[StoredExport]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
+                "corpus_exports WHERE tenant = ? ORDER BY uploaded_at, digest",
+                (tenant,),
+            ).fetchall()
+        return [StoredExport(*row) for row in rows]
+
+    def close(self) -> None:
+        """Nothing is kept open between operations."""
+
+
+class PostgresCorpusStore:
+    """The tables in the service's PostgreSQL database; one connection per operation (exports
+    are few and large: a pool would not pay)."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+        with psycopg.connect(self._dsn) as connection, connection.transaction():
+            yield connection
+
+    def initialize(self) -> None:
+        with self._connect() as db:
+            for statement in SCHEMA:
+                db.execute(statement.format(blob="BYTEA"))
+
+    def put(self, tenant: str, export: StoredExport, manifest: bytes, body: IO[bytes]) -> bool:
+        with self._connect() as db:
+            inserted = db.execute(
+                "INSERT INTO corpus_exports (tenant, digest, corpus_checksum, case_count, size, "
+                "manifest, uploaded_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (tenant, digest) DO NOTHING",
+                (
+                    tenant,
+                    export.digest,
+                    export.corpus_checksum,
+                    export.case_count,
+                    export.size,
+                    manifest,
+                    export.uploaded_at,
+                ),
+            ).rowcount
+            if inserted != 1:
+                return False
+            for seq, chunk in _read_chunks(body):
+                db.execute(
+                    "INSERT INTO corpus_chunks (tenant, digest, seq, data) VALUES (%s, %s, %s, %s)",
+                    (tenant, export.digest, seq, chunk),
+                )
+        return True
+
+    def get(self, tenant: str, digest: str) -> StoredExport | None:
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
+                "corpus_exports WHERE tenant = %s AND digest = %s",
+                (tenant, digest),
+            ).fetchone()
+        return None if row is None else StoredExport(*row)  # type: ignore[arg-type]
+
+    def chunks(self, tenant: str, digest: str) -> Iterator[bytes]:
+        seq = 0
+        while True:
+            with self._connect() as db:
+                row = db.execute(
+                    "SELECT data FROM corpus_chunks WHERE tenant = %s AND digest = %s AND seq = %s",
+                    (tenant, digest, seq),
+                ).fetchone()
+            if row is None:
+                return
+            yield bytes(row[0])  # type: ignore[call-overload]
+            seq += 1
+
+    def list(self, tenant: str) -> list[StoredExport]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
+                "corpus_exports WHERE tenant = %s ORDER BY uploaded_at, digest",
+                (tenant,),
+            ).fetchall()
+        return [StoredExport(*row) for row in rows]  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Nothing is kept open between operations."""
+
+
+def open_corpus_store(location: str) -> CorpusStore:
+    """The store in the service's database: a ``postgresql://`` DSN or a SQLite file."""
+    if location.startswith(("postgresql://", "postgres://")):
+        store: CorpusStore = PostgresCorpusStore(location)
+    else:
+        store = SqliteCorpusStore(Path(location))
+    store.initialize()
+    return store

@@ -1,0 +1,20 @@
+"""The trust panel: a page ``attested-replay serve`` serves at ``/panel/`` (docs/trust-panel.md).
+
+A tenant signs in with its tenant token and sees the verification contract, its runs (envelope
+digest, log index, publication time, bound digests), the latest checkpoint with every
+signature on it, and for each run the exact commands that check it on the tenant's own
+machine. The page is static HTML, CSS and JavaScript in ``static/`` (no build step, nothing
+from another origin); the data comes from the routes below, with the token as a bearer header:
+
+* ``GET /v1/contract`` (public): the contract, ``tenant.contract.CONTRACT``;
+* ``GET /v1/whoami``: the tenant and role of the caller's token;
+* ``GET /v1/tenants/{t}/panel/runs?start=&limit=``: one page of the tenant's log with each
+  envelope's bound digests and the corpus export held for its corpus, if any.
+
+The token never leaves the page's memory except in that header; the server answers every
+tenant route of another tenant's token with 404, so no other tenant's data can reach a page.
+"""
+
+from runner.publish.panel.routes import panel_routes
+
+__all__ = ["panel_routes"]
