@@ -38,7 +38,8 @@ CONTRACT: Final = Contract(
         ),
         (
             "This contract is data in the package (`attested-replay contract --json` prints it); "
-            "this page is rendered from it."
+            "this page and the trust panel that `attested-replay serve` shows at `/panel/` are "
+            "rendered from it."
         ),
     ),
     terms=(
@@ -247,8 +248,8 @@ CONTRACT: Final = Contract(
             title="Log history before a tenant's first fetch, and split views",
             detail="The operator holds the log key; a tenant that never kept a checkpoint, or "
             "that the operator showed a consistent alternative log from the start, detects "
-            "nothing. Checkpoints accept extra signatures (C2SP cosignatures), but no "
-            "independent witness is deployed.",
+            "nothing. Checkpoints accept extra signatures (C2SP cosignatures) and the trust "
+            "panel lists them, but no independent witness is deployed.",
             revisit="a witness operated by another party cosigns checkpoints, or a tenant asks "
             "to publish its checkpoints",
         ),
@@ -332,7 +333,32 @@ CONTRACT: Final = Contract(
             "case where it kept nothing."
         ),
     ),
-    panel_limits=(),
+    panel_limits=(
+        (
+            "The trust panel is served by the operator's server: every value on it is what that "
+            "server says. It is a view, not a verification; run the commands it shows on your "
+            "own machine."
+        ),
+        (
+            "It does not verify the SEV-SNP evidence, the checkpoint signatures or the inclusion "
+            "proofs: a check made by code the operator serves proves nothing against the "
+            "operator. `tenant fetch` and `verify-attested-run` make these checks with the keys "
+            "and roots you pinned."
+        ),
+        (
+            "Witness cosignatures are listed by key name and key ID as the checkpoint carries "
+            "them; whether a witness is one you trust, and whether its signature is valid, only "
+            "your own verifier can tell."
+        ),
+        (
+            "Publication times are the server's own clock, and this service does not record them "
+            "yet: nothing in the log or the report attests to when a replay ran or was published."
+        ),
+        (
+            "It cannot show what the operator withheld: an envelope or corpus export never "
+            "published does not appear here or anywhere else."
+        ),
+    ),
     see=(
         Reference(doc="verification.md", anchor="exit-codes", label="verify-attested-run"),
         Reference(doc="replay.md", anchor="exit-codes-of-attested-replay", label="attested-replay"),

@@ -76,6 +76,7 @@ def test_contract_covers_what_the_issue_and_the_seed_ask_for() -> None:
     assert all(item.revisit for item in CONTRACT.not_verifiable)
     assert CONTRACT.comparison[0].aspect == "Verifies"
     assert CONTRACT.row("publish-receipt").hosted is Availability.WITH_OPERATOR
+    assert len(CONTRACT.panel_limits) == 5
     with pytest.raises(KeyError):
         CONTRACT.row("no-such-row")
 

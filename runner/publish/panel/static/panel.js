@@ -140,12 +140,12 @@
         .map((h) => el("th", { scope: "col", text: h })))),
       el("tbody", {}, ...runs.map((run) => el("tr", {},
         el("td", { text: String(run.logIndex) }),
-        el("th", { scope: "row", text: run.runId }),
+        el("th", { scope: "row", text: run.runId || "(unreadable entry)" }),
         el("td", {}, run.publishedAt ? el("time", { datetime: run.publishedAt, text: run.publishedAt }) : "not recorded"),
-        el("td", {}, el("code", { class: "digest", text: run.digest })),
-        el("td", { text: run.platform === "simulated" ? "simulated (proves nothing about hardware)" : run.platform }),
+        el("td", {}, run.digest ? el("code", { class: "digest", text: run.digest }) : "unknown"),
+        el("td", { text: run.problem ? run.problem : run.platform === "simulated" ? "simulated (proves nothing about hardware)" : run.platform }),
         el("td", {}, run.corpusExport ? el("code", { class: "digest", text: run.corpusExport }) : "none held")))));
-    const details = runs.map((run) => el("details", { class: "run" },
+    const details = runs.filter((run) => !run.problem).map((run) => el("details", { class: "run" },
       el("summary", {}, `Commands for run ${run.runId}`),
       el("dl", {},
         el("dt", { text: "Corpus checksum (bound)" }), el("dd", {}, el("code", { class: "digest", text: run.corpusChecksum })),
@@ -176,17 +176,12 @@
 
   function renderCheckpoint(note) {
     const parsed = parseNote(note);
-    const rows = parsed.signatures.map((signature) => {
-      const isLog = logKey && signature.name === logKey.name && signature.keyId === logKey.keyId;
-      return el("tr", {},
-        el("th", { scope: "row", text: signature.name }),
-        el("td", {}, el("code", { text: signature.keyId })),
-        el("td", { text: isLog ? "the log's own key (as this server announces it)" : "another signer: a witness cosignature, if you trust this key" }));
-    });
-    const witnesses = parsed.signatures.length - rows.filter((_, i) => {
-      const s = parsed.signatures[i];
-      return logKey && s.name === logKey.name && s.keyId === logKey.keyId;
-    }).length;
+    const isLog = (s) => logKey !== null && s.name === logKey.name && s.keyId === logKey.keyId;
+    const rows = parsed.signatures.map((signature) => el("tr", {},
+      el("th", { scope: "row", text: signature.name }),
+      el("td", {}, el("code", { text: signature.keyId })),
+      el("td", { text: isLog(signature) ? "the log's own key (as this server announces it)" : "another signer: a witness cosignature, if you trust this key" })));
+    const witnesses = parsed.signatures.filter((s) => !isLog(s)).length;
     $("checkpoint").replaceChildren(
       el("dl", {},
         el("dt", { text: "Origin" }), el("dd", {}, el("code", { text: parsed.origin })),

@@ -1,0 +1,296 @@
+"""The trust panel in a real browser: Debian's Chromium driven by chromedriver through Selenium.
+
+``.ci/browser.sh`` installs Chromium, ChromeDriver and axe-core (CI sources it); locally::
+
+    apt-get install -y chromium chromium-driver && . .ci/browser.sh
+
+Without the browser these tests skip, and fail when ``CI`` is set (as the PostgreSQL tests do).
+Screenshots of every state are written to ``test-artifacts/panel/`` (or
+``$ATTESTED_REPLAY_SCREENSHOT_DIR``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service as ChromeService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from attestation.transparency.checkpoint import key_id
+from runner.cli import main as runner_main
+from runner.evidence.simulated import load_or_create_simulated_amd
+from runner.pipeline import RunRequest, run
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.client import publish_envelope
+from runner.publish.corpus_routes import corpus_routes
+from runner.publish.corpus_store import open_corpus_store
+from runner.publish.panel import panel_routes
+from runner.publish.server import create_app
+from runner.publish.storage import Role, SqliteStorage
+from runner.publish.tokens import create_token
+from tests.publish.conftest import LOG_NAME, LiveServer, make_envelope, running_in_ci
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
+CHROMIUM = os.environ.get("ATTESTED_REPLAY_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("ATTESTED_REPLAY_CHROMEDRIVER", "/usr/bin/chromedriver")
+WITNESS_NAME = "witness.example"
+
+
+def require_browser() -> None:
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not Path(path).is_file()]
+    if not missing:
+        return
+    message = (
+        f"{', '.join(missing)} missing: run `. .ci/browser.sh` (installs chromium, chromium-driver)"
+    )
+    if running_in_ci(os.environ):
+        pytest.fail(f"CI is set but {message}")
+    pytest.skip(message)
+
+
+@dataclass(frozen=True)
+class Published:
+    run_id: str
+    digest: str
+    corpus_export: str | None
+
+
+@dataclass(frozen=True)
+class Panel:
+    url: str
+    tokens: dict[str, str]
+    runs: tuple[Published, ...]
+    log_key: str
+    witness_key_id: str
+
+
+def _witness_cosigned(app: Any, witness: Ed25519PrivateKey) -> Any:  # ASGI app
+    """The app, with checkpoints carrying one more signature line, as a witness would add.
+
+    The line has the C2SP cosignature shape (key name, base64 of the 4-byte key ID, the 8-byte
+    timestamp and the signature); the panel only lists signers and never verifies them.
+    """
+    public = witness.public_key().public_bytes_raw()
+    witness_id = key_id(WITNESS_NAME, public)
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/log/checkpoint"):
+            await app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+
+        async def capture(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            body = message["body"]
+            if start["status"] == 200:
+                note = body.decode()
+                signed = (
+                    b"cosignature/v1\ntime 1700000000\n" + note.split("\n\n")[0].encode() + b"\n"
+                )
+                blob = witness_id + (1700000000).to_bytes(8, "big") + witness.sign(signed)
+                body = (
+                    note + f"\u2014 {WITNESS_NAME} {base64.b64encode(blob).decode()}\n"
+                ).encode()
+            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        await app(scope, receive, capture)
+
+    return wrapped
+
+
+@pytest.fixture(scope="session")
+def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
+    """A publication service with the panel: tenant acme has a genuine simulated run of the
+    example corpus (its export held) and a second run; tenant bravo has nothing."""
+    base = tmp_path_factory.mktemp("panel")
+    storage = SqliteStorage(base / "publish.sqlite3")
+    storage.initialize()
+    store = open_corpus_store(str(base / "publish.sqlite3"))
+    signer = CheckpointSigner(LOG_NAME, Ed25519PrivateKey.generate())
+    routes = [*corpus_routes(storage, store, max_bytes=64 << 20), *panel_routes(storage, store)]
+    app = create_app(storage, signer, log_name=LOG_NAME, extra_routes=routes)
+    witness = Ed25519PrivateKey.generate()
+    server = LiveServer(_witness_cosigned(app, witness)).start()
+    tokens = {
+        "acme": create_token(storage, "acme", Role.TENANT),
+        "bravo": create_token(storage, "bravo", Role.TENANT),
+    }
+    operator = create_token(storage, "acme", Role.OPERATOR)
+    try:
+        state = base / "state"
+        load_or_create_simulated_amd(state)
+        genuine = run(
+            RunRequest(
+                corpus=str(EXAMPLE_CORPUS),
+                run_id="backtest-2026-11",
+                tenant="acme",
+                evidence="simulated",
+                out=base / "envelope.json",
+                state_dir=state,
+            )
+        )
+        second = make_envelope("acme", "backtest-2026-12", seed=7)
+        for data, run_id in (
+            (genuine.envelope_bytes, "backtest-2026-11"),
+            (second, "backtest-2026-12"),
+        ):
+            publish_envelope(
+                server.url,
+                data,
+                tenant="acme",
+                run_id=run_id,
+                token=operator,
+                spool_dir=base / "spool",
+            )
+        archive = base / "corpus.tar.gz"
+        assert runner_main(["corpus", "export", str(EXAMPLE_CORPUS), "--out", str(archive)]) == 0
+        token_file = base / "operator.token"
+        token_file.write_text(operator)
+        upload = ["corpus", "upload", str(archive), "--server", server.url, "--tenant", "acme"]
+        assert runner_main([*upload, "--token-file", str(token_file)]) == 0
+        export = "sha256:" + hashlib.sha256(archive.read_bytes()).hexdigest()
+        yield Panel(
+            url=server.url,
+            tokens=tokens,
+            runs=(
+                Published("backtest-2026-11", genuine.envelope_digest, export),
+                Published("backtest-2026-12", "sha256:" + hashlib.sha256(second).hexdigest(), None),
+            ),
+            log_key=signer.verifier_key.encode(),
+            witness_key_id=key_id(WITNESS_NAME, witness.public_key().public_bytes_raw()).hex(),
+        )
+    finally:
+        server.stop()
+        storage.close()
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    require_browser()
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    # As root on a machine whose network reaches nothing: no sandbox, and none of Chromium's
+    # background connections (they would be refused, many at a time).
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,900",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=ChromeService(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    directory = Path(
+        os.environ.get("ATTESTED_REPLAY_SCREENSHOT_DIR", REPO / "test-artifacts" / "panel")
+    )
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return directory
+
+
+@pytest.fixture
+def screenshot(browser: webdriver.Chrome, screenshot_dir: Path) -> Callable[[str], Path]:
+    """``screenshot(state)`` writes the whole page as ``<state>.png`` and returns its path."""
+
+    def take(state: str) -> Path:
+        height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {
+                "width": 1280,
+                "height": min(max(height, 900), 8000),
+                "deviceScaleFactor": 1,
+                "mobile": False,
+            },
+        )
+        path = screenshot_dir / f"{state}.png"
+        try:
+            assert browser.save_screenshot(str(path))
+        finally:
+            browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        assert path.stat().st_size > 10_000
+        return path
+
+    return take
+
+
+@pytest.fixture
+def open_panel(browser: webdriver.Chrome, panel: Panel) -> Callable[[], webdriver.Chrome]:
+    """Load the page afresh (signed out) and wait until the contract is rendered."""
+
+    def load() -> webdriver.Chrome:
+        browser.get_log("browser")  # type: ignore[no-untyped-call]  # drop earlier pages' logs
+        browser.get(panel.url + "/panel/")
+        WebDriverWait(browser, 10).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#contract article.row")
+        )
+        return browser
+
+    return load
+
+
+def sign_in(browser: webdriver.Chrome, token: str) -> str:
+    """Type ``token`` into the sign-in form, submit, and return the status message."""
+    field = browser.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
+    WebDriverWait(browser, 10).until(
+        lambda d: d.find_element(By.ID, "status").text not in ("", "Signing in…")
+    )
+    return str(browser.find_element(By.ID, "status").text)
+
+
+def accessibility_tree(browser: webdriver.Chrome) -> list[dict[str, Any]]:
+    """Chromium's computed accessibility tree (CDP), the nodes a screen reader is given."""
+    nodes = browser.execute_cdp_cmd("Accessibility.getFullAXTree", {})["nodes"]
+    return [node for node in nodes if not node.get("ignored")]
+
+
+def role_and_name(node: dict[str, Any]) -> tuple[str, str]:
+    return (
+        str(node.get("role", {}).get("value", "")),
+        str(node.get("name", {}).get("value", "")),
+    )
+
+
+def browser_errors(browser: webdriver.Chrome) -> list[dict[str, Any]]:
+    entries = browser.get_log("browser")  # type: ignore[no-untyped-call]  # selenium: untyped
+    return [entry for entry in entries if entry["level"] == "SEVERE"]
+
+
+def page_json(browser: webdriver.Chrome, script: str) -> Any:  # JSON
+    return json.loads(browser.execute_script(f"return JSON.stringify({script})"))
