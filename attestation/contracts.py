@@ -28,6 +28,8 @@ Limits (bytes; each refused before it is parsed or while it is read)
     :data:`MAX_FRAME_BYTES`              ~21.4 MiB   one framed envelope line (base64 of the
                                                      largest envelope)
     :data:`MAX_POD_LOG_BYTES`            frame+4 MiB what ``collect`` reads of a pod's log
+                                                     (its last :data:`POD_LOG_TAIL_LINES`
+                                                     lines)
     :data:`MAX_EXPORT_MANIFEST_BYTES`    64 KiB      a corpus export's manifest
     :data:`MAX_EXPORT_FILES_BYTES`       64 GiB      the corpus files of one export, unpacked
     :data:`DEFAULT_MAX_CORPUS_EXPORT_BYTES` 256 MiB  a corpus export the publication service
@@ -169,6 +171,11 @@ FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
 MAX_FRAME_BYTES: Final = len(FRAME_PREFIX) + 4 * -(-MAX_ENVELOPE_BYTES // 3) + 1
 #: What ``collect`` reads of a pod's log: the frame plus room for the pod's other log lines.
 MAX_POD_LOG_BYTES: Final = MAX_FRAME_BYTES + 4 * 1024 * 1024
+#: The log lines ``collect`` reads from the end (``tailLines``, applied by the kubelet before
+#: ``limitBytes``). containerd splits a long line into 16 KiB log entries
+#: (``max_container_log_line_size``) and the kubelet counts entries, so the largest frame takes
+#: ~1,400 of them; the rest is room for the lines the pod prints after it.
+POD_LOG_TAIL_LINES: Final = 4096
 
 
 def frame_envelope(envelope: bytes) -> str:

@@ -33,7 +33,8 @@ from runner.k8s.job import CorpusUrl, ReplaySpec  # noqa: E402
 from runner.k8s.submit import Submitter  # noqa: E402
 from runner.log import configure_logging  # noqa: E402
 from tenant.http import RetryPolicy  # noqa: E402
-from tests.k8s.apiserver import ApiServer, FakeCluster  # noqa: E402
+from tests.k8s.apiserver import ApiServer  # noqa: E402
+from tests.k8s.cluster import FakeCluster  # noqa: E402
 
 WAIT_REQUESTS = ("LIST jobs", "LIST pods", "WATCH jobs", "WATCH pods")
 
@@ -50,7 +51,7 @@ def spec(index: int) -> ReplaySpec:
 
 
 def measure(runs: int) -> dict[str, Any]:
-    cluster = FakeCluster(validate_jobs=False)
+    cluster = FakeCluster(validate=False)
     with ApiServer(cluster) as server:
         configuration = client.Configuration()
         configuration.host = server.url
@@ -71,9 +72,8 @@ def measure(runs: int) -> dict[str, Any]:
             )
             for name in names:
                 pod = cluster.start_pod(name)
-                cluster.pod_running(pod)
-                cluster.finish_pod(pod, exit_code=0, message="{}", log="")
-                cluster.complete_job(name)
+                cluster.running(pod)
+                cluster.succeed(pod, log="")
 
         thread = threading.Thread(target=controller)
         thread.start()

@@ -8,6 +8,7 @@ server before the connection dropped comes back as 409 and is attached by spec d
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
@@ -78,6 +79,28 @@ def discard(response: object) -> None:
         raise TypeError(f"expected a raw HTTP response, got {type(response).__name__}")
     response.drain_conn()
     response.release_conn()
+
+
+#: RFC 9111 Warning header as the API server writes it: ``299 - "<text>"``
+#: (apimachinery ``net.NewWarningHeader``: code, agent ``-``, quoted text).
+_WARNING = re.compile(r'^\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+
+
+def warnings_of(response: object) -> list[str]:
+    """The texts of a raw response's ``Warning`` headers (unknown fields, deprecations)."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        return []
+    texts = []
+    for header in response.headers.getlist("Warning"):
+        match = _WARNING.match(header)
+        texts.append(re.sub(r"\\(.)", r"\1", match.group(1)) if match else header)
+    return texts
+
+
+def log_warnings(response: object, what: str) -> None:
+    """Log every ``Warning`` the API server attached to a response."""
+    for text in warnings_of(response):
+        log.warning("k8s_api_warning", call=what, warning=text)
 
 
 def describe(error: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Submit replay Jobs idempotently, and collect and verify their envelopes.
+"""Submit replay Jobs idempotently; wait for, collect, inspect and cancel them.
 
 A run ID names exactly one replay. The Job name is derived from tenant and run ID, so a
 retried create either creates the Job or meets ``409 AlreadyExists``; then the existing
@@ -8,30 +8,17 @@ Job's ``spec-digest`` annotation decides: equal means attach to it, different me
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any
 
 import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from attestation.contracts import (
-    FRAME_PREFIX,
-    MAX_ENVELOPE_BYTES,
-    MAX_POD_LOG_BYTES,
-    TerminationMessage,
-    framed_payloads,
-    sha256_digest,
-    unframe_envelope,
-)
-from attestation.envelope.model import parse_envelope
-from attestation.errors import MalformedError
-from runner.errors import VerificationFailedError
 from runner.k8s import retry
+from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, VerifyEnvelope
 from runner.k8s.errors import (
-    EnvelopeMismatchError,
-    EnvelopeMissingError,
     PodCannotRunError,
     RunConflictError,
     RunDeletedError,
@@ -40,29 +27,19 @@ from runner.k8s.errors import (
     WaitTimeoutError,
 )
 from runner.k8s.job import (
-    ANNOTATION_CORPUS,
-    ANNOTATION_PUBLISH_URL,
-    ANNOTATION_RUN_ID,
     ANNOTATION_SPEC_DIGEST,
-    ANNOTATION_TENANT,
-    CONTAINER_NAME,
-    INSTANCE_LABEL,
     TRACKING_SELECTOR,
     ReplaySpec,
     build_job,
 )
 from runner.k8s.retry import KUBERNETES_RETRY, read_json
-from runner.k8s.state import RunOutcome, RunStatus, job_outcome, job_status
+from runner.k8s.state import RunOutcome, RunStatus, job_status
 from runner.k8s.watch import JobTracker, ProgressCallback
-from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
+from tenant.http import HttpClient, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 
-VerifyEnvelope = Callable[[bytes], None]
-#: Reading an envelope back from the publication endpoint (GET only; idempotent).
-PUBLICATION_RETRY: Final = RetryPolicy(attempts=4)
-#: The envelope answer: the one envelope limit, and time to read it over a slow link.
-PUBLICATION_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES, deadline=120.0)
+__all__ = ["CollectedEnvelope", "Submission", "Submitter", "raise_for_outcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,40 +59,6 @@ class Submission:
             "tenant": self.tenant,
             "specDigest": self.spec_digest,
             "attached": self.attached,
-        }
-
-
-def read_termination_message(message: str, *, where: str) -> TerminationMessage:
-    """The pod's termination message (:class:`~attestation.contracts.TerminationMessage`).
-
-    Raises:
-        EnvelopeMissingError: ``<where>: termination message ...`` naming what is wrong.
-    """
-    try:
-        return TerminationMessage.parse(message)
-    except MalformedError as exc:
-        raise EnvelopeMissingError(f"{where}: {exc}") from exc
-
-
-@dataclass(frozen=True, slots=True)
-class CollectedEnvelope:
-    name: str
-    run_id: str
-    tenant: str
-    envelope: bytes
-    digest: str
-    result_digest: str
-    source: Literal["publication", "pod-log"]
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "job": self.name,
-            "runId": self.run_id,
-            "tenant": self.tenant,
-            "envelope": self.digest,
-            "result": self.result_digest,
-            "source": self.source,
-            "verified": True,
         }
 
 
@@ -140,8 +83,12 @@ class Submitter:
         self.namespace = namespace
         self._retry = retry_policy or KUBERNETES_RETRY
         self._watch_timeout = watch_timeout
-        self._http = http or HttpClient(
-            token=publish_token, retry=PUBLICATION_RETRY, what="publication URL"
+        self._collector = Collector(
+            self._core,
+            namespace,
+            retry_policy=self._retry,
+            http=http
+            or HttpClient(token=publish_token, retry=PUBLICATION_RETRY, what="publication URL"),
         )
 
     # -- submit ---------------------------------------------------------------------------
@@ -163,8 +110,13 @@ class Submitter:
                 self._batch.create_namespaced_job,
                 self.namespace,
                 body,
+                # Strict: an unknown or duplicate field is refused (400) instead of dropped
+                # with a warning, the server's default (apiserver handlers/create.go): the Job
+                # that runs must be exactly the one whose spec digest was computed.
+                field_validation="Strict",
                 _preload_content=False,
             )
+            retry.log_warnings(response, "create job")
             retry.discard(response)
             attached = False
         except ApiException as exc:
@@ -247,108 +199,10 @@ class Submitter:
         verify_envelope: VerifyEnvelope,
         publish_url: str | None = None,
     ) -> CollectedEnvelope:
-        """The verified envelope of a completed Job; every mismatch is an error."""
-        job = self._read_job(name)
-        annotations = job["metadata"].get("annotations") or {}
-        run_id = annotations.get(ANNOTATION_RUN_ID)
-        tenant = annotations.get(ANNOTATION_TENANT)
-        checksum = annotations.get(ANNOTATION_CORPUS)
-        if not (run_id and tenant and checksum):
-            raise EnvelopeMissingError(f"Job {name} lacks the attested-replay annotations")
-        outcome = job_outcome(job)
-        if outcome is None or outcome.state != "succeeded":
-            state = "still running" if outcome is None else outcome.explain()
-            raise EnvelopeMissingError(f"Job {name} has not completed: {state}")
-        pod, report = self._termination_report(name)
-        if report.run_id != run_id:
-            raise EnvelopeMismatchError(
-                f"Job {name}: pod reports run ID {report.run_id!r}, the Job is {run_id!r}"
-            )
-        if report.corpus_checksum != checksum:
-            raise EnvelopeMismatchError(
-                f"Job {name}: pod verified corpus {report.corpus_checksum}, expected {checksum}"
-            )
-        base_url = publish_url or annotations.get(ANNOTATION_PUBLISH_URL)
-        if base_url:
-            envelope = self._from_publication(base_url, tenant, run_id)
-            source: Literal["publication", "pod-log"] = "publication"
-        else:
-            envelope = self._from_pod_log(pod)
-            source = "pod-log"
-        digest = sha256_digest(envelope)
-        if digest != report.envelope:
-            raise EnvelopeMismatchError(
-                f"Job {name}: collected envelope is {digest}, the pod reported {report.envelope}"
-            )
-        _check_envelope_fields(envelope, run_id=run_id, tenant=tenant, report=report, name=name)
-        verify_envelope(envelope)
-        log.info("k8s_envelope_collected", job=name, envelope=digest, source=source)
-        return CollectedEnvelope(name, run_id, tenant, envelope, digest, report.result, source)
-
-    def _termination_report(self, name: str) -> tuple[str, TerminationMessage]:
-        pods = read_json(
-            retry.call(
-                self._retry,
-                "list pods",
-                self._core.list_namespaced_pod,
-                self.namespace,
-                label_selector=f"{INSTANCE_LABEL}={name}",
-                _preload_content=False,
-            )
+        """The verified envelope of a completed Job (:mod:`runner.k8s.collect`)."""
+        return self._collector.collect(
+            self._read_job(name), verify_envelope=verify_envelope, publish_url=publish_url
         )
-        for pod in pods.get("items") or []:
-            if (pod.get("status") or {}).get("phase") != "Succeeded":
-                continue
-            for container in (pod.get("status") or {}).get("containerStatuses") or []:
-                terminated = (container.get("state") or {}).get("terminated") or {}
-                if container.get("name") == CONTAINER_NAME and terminated.get("exitCode") == 0:
-                    pod_name = str(pod["metadata"]["name"])
-                    message = terminated.get("message")
-                    if not message:
-                        raise EnvelopeMissingError(
-                            f"pod {pod_name} of Job {name} left no termination message"
-                        )
-                    return pod_name, read_termination_message(message, where=f"pod {pod_name}")
-        raise EnvelopeMissingError(
-            f"Job {name} has no succeeded pod (it may have been removed by its TTL)"
-        )
-
-    def _from_pod_log(self, pod: str) -> bytes:
-        text = retry.call(
-            self._retry,
-            "read pod log",
-            self._core.read_namespaced_pod_log,
-            pod,
-            self.namespace,
-            container=CONTAINER_NAME,
-            limit_bytes=MAX_POD_LOG_BYTES,
-        )
-        frames = framed_payloads(str(text))
-        if len(frames) != 1:
-            raise EnvelopeMissingError(
-                f"pod {pod}: expected one {FRAME_PREFIX.strip()} line in the log, found "
-                f"{len(frames)} (a CoCo agent policy may block log reads; use --publish-url)"
-            )
-        try:
-            return unframe_envelope(frames.pop())
-        except MalformedError as exc:
-            raise EnvelopeMissingError(f"pod {pod}: {exc}") from exc
-
-    def _from_publication(self, base_url: str, tenant: str, run_id: str) -> bytes:
-        url = f"{base_url.rstrip('/')}/v1/tenants/{tenant}/runs/{run_id}"
-        try:
-            answer = self._http.get(
-                url, headers={"Accept": "application/json"}, limit=PUBLICATION_ANSWER
-            )
-        except AnswerTooLargeError as exc:
-            raise EnvelopeMissingError(
-                f"publication endpoint {url}: envelope exceeds {MAX_ENVELOPE_BYTES} bytes"
-            ) from exc
-        except HttpError as exc:
-            raise EnvelopeMissingError(f"publication endpoint {url}: {exc}") from exc
-        if answer.status != 200:
-            raise EnvelopeMissingError(f"publication endpoint {url} answered HTTP {answer.status}")
-        return answer.body
 
     # -- status, list, cancel -------------------------------------------------------------
 
@@ -421,26 +275,3 @@ def raise_for_outcome(outcome: RunOutcome) -> None:
     if outcome.state == "deleted":
         raise RunDeletedError(message)
     raise WaitTimeoutError(message)
-
-
-def _check_envelope_fields(
-    envelope: bytes, *, run_id: str, tenant: str, report: TerminationMessage, name: str
-) -> None:
-    """The envelope must be about this run; full verification is the injected verifier's."""
-    try:
-        parsed = parse_envelope(envelope)
-    except MalformedError as exc:
-        raise VerificationFailedError(
-            f"Job {name}: envelope does not parse: {exc}", verifier_exit_code=1
-        ) from exc
-    checks = (
-        ("runId", parsed.run_id, run_id),
-        ("tenant", parsed.tenant, tenant),
-        ("binding.corpusChecksum", parsed.binding.corpus_checksum, report.corpus_checksum),
-        ("binding.resultDigest", parsed.binding.result_digest, report.result),
-    )
-    for field, actual, expected in checks:
-        if actual != expected:
-            raise EnvelopeMismatchError(
-                f"Job {name}: envelope {field} is {actual!r}, expected {expected!r}"
-            )

@@ -1,16 +1,34 @@
-"""A Kubernetes API server on loopback, compatible for the endpoints the submitter uses.
+"""A Kubernetes API server on loopback that answers like kube-apiserver where our code depends on it.
 
-It speaks the real wire protocol to the official ``kubernetes`` client: Jobs (create, get,
-list, watch, delete with propagationPolicy), Pods (get, list, watch) and pod logs, with
-monotonic ``resourceVersion``, equality label selectors, ``409 AlreadyExists``, ``404``
-Status bodies, and watch streams that end after ``timeoutSeconds``, send BOOKMARKs when
-asked, and answer ``410 Expired`` (an ERROR event, as the real server does) for versions
-that were compacted away. Created Jobs can be validated strictly against the Kubernetes
-schemas, as the real server would reject unknown fields.
+It speaks the real wire protocol to the official ``kubernetes`` client for what the operator
+commands use: Jobs (create, get, list, watch, delete with ``propagationPolicy``), Pods (get,
+list, watch), pod logs, core/v1 Events (list, watch, field selectors), ConfigMaps (create, get,
+update with ``resourceVersion`` preconditions, list) and RuntimeClasses (get). Behaviour copied
+from the real server, with the source it was read from:
 
-There is no real controller or kubelet: tests script state changes through
-:class:`FakeCluster` methods (``start_pod``, ``finish_pod``, ``complete_job``, ...), and
-can inject faults (5xx answers, dropped connections, commit-then-fail) per route.
+* Decoding (``tests.k8s.schema``): unknown and duplicate fields are dropped with one ``Warning:
+  299 - "unknown field \\"<path>\\""`` header each (``fieldValidation`` empty = ``Warn``), dropped
+  silently with ``Ignore``, and refused with **400 BadRequest** "… strict decoding error: …" with
+  ``Strict`` (apiserver ``pkg/endpoints/handlers/create.go``, v0.34.0). What remains is checked
+  against the schema (422 Invalid), as admission/validation would.
+* Creating in a namespace that does not exist: 404 ``namespaces "x" not found``.
+* Names: 409 ``AlreadyExists`` with ``details{name, group, kind}``; an update whose
+  ``metadata.resourceVersion`` is stale: 409 ``Conflict`` "the object has been modified"; an
+  update of a missing ConfigMap: 404 (ConfigMaps are not created on update).
+* Lists carry ``metadata.resourceVersion``; watches replay nothing for a version (only for ""
+  and "0"), end after ``timeoutSeconds`` with a BOOKMARK when asked, and answer an ERROR event
+  410 ``Expired`` for compacted versions (the watch cache's behaviour).
+* Label selectors (equality) and field selectors (``key=value``, ``key==value``, ``key!=value``,
+  comma = AND) over the kind's selectable fields: ``metadata.name``/``metadata.namespace`` for
+  every kind, and for Events ``involvedObject.*``, ``reason``, ``source``, ``type``,
+  ``reportingComponent`` (``pkg/registry/core/event/strategy.go``).
+* Pod logs (``pkg/registry/core/pod/strategy.go`` ``LogLocation``): ``container`` must name a
+  container (400 "container X is not valid for pod Y"), may be omitted only for a pod with one
+  container; a pod without a node gives 400 "pod X does not have a host assigned"; the kubelet
+  applies ``tailLines`` first, then ``limitBytes`` (cri-client ``logs.go``).
+
+There is no real controller, scheduler or kubelet: :mod:`tests.k8s.cluster` plays them on this
+store, and tests can inject faults (5xx answers, dropped connections, commit-then-fail) per route.
 """
 
 from __future__ import annotations
@@ -25,7 +43,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -33,15 +51,26 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes_validate
 
-KUBERNETES_VERSION = "1.33"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+from tests.k8s import schema
 
-_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([a-z0-9-]+)/jobs$")
-_JOB = re.compile(r"^/apis/batch/v1/namespaces/([a-z0-9-]+)/jobs/([a-z0-9.-]+)$")
-_PODS = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods$")
-_POD = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)$")
-_RUNTIME_CLASS = re.compile(r"^/apis/node.k8s.io/v1/runtimeclasses/([a-z0-9.-]+)$")
+KUBERNETES_VERSION = "1.33"
+#: Kinds of the store: (plural, apiVersion, Kind, group for Status details).
+KINDS: dict[str, tuple[str, str, str]] = {
+    "jobs": ("batch/v1", "Job", "batch"),
+    "pods": ("v1", "Pod", ""),
+    "events": ("v1", "Event", ""),
+    "configmaps": ("v1", "ConfigMap", ""),
+}
+_COLLECTION = re.compile(
+    r"^/(?:api/v1|apis/batch/v1)/namespaces/(?P<ns>[a-z0-9-]+)/(?P<kind>jobs|pods|events|configmaps)$"
+)
+_OBJECT = re.compile(
+    r"^/(?:api/v1|apis/batch/v1)/namespaces/(?P<ns>[a-z0-9-]+)/"
+    r"(?P<kind>jobs|pods|configmaps)/(?P<name>[a-z0-9.-]+)$"
+)
 _POD_LOG = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)/log$")
+_RUNTIME_CLASS = re.compile(r"^/apis/node.k8s.io/v1/runtimeclasses/([a-z0-9.-]+)$")
+_SELECTOR_TERM = re.compile(r"^([^=!]+?)\s*(==|=|!=)\s*(.*)$")
 
 
 @dataclass
@@ -63,14 +92,48 @@ class Fault:
 @dataclass
 class _Event:
     rv: int
-    kind: str  # "jobs" or "pods"
+    kind: str
     type: str
     obj: dict[str, Any]
 
 
 @dataclass
-class FakeCluster:
-    validate_jobs: bool = True
+class Answer:
+    code: int
+    body: Any
+    warnings: tuple[str, ...] = ()
+
+
+def status(code: int, reason: str, message: str, **details: str) -> dict[str, Any]:
+    """A ``metav1.Status`` failure body."""
+    answer: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        answer["details"] = dict(details)
+    return answer
+
+
+def _qualified(kind: str) -> str:
+    group = KINDS[kind][2]
+    return f"{kind}.{group}" if group else kind
+
+
+@dataclass
+class Store:
+    """The API server's storage: objects, their history of changes, and request counters."""
+
+    #: Validate created Jobs against the schema after decoding (as validation would); the
+    #: 200-run test turns it off for speed (it costs ~50 ms per Job).
+    validate: bool = True
+    #: Namespaces that exist; creating elsewhere answers 404.
+    namespaces: set[str] = field(default_factory=lambda: {"default", "attested-replay"})
     #: RuntimeClasses the cluster has (the CoCo chart's); None answers 403 (no permission).
     runtime_classes: set[str] | None = field(
         default_factory=lambda: {"kata-qemu-snp", "kata-qemu-coco-dev", "kata-remote"}
@@ -78,236 +141,185 @@ class FakeCluster:
     rv: int = 1
     compacted_rv: int = 0
     expire_epoch: int = 0
-    jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    store: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(
+        default_factory=lambda: {kind: {} for kind in KINDS}
+    )
+    #: Container logs by (namespace, pod, container).
+    logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     history: list[_Event] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     requests: Counter[str] = field(default_factory=Counter)
+    #: Jobs created, by name (a run must never get two).
     created: Counter[str] = field(default_factory=Counter)
-    on_job_created: Callable[[FakeCluster, dict[str, Any]], None] | None = None
+    #: ``(request key, fieldValidation as sent)`` for every create and update.
+    field_validation: list[tuple[str, str]] = field(default_factory=list)
+    on_job_created: Callable[[Any, dict[str, Any]], None] | None = None
     cond: threading.Condition = field(default_factory=threading.Condition)
     closing: bool = False
-    _pod_serial: itertools.count[int] = field(default_factory=itertools.count)
+    _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    # -- state changes (caller holds no lock) -------------------------------------------
+    @property
+    def jobs(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return self.store["jobs"]
 
-    def _commit(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        """Record a change under the lock: bump the version, append the event, wake watchers."""
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        store = self.jobs if kind == "jobs" else self.pods
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        if event_type == "DELETED":
-            store.pop(key, None)
-        else:
-            store[key] = obj
-        self.history.append(_Event(self.rv, kind, event_type, copy.deepcopy(obj)))
-        self.cond.notify_all()
+    @property
+    def pods(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return self.store["pods"]
 
-    def create_job(self, namespace: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        name = body.get("metadata", {}).get("name", "")
-        if self.validate_jobs:
-            try:
-                kubernetes_validate.validate(body, KUBERNETES_VERSION, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                return 422, _status(422, "Invalid", f"Job.batch {name!r} is invalid: {exc}")
+    @property
+    def events(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return self.store["events"]
+
+    @property
+    def configmaps(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return self.store["configmaps"]
+
+    # -- storage (callers hold no lock) --------------------------------------------------
+
+    def commit(self, kind: str, event_type: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a change: bump the version, record the event, wake watchers. Returns a copy."""
         with self.cond:
-            if (namespace, name) in self.jobs:
-                return 409, _status(
-                    409, "AlreadyExists", f'jobs.batch "{name}" already exists', name=name
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if event_type == "DELETED":
+                self.store[kind].pop(key, None)
+            else:
+                self.store[kind][key] = obj
+            self.history.append(_Event(self.rv, kind, event_type, copy.deepcopy(obj)))
+            self.cond.notify_all()
+            return copy.deepcopy(obj)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.cond:
+            found = self.store[kind].get((namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def change(
+        self, kind: str, namespace: str, name: str, edit: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Apply ``edit`` to a stored object under the lock and commit it as MODIFIED."""
+        with self.cond:
+            obj = copy.deepcopy(self.store[kind][(namespace, name)])
+            edit(obj)
+            return self.commit(kind, "MODIFIED", obj)
+
+    def new_uid(self, kind: str) -> str:
+        """A UID shaped like the server's (a UUID), unique in this store and easy to read back
+        (the kind's first letters lead)."""
+        serial = next(self._uids)
+        return f"{kind[:8].encode().hex():0<8.8}-0000-4000-8000-{serial:012d}"
+
+    def create(self, kind: str, namespace: str, body: Any, directive: str) -> Answer:
+        """POST, in the server's order: decode (400), namespace (404), defaulting, validation
+        (422), then storage (409 when the name is taken)."""
+        obj, refusal, warnings = self._decode(kind, body, directive)
+        if refusal is not None:
+            return refusal
+        name = str(obj.get("metadata", {}).get("name", ""))
+        with self.cond:
+            if namespace not in self.namespaces:
+                return Answer(404, status(404, "NotFound", f'namespaces "{namespace}" not found'))
+        uid = self.new_uid(kind)
+        if kind == "jobs":
+            default_job(obj, uid)
+        if self.validate or kind != "jobs":
+            try:
+                kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                kind_name = f"{KINDS[kind][1]}.{KINDS[kind][2]}".rstrip(".")
+                return Answer(
+                    422, status(422, "Invalid", f'{kind_name} "{name}" is invalid: {exc}')
                 )
-            job = copy.deepcopy(body)
-            job["metadata"].update(
-                namespace=namespace,
-                uid=f"uid-{name}",
-                creationTimestamp="2026-11-29T12:00:00Z",
-                generation=1,
+        with self.cond:
+            if (namespace, name) in self.store[kind]:
+                return Answer(
+                    409,
+                    status(
+                        409,
+                        "AlreadyExists",
+                        f'{_qualified(kind)} "{name}" already exists',
+                        name=name,
+                        group=KINDS[kind][2],
+                        kind=kind,
+                    ),
+                )
+            obj["metadata"].update(
+                namespace=namespace, uid=uid, creationTimestamp=now_rfc3339(), generation=1
             )
-            job["status"] = {}
-            self.created[name] += 1
-            self._commit("jobs", "ADDED", job)
-            snapshot = copy.deepcopy(job)
-        if self.on_job_created is not None:
-            threading.Thread(target=self.on_job_created, args=(self, snapshot), daemon=True).start()
-        return 201, snapshot
+            if kind == "jobs":
+                obj["status"] = {}
+                self.created[name] += 1
+            stored = self.commit(kind, "ADDED", obj)
+        if kind == "jobs" and self.on_job_created is not None:
+            threading.Thread(target=self.on_job_created, args=(self, stored), daemon=True).start()
+        return Answer(201, stored, warnings)
+
+    def update(self, kind: str, namespace: str, name: str, body: Any, directive: str) -> Answer:
+        """PUT: a stale ``metadata.resourceVersion`` is a 409 Conflict; a missing object 404."""
+        decoded, refusal, warnings = self._decode(kind, body, directive)
+        if refusal is not None:
+            return refusal
+        with self.cond:
+            current = self.store[kind].get((namespace, name))
+            if current is None:
+                return Answer(
+                    404, status(404, "NotFound", f'{_qualified(kind)} "{name}" not found')
+                )
+            wanted = decoded.get("metadata", {}).get("resourceVersion")
+            if wanted and wanted != current["metadata"]["resourceVersion"]:
+                return Answer(
+                    409,
+                    status(
+                        409,
+                        "Conflict",
+                        f'Operation cannot be fulfilled on {_qualified(kind)} "{name}": the '
+                        "object has been modified; please apply your changes to the latest "
+                        "version and try again",
+                        name=name,
+                        kind=kind,
+                    ),
+                )
+            meta = decoded.setdefault("metadata", {})
+            for key in ("uid", "creationTimestamp", "namespace", "name"):
+                meta[key] = current["metadata"][key]
+            stored = self.commit(kind, "MODIFIED", decoded)
+        return Answer(200, stored, warnings)
+
+    def _decode(
+        self, kind: str, body: Any, directive: str
+    ) -> tuple[dict[str, Any], Answer | None, tuple[str, ...]]:
+        api_version, kind_name, _ = KINDS[kind]
+        if directive not in ("", "Ignore", "Warn", "Strict"):
+            return (
+                {},
+                Answer(400, status(400, "BadRequest", f"invalid fieldValidation {directive!r}")),
+                (),
+            )
+        decoded = schema.decode(body, api_version, kind_name)
+        if not decoded.problems or directive == "Ignore":
+            return decoded.obj, None, ()
+        if directive == "Strict":
+            message = (
+                f'{kind_name} in version "{api_version.rsplit("/", 1)[-1]}" cannot be handled as '
+                f"a {kind_name}: strict decoding error: {', '.join(decoded.problems)}"
+            )
+            return {}, Answer(400, status(400, "BadRequest", message)), ()
+        return decoded.obj, None, decoded.problems
 
     def delete_job(self, namespace: str, name: str, propagation: str | None) -> int:
+        """DELETE a Job; with Background/Foreground propagation its pods go too (GC)."""
         with self.cond:
-            job = self.jobs.get((namespace, name))
+            job = self.store["jobs"].get((namespace, name))
             if job is None:
                 return 404
-            self._commit("jobs", "DELETED", copy.deepcopy(job))
+            self.commit("jobs", "DELETED", copy.deepcopy(job))
             if propagation in ("Background", "Foreground"):
-                for key, pod in list(self.pods.items()):
-                    if (
-                        key[0] == namespace
-                        and pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name
-                    ):
-                        self._commit("pods", "DELETED", copy.deepcopy(pod))
+                for (pod_ns, _), pod in list(self.store["pods"].items()):
+                    owner = (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
+                    if pod_ns == namespace and owner == name:
+                        self.commit("pods", "DELETED", copy.deepcopy(pod))
             return 200
-
-    def _update_job(self, name: str, change: Callable[[dict[str, Any]], None], ns: str) -> None:
-        with self.cond:
-            job = copy.deepcopy(self.jobs[(ns, name)])
-            change(job)
-            self._commit("jobs", "MODIFIED", job)
-
-    def _update_pod(self, name: str, change: Callable[[dict[str, Any]], None], ns: str) -> None:
-        with self.cond:
-            pod = copy.deepcopy(self.pods[(ns, name)])
-            change(pod)
-            self._commit("pods", "MODIFIED", pod)
-
-    # -- scripted controller and kubelet ------------------------------------------------
-
-    def start_pod(self, job_name: str, ns: str = "attested-replay") -> str:
-        """The Job controller creates a pod (Pending) and counts it active."""
-        with self.cond:
-            job = self.jobs[(ns, job_name)]
-            template = job["spec"]["template"]
-            pod_name = f"{job_name[:57]}-{next(self._pod_serial):05x}"
-            labels = dict(template["metadata"].get("labels") or {})
-            labels[JOB_NAME_LABEL] = job_name
-            labels["job-name"] = job_name
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": pod_name,
-                    "namespace": ns,
-                    "labels": labels,
-                    "annotations": dict(template["metadata"].get("annotations") or {}),
-                    "uid": f"uid-{pod_name}",
-                },
-                "spec": copy.deepcopy(template["spec"]),
-                "status": {"phase": "Pending"},
-            }
-            self._commit("pods", "ADDED", pod)
-        self._update_job(job_name, lambda j: j["status"].update(active=1), ns)
-        return pod_name
-
-    def pod_running(self, pod: str, ns: str = "attested-replay") -> None:
-        def change(p: dict[str, Any]) -> None:
-            p["status"] = {
-                "phase": "Running",
-                "conditions": [{"type": "PodScheduled", "status": "True"}],
-                "containerStatuses": [
-                    {
-                        "name": "replay",
-                        "image": p["spec"]["containers"][0]["image"],
-                        "imageID": "",
-                        "ready": True,
-                        "restartCount": 0,
-                        "state": {"running": {"startedAt": "2026-11-29T12:00:05Z"}},
-                    }
-                ],
-            }
-
-        self._update_pod(pod, change, ns)
-
-    def pod_unschedulable(self, pod: str, message: str, ns: str = "attested-replay") -> None:
-        def change(p: dict[str, Any]) -> None:
-            p["status"] = {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": message,
-                    }
-                ],
-            }
-
-        self._update_pod(pod, change, ns)
-
-    def pod_waiting(self, pod: str, reason: str, message: str, ns: str = "attested-replay") -> None:
-        def change(p: dict[str, Any]) -> None:
-            p["status"] = {
-                "phase": "Pending",
-                "conditions": [{"type": "PodScheduled", "status": "True"}],
-                "containerStatuses": [
-                    {
-                        "name": "replay",
-                        "image": p["spec"]["containers"][0]["image"],
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {"waiting": {"reason": reason, "message": message}},
-                    }
-                ],
-            }
-
-        self._update_pod(pod, change, ns)
-
-    def finish_pod(
-        self, pod: str, *, exit_code: int, message: str, log: str, ns: str = "attested-replay"
-    ) -> None:
-        self.logs[(ns, pod)] = log
-
-        def change(p: dict[str, Any]) -> None:
-            p["status"] = {
-                "phase": "Succeeded" if exit_code == 0 else "Failed",
-                "conditions": [{"type": "PodScheduled", "status": "True"}],
-                "containerStatuses": [
-                    {
-                        "name": "replay",
-                        "image": p["spec"]["containers"][0]["image"],
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
-                            "terminated": {
-                                "exitCode": exit_code,
-                                "reason": "Completed" if exit_code == 0 else "Error",
-                                "message": message,
-                            }
-                        },
-                    }
-                ],
-            }
-
-        self._update_pod(pod, change, ns)
-
-    def complete_job(self, job_name: str, ns: str = "attested-replay") -> None:
-        def change(j: dict[str, Any]) -> None:
-            j["status"] = {
-                "active": 0,
-                "succeeded": 1,
-                "conditions": [
-                    {"type": "SuccessCriteriaMet", "status": "True"},
-                    {"type": "Complete", "status": "True"},
-                ],
-            }
-
-        self._update_job(job_name, change, ns)
-
-    def fail_job(
-        self, job_name: str, reason: str, message: str, ns: str = "attested-replay"
-    ) -> None:
-        def interim(j: dict[str, Any]) -> None:
-            j["status"]["conditions"] = [
-                {"type": "FailureTarget", "status": "True", "reason": reason, "message": message}
-            ]
-
-        def final(j: dict[str, Any]) -> None:
-            j["status"] = {
-                "active": 0,
-                "failed": 1,
-                "conditions": [
-                    {
-                        "type": "FailureTarget",
-                        "status": "True",
-                        "reason": reason,
-                        "message": message,
-                    },
-                    {"type": "Failed", "status": "True", "reason": reason, "message": message},
-                ],
-            }
-
-        self._update_job(job_name, interim, ns)
-        self._update_job(job_name, final, ns)
 
     def expire_watches(self) -> None:
         """Compact history: open watches get 410 Expired, as do watches from older versions."""
@@ -329,60 +341,141 @@ class FakeCluster:
                 self.cond.wait(remaining)
 
     def events_after(self, version: int) -> list[_Event]:
-        """Events newer than ``version`` (history is ordered by version)."""
+        """History newer than ``version`` (history is ordered by version)."""
         return self.history[bisect.bisect_right(self.history, version, key=lambda e: e.rv) :]
 
     def watchers(self) -> int:
-        return self.requests["WATCH jobs"] + self.requests["WATCH pods"]
+        return sum(count for key, count in self.requests.items() if key.startswith("WATCH "))
 
 
-def _status(code: int, reason: str, message: str, *, name: str | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if name is not None:
-        status["details"] = {"name": name, "group": "batch", "kind": "jobs"}
-    return status
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
-def _request_key(method: str, path: str, *, watching: bool) -> str:
-    """``WATCH jobs``, ``LIST pods``, ``GET job``, ``POST jobs``, ``GET log``, ``DELETE job``."""
-    if _POD_LOG.match(path):
-        return f"{method} log"
-    if _RUNTIME_CLASS.match(path):
-        return f"{method} runtimeclass"
-    collection = _JOBS.match(path) or _PODS.match(path)
-    kind = "jobs" if "/jobs" in path else "pods"
-    if collection and method == "GET":
-        return f"{'WATCH' if watching else 'LIST'} {kind}"
-    return f"{method} {kind if collection else kind[:-1]}"
+def default_job(job: dict[str, Any], uid: str) -> None:
+    """What the server adds to a created Job: the generated selector and the template labels
+    it selects on (``pkg/registry/batch/job/strategy.go`` ``generateSelector``, with the legacy
+    ``controller-uid``/``job-name`` labels), and the field defaults of
+    ``pkg/apis/batch/v1/defaults.go``."""
+    name = job["metadata"]["name"]
+    spec = job.setdefault("spec", {})
+    template_labels = (
+        spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
+    )
+    template_labels.update(
+        {CONTROLLER_UID_LABEL: uid, JOB_NAME_LABEL: name, "controller-uid": uid, "job-name": name}
+    )
+    spec.setdefault("selector", {"matchLabels": {CONTROLLER_UID_LABEL: uid}})
+    spec.setdefault("completions", 1)
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
 
 
-def _selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
-    if not selector:
-        return True
-    for term in selector.split(","):
-        key, sep, value = term.partition("=")
-        if not sep:
-            raise ValueError(f"unsupported selector term {term!r}")
-        if labels.get(key.strip()) != value.lstrip("=").strip():
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# -- selectors ---------------------------------------------------------------------------
+
+
+def _terms(selector: str | None) -> list[tuple[str, str, str]]:
+    terms = []
+    for raw in (selector or "").split(","):
+        if not raw.strip():
+            continue
+        match = _SELECTOR_TERM.match(raw.strip())
+        if match is None:
+            raise ValueError(f"unable to parse requirement: {raw!r}")
+        terms.append((match.group(1).strip(), match.group(2), match.group(3).strip()))
+    return terms
+
+
+def _matches(terms: Iterable[tuple[str, str, str]], values: dict[str, str]) -> bool:
+    for key, op, value in terms:
+        equal = values.get(key, "") == value
+        if equal != (op in ("=", "==")):
             return False
     return True
 
 
-def _field_matches(selector: str | None, obj: dict[str, Any]) -> bool:
-    if not selector:
-        return True
-    key, _, value = selector.partition("=")
-    if key != "metadata.name":
-        raise ValueError(f"unsupported field selector {selector!r}")
-    return bool(obj["metadata"]["name"] == value)
+def selectable_fields(kind: str, obj: dict[str, Any]) -> dict[str, str]:
+    """The fields a field selector may use, per kind (unknown fields are a 400)."""
+    meta = obj.get("metadata", {})
+    fields = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+    }
+    if kind == "events":
+        involved = obj.get("involvedObject") or {}
+        for key in (
+            "kind",
+            "namespace",
+            "name",
+            "uid",
+            "apiVersion",
+            "resourceVersion",
+            "fieldPath",
+        ):
+            fields[f"involvedObject.{key}"] = str(involved.get(key, ""))
+        source = (obj.get("source") or {}).get("component") or obj.get("reportingComponent", "")
+        fields.update(
+            reason=obj.get("reason", ""),
+            source=source,
+            type=obj.get("type", ""),
+            reportingComponent=obj.get("reportingComponent", ""),
+        )
+    if kind == "pods":
+        fields["spec.nodeName"] = (obj.get("spec") or {}).get("nodeName", "")
+        fields["status.phase"] = (obj.get("status") or {}).get("phase", "")
+    return fields
+
+
+def _field_terms(kind: str, selector: str | None) -> list[tuple[str, str, str]]:
+    terms = _terms(selector)
+    allowed = set(selectable_fields(kind, {"metadata": {}}))
+    for key, _, _ in terms:
+        if key not in allowed:
+            raise ValueError(
+                f'"{key}" is not a known field selector: only "{", ".join(sorted(allowed))}"'
+            )
+    return terms
+
+
+class _Query:
+    """One request's selectors, parsed once."""
+
+    def __init__(self, kind: str, query: dict[str, str]) -> None:
+        self.kind = kind
+        self.labels = _terms(query.get("labelSelector"))
+        self.fields = _field_terms(kind, query.get("fieldSelector"))
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return _matches(self.labels, labels) and _matches(
+            self.fields, selectable_fields(self.kind, obj)
+        )
+
+
+# -- HTTP -------------------------------------------------------------------------------
+
+
+def _request_key(method: str, path: str, *, watching: bool) -> str:
+    """``WATCH jobs``, ``LIST events``, ``GET job``, ``POST configmaps``, ``PUT configmap``, ``GET log``."""
+    if _POD_LOG.match(path):
+        return f"{method} log"
+    if _RUNTIME_CLASS.match(path):
+        return f"{method} runtimeclass"
+    if match := _COLLECTION.match(path):
+        kind = match.group("kind")
+        if method == "GET":
+            return f"{'WATCH' if watching else 'LIST'} {kind}"
+        return f"{method} {kind}"
+    if match := _OBJECT.match(path):
+        return f"{method} {match.group('kind')[:-1]}"
+    return f"{method} {path}"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -401,11 +494,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _send_json(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+    def _send(self, answer: Answer) -> None:
+        if isinstance(answer.body, str):
+            data, content_type = answer.body.encode(), "text/plain"
+        else:
+            data, content_type = json.dumps(answer.body).encode(), "application/json"
+        self.send_response(answer.code)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for text in answer.warnings:
+            # apimachinery net.NewWarningHeader(299, "-", text): code, agent, quoted text.
+            self.send_header("Warning", f"299 - {json.dumps(text)}")
         self.end_headers()
         self.wfile.write(data)
 
@@ -431,132 +530,157 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         cluster = self.server.cluster
-        body: dict[str, Any] | None = None
-        if method == "POST":
+        body: Any = None
+        if method in ("POST", "PUT"):
             length = int(self.headers.get("Content-Length") or 0)
             # The v37 client sends no Content-Type on POST; the real server defaults to JSON.
-            body = json.loads(self.rfile.read(length) or b"{}")
+            try:
+                body = schema.loads(self.rfile.read(length))
+            except ValueError as exc:
+                self._send(Answer(400, status(400, "BadRequest", f"invalid JSON: {exc}")))
+                return
         fault = self._fault(method, url.path)
         if fault is not None and fault.action == "drop":
             self._drop()
             return
         if fault is not None and isinstance(fault.action, int):
-            self._send_json(fault.action, _status(fault.action, "InternalError", "injected fault"))
+            self._send(
+                Answer(fault.action, status(fault.action, "InternalError", "injected fault"))
+            )
             return
         watching = query.get("watch") in ("true", "True", "1")
+        key = _request_key(method, url.path, watching=watching)
         with cluster.cond:
-            cluster.requests[_request_key(method, url.path, watching=watching)] += 1
+            cluster.requests[key] += 1
             cluster.requests["total"] += 1
+            if method in ("POST", "PUT"):
+                cluster.field_validation.append((key, query.get("fieldValidation", "")))
             cluster.cond.notify_all()
         try:
-            code, answer = self._route(method, url.path, query, body, watching)
+            answer = self._route(method, url.path, query, body, watching)
         except ValueError as exc:
-            code, answer = 400, _status(400, "BadRequest", str(exc))
-        if code == 0:
+            answer = Answer(400, status(400, "BadRequest", str(exc)))
+        if answer is None:
             return  # streamed
         if fault is not None and fault.action == "commit-then-500":
-            self._send_json(500, _status(500, "InternalError", "injected fault after commit"))
+            self._send(Answer(500, status(500, "InternalError", "injected fault after commit")))
             return
-        if isinstance(answer, str):
-            data = answer.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        self._send_json(code, answer)
+        self._send(answer)
 
     def _route(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, str],
-        body: dict[str, Any] | None,
-        watching: bool,
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, query: dict[str, str], body: Any, watching: bool
+    ) -> Answer | None:
         cluster = self.server.cluster
+        directive = query.get("fieldValidation", "")
         if match := _RUNTIME_CLASS.match(path):
-            name = match.group(1)
-            if cluster.runtime_classes is None:
-                return 403, _status(403, "Forbidden", "runtimeclasses is forbidden")
-            if name not in cluster.runtime_classes:
-                return 404, _status(
-                    404, "NotFound", f'runtimeclasses.node.k8s.io "{name}" not found'
+            return self._runtime_class(match.group(1))
+        if match := _POD_LOG.match(path):
+            return self._log(match.group(1), match.group(2), query)
+        if match := _COLLECTION.match(path):
+            namespace, kind = match.group("ns"), match.group("kind")
+            if method == "POST" and kind in ("jobs", "configmaps"):
+                return cluster.create(kind, namespace, body, directive)
+            if method != "GET":
+                return Answer(405, status(405, "MethodNotAllowed", f"{method} not allowed"))
+            selection = _Query(kind, query)
+            if watching:
+                self._watch(kind, namespace, query, selection)
+                return None
+            return Answer(200, self._list(kind, namespace, selection))
+        if match := _OBJECT.match(path):
+            namespace, kind, name = match.group("ns"), match.group("kind"), match.group("name")
+            if method == "DELETE" and kind == "jobs":
+                code = cluster.delete_job(namespace, name, query.get("propagationPolicy"))
+                if code == 404:
+                    return Answer(404, status(404, "NotFound", f'jobs.batch "{name}" not found'))
+                return Answer(200, status(200, "Success", "deleted") | {"status": "Success"})
+            if method == "PUT" and kind == "configmaps":
+                return cluster.update(kind, namespace, name, body, directive)
+            if method != "GET":
+                return Answer(405, status(405, "MethodNotAllowed", f"{method} not allowed"))
+            obj = cluster.get(kind, namespace, name)
+            if obj is None:
+                return Answer(
+                    404, status(404, "NotFound", f'{_qualified(kind)} "{name}" not found')
                 )
-            return 200, {
+            return Answer(200, obj)
+        return Answer(404, status(404, "NotFound", f"no route for {method} {path}"))
+
+    def _runtime_class(self, name: str) -> Answer:
+        classes = self.server.cluster.runtime_classes
+        if classes is None:
+            return Answer(403, status(403, "Forbidden", "runtimeclasses is forbidden"))
+        if name not in classes:
+            return Answer(
+                404, status(404, "NotFound", f'runtimeclasses.node.k8s.io "{name}" not found')
+            )
+        return Answer(
+            200,
+            {
                 "apiVersion": "node.k8s.io/v1",
                 "kind": "RuntimeClass",
                 "metadata": {"name": name},
                 "handler": name.removeprefix("kata-"),
-            }
-        if match := _JOBS.match(path):
-            if method == "POST":
-                assert body is not None
-                return cluster.create_job(match.group(1), body)
-            if watching:
-                self._watch("jobs", match.group(1), query)
-                return 0, None
-            return 200, self._list("jobs", match.group(1), query)
-        if match := _JOB.match(path):
-            namespace, name = match.groups()
-            if method == "DELETE":
-                code = cluster.delete_job(namespace, name, query.get("propagationPolicy"))
-                if code == 404:
-                    return 404, _status(404, "NotFound", f'jobs.batch "{name}" not found')
-                return 200, _status(200, "Success", "deleted") | {"status": "Success"}
-            with cluster.cond:
-                job = copy.deepcopy(cluster.jobs.get((namespace, name)))
-            if job is None:
-                return 404, _status(404, "NotFound", f'jobs.batch "{name}" not found')
-            return 200, job
-        if match := _POD_LOG.match(path):
-            namespace, name = match.groups()
-            with cluster.cond:
-                text = cluster.logs.get((namespace, name))
-            if text is None:
-                return 404, _status(404, "NotFound", f'pods "{name}" not found')
-            limit = int(query.get("limitBytes") or len(text.encode()))
-            return 200, text.encode()[:limit].decode(errors="replace")
-        if match := _PODS.match(path):
-            if watching:
-                self._watch("pods", match.group(1), query)
-                return 0, None
-            return 200, self._list("pods", match.group(1), query)
-        if match := _POD.match(path):
-            namespace, name = match.groups()
-            with cluster.cond:
-                pod = copy.deepcopy(cluster.pods.get((namespace, name)))
-            if pod is None:
-                return 404, _status(404, "NotFound", f'pods "{name}" not found')
-            return 200, pod
-        return 404, _status(404, "NotFound", f"no route for {method} {path}")
+            },
+        )
 
-    def _list(self, kind: str, namespace: str, query: dict[str, str]) -> dict[str, Any]:
+    def _log(self, namespace: str, name: str, query: dict[str, str]) -> Answer:
         cluster = self.server.cluster
-        store = cluster.jobs if kind == "jobs" else cluster.pods
+        pod = cluster.get("pods", namespace, name)
+        if pod is None:
+            return Answer(404, status(404, "NotFound", f'pods "{name}" not found'))
+        containers = [c["name"] for c in pod["spec"]["containers"]]
+        container = query.get("container", "")
+        if not container:
+            if len(containers) != 1:
+                return Answer(
+                    400,
+                    status(
+                        400,
+                        "BadRequest",
+                        f"a container name must be specified for pod {name}, choose one of: "
+                        f"[{' '.join(containers)}]",
+                    ),
+                )
+            container = containers[0]
+        elif container not in containers:
+            return Answer(
+                400, status(400, "BadRequest", f"container {container} is not valid for pod {name}")
+            )
+        if not pod["spec"].get("nodeName"):
+            return Answer(
+                400, status(400, "BadRequest", f"pod {name} does not have a host assigned")
+            )
+        with cluster.cond:
+            text = cluster.logs.get((namespace, name, container), "")
+        data = text.encode()
+        if "tailLines" in query:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[len(lines) - min(len(lines), int(query["tailLines"])) :])
+        if "limitBytes" in query:
+            data = data[: int(query["limitBytes"])]
+        return Answer(200, data.decode(errors="replace"))
+
+    def _list(self, kind: str, namespace: str, selection: _Query) -> dict[str, Any]:
+        cluster = self.server.cluster
+        api_version, kind_name, _ = KINDS[kind]
         with cluster.cond:
             items = [
                 copy.deepcopy(obj)
-                for (ns, _), obj in sorted(store.items())
-                if ns == namespace
-                and _selector_matches(
-                    query.get("labelSelector"), obj["metadata"].get("labels") or {}
-                )
-                and _field_matches(query.get("fieldSelector"), obj)
+                for (ns, _), obj in sorted(cluster.store[kind].items())
+                if ns == namespace and selection.matches(obj)
             ]
             version = str(cluster.rv)
         return {
-            "kind": "JobList" if kind == "jobs" else "PodList",
-            "apiVersion": "batch/v1" if kind == "jobs" else "v1",
+            "kind": f"{kind_name}List",
+            "apiVersion": api_version,
             "metadata": {"resourceVersion": version},
             "items": items,
         }
 
-    def _watch(self, kind: str, namespace: str, query: dict[str, str]) -> None:
+    def _watch(self, kind: str, namespace: str, query: dict[str, str], selection: _Query) -> None:
         timeout = float(query.get("timeoutSeconds") or 30)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "True", "1")
-        selector = query.get("labelSelector")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -568,7 +692,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         try:
-            self._stream_events(kind, namespace, query, selector, bookmarks, timeout, write)
+            self._stream_events(kind, namespace, query, selection, bookmarks, timeout, write)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -579,24 +703,26 @@ class _Handler(BaseHTTPRequestHandler):
         kind: str,
         namespace: str,
         query: dict[str, str],
-        selector: str | None,
+        selection: _Query,
         bookmarks: bool,
         timeout: float,
         write: Callable[[dict[str, Any]], None],
     ) -> None:
         cluster = self.server.cluster
+        api_version, kind_name, _ = KINDS[kind]
 
         def expired() -> None:
-            write({"type": "ERROR", "object": _status(410, "Expired", "too old resource version")})
+            write({"type": "ERROR", "object": status(410, "Expired", "too old resource version")})
 
         with cluster.cond:
             requested = query.get("resourceVersion") or ""
             epoch = cluster.expire_epoch
             if requested in ("", "0"):
                 position = cluster.rv
-                store = cluster.jobs if kind == "jobs" else cluster.pods
                 initial = [
-                    copy.deepcopy(o) for (ns, _), o in sorted(store.items()) if ns == namespace
+                    copy.deepcopy(o)
+                    for (ns, _), o in sorted(cluster.store[kind].items())
+                    if ns == namespace
                 ]
             else:
                 position = int(requested)
@@ -605,7 +731,7 @@ class _Handler(BaseHTTPRequestHandler):
                     expired()
                     return
         for obj in initial:
-            if _selector_matches(selector, obj["metadata"].get("labels") or {}):
+            if selection.matches(obj):
                 write({"type": "ADDED", "object": obj})
         deadline = time.monotonic() + timeout
         while True:
@@ -623,7 +749,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if (
                     event.kind == kind
                     and event.obj["metadata"]["namespace"] == namespace
-                    and _selector_matches(selector, event.obj["metadata"].get("labels") or {})
+                    and selection.matches(event.obj)
                 ):
                     write({"type": event.type, "object": event.obj})
             if closing or time.monotonic() >= deadline:
@@ -632,8 +758,8 @@ class _Handler(BaseHTTPRequestHandler):
                         {
                             "type": "BOOKMARK",
                             "object": {
-                                "kind": "Job" if kind == "jobs" else "Pod",
-                                "apiVersion": "batch/v1" if kind == "jobs" else "v1",
+                                "kind": kind_name,
+                                "apiVersion": api_version,
                                 "metadata": {"resourceVersion": str(max(position, current))},
                             },
                         }
@@ -646,13 +772,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
     def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    cluster: FakeCluster
+    cluster: Store
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (stopped watches, dropped faults) are normal here."""
@@ -663,10 +792,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class ApiServer:
-    """Run a :class:`FakeCluster` on ``127.0.0.1`` on a free port."""
+    """Run a :class:`Store` (usually a ``tests.k8s.cluster.FakeCluster``) on ``127.0.0.1`` on a free port."""
 
-    def __init__(self, cluster: FakeCluster | None = None) -> None:
-        self.cluster = cluster or FakeCluster()
+    def __init__(self, cluster: Store) -> None:
+        self.cluster = cluster
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.cluster = self.cluster
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -1,7 +1,8 @@
 """Fixtures: a loopback Kubernetes API, real envelopes from genuine simulated runs, kubelet scripts.
 
 The "pod" output is produced by the real ``attested-replay run`` entrypoint with simulated
-evidence (framed stdout line, termination log), once per session; envelopes for many run IDs
+evidence (framed stdout line, termination log), once per session; whether the host sees the
+termination message and the log is the scenario's choice (see :func:`succeed`); envelopes for many run IDs
 (the 200-run test) are built from the same replay outcome with the real simulated signer.
 """
 
@@ -24,7 +25,8 @@ import pytest
 from attestation.envelope.model import Envelope
 from runner.cli import main as runner_main
 from runner.k8s.job import job_name
-from tests.k8s.apiserver import ApiServer, FakeCluster
+from tests.k8s.apiserver import ApiServer
+from tests.k8s.cluster import FakeCluster
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
 TENANT = "acme"
@@ -180,16 +182,23 @@ def run_id_of(job: dict[str, Any]) -> str:
     return str(job["metadata"]["annotations"]["attested-replay.dev/run-id"])
 
 
-def succeed(pods: Pods) -> Script:
-    """Kubelet and controller: the pod runs the replay and the Job completes."""
+def succeed(pods: Pods, *, termination_message: bool = False, log: bool = True) -> Script:
+    """Controller and kubelet: the pod runs the replay and the Job completes.
+
+    As on a CoCo node, the host sees no termination message unless ``termination_message``
+    (kata >= 3.29 with GetDiagnosticData allowed); ``log=False`` is an agent policy that denies
+    ReadStreamRequest (the agent then returns empty log data).
+    """
 
     def script(cluster: FakeCluster, job: dict[str, Any]) -> None:
-        name = job["metadata"]["name"]
         output = pods.for_run(run_id_of(job))
-        pod = cluster.start_pod(name)
-        cluster.pod_running(pod)
-        cluster.finish_pod(pod, exit_code=0, message=output.termination_message, log=output.log)
-        cluster.complete_job(name)
+        pod = cluster.start_pod(job["metadata"]["name"])
+        cluster.running(pod)
+        cluster.succeed(
+            pod,
+            log=output.log if log else "",
+            termination_message=output.termination_message if termination_message else None,
+        )
 
     return script
 

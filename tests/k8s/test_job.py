@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from attestation.encoding.canonical import canonicalize
 from runner.errors import UsageError
-from runner.k8s.errors import EnvelopeMissingError
+from runner.k8s.collect import read_termination_message
+from runner.k8s.errors import EnvelopeMismatchError
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
     RUNNER_ENV,
@@ -27,7 +28,6 @@ from runner.k8s.job import (
     spec_digest,
 )
 from runner.k8s.state import job_outcome, pod_blocker
-from runner.k8s.submit import read_termination_message
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 TENANTS = st.from_regex(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", fullmatch=True)
@@ -280,11 +280,11 @@ JSON = st.recursive(
 
 
 @given(st.one_of(JSON.map(json.dumps), st.text(max_size=200)))
-def test_termination_messages_either_parse_exactly_or_fail_as_missing_envelope(text: str) -> None:
+def test_termination_messages_either_parse_exactly_or_fail_as_a_mismatch(text: str) -> None:
     failure = None
     try:
         report = read_termination_message(text, where="pod p")
-    except EnvelopeMissingError as exc:
+    except EnvelopeMismatchError as exc:
         failure = str(exc)
     if failure is not None:
         assert failure.startswith("pod p: termination message")

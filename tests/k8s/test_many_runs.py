@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.apiserver import FakeCluster
+from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import TENANT, Pods, cli, name_of, run_id_of, submit_args
 
 RUNS = 200
@@ -21,9 +21,7 @@ def test_200_concurrent_runs_on_one_watch(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cluster.validate_jobs = (
-        False  # schema validation of every create is covered elsewhere; it costs 50 ms each
-    )
+    cluster.validate = False  # schema validation of every create is covered elsewhere; ~50 ms each
     run_ids = [f"batch-{i:03d}" for i in range(RUNS)]
     for run_id in run_ids:
         pods.for_run(run_id)  # the pods' envelopes and the tenant's expected values
@@ -42,10 +40,8 @@ def test_200_concurrent_runs_on_one_watch(
             name = job["metadata"]["name"]
             output = pods.for_run(run_id_of(job))
             pod = cluster.start_pod(name)
-            cluster.pod_running(pod)
-            cluster.finish_pod(pod, exit_code=0, message=output.termination_message, log=output.log)
-        for job in jobs:
-            cluster.complete_job(job["metadata"]["name"])
+            cluster.running(pod)
+            cluster.succeed(pod, log=output.log)
 
     thread = threading.Thread(target=controller)
     thread.start()

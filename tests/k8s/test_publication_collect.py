@@ -1,7 +1,9 @@
 """Collecting from the publication endpoint (a loopback HTTP server) instead of the pod log.
 
-CoCo's default agent policy blocks log reads, so here the pod log is empty on purpose: the
-envelope can only come from the endpoint, and must match the pod's termination message.
+The pods here run as on a CoCo node whose agent policy denies ReadStreamRequest: the log is
+empty (the agent redacts it) and the host sees no termination message (no shared filesystem
+before kata 3.29), so the envelope can only come from the endpoint, and it is checked against
+the Job and by the tenant's verifier.
 """
 
 from __future__ import annotations
@@ -13,20 +15,25 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
-from tests.k8s.apiserver import FakeCluster
-from tests.k8s.conftest import RUN_ID, TENANT, Pods, Script, cli, error_line, last_json, submit_args
+from tests.k8s.cluster import FakeCluster
+from tests.k8s.conftest import (
+    RUN_ID,
+    TENANT,
+    Pods,
+    Script,
+    cli,
+    error_line,
+    last_json,
+    name_of,
+    submit_args,
+    succeed,
+)
 
 TOKEN = "read-token-for-acme"
 
 
-def finish_without_log(pods: Pods) -> Script:
-    def script(cluster: FakeCluster, job: dict[str, Any]) -> None:
-        name = job["metadata"]["name"]
-        pod = cluster.start_pod(name)
-        cluster.finish_pod(pod, exit_code=0, message=pods.base.termination_message, log="")
-        cluster.complete_job(name)
-
-    return script
+def finish_without_log(pods: Pods, *, termination_message: bool = False) -> Script:
+    return succeed(pods, termination_message=termination_message, log=False)
 
 
 def test_envelope_is_collected_from_the_publication_endpoint(  # noqa: PLR0917 - fixtures
@@ -76,16 +83,18 @@ def test_envelope_is_collected_from_the_publication_endpoint(  # noqa: PLR0917 -
     assert cluster.requests["GET log"] == 0
 
 
-def test_endpoint_envelope_that_differs_from_the_pods_digest_is_refused(
+@pytest.mark.parametrize("termination_message", [False, True], ids=["coco", "kata-3.29"])
+def test_endpoint_envelope_of_another_run_is_refused(  # noqa: PLR0917 - fixtures
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
     httpserver: HTTPServer,
     capsys: pytest.CaptureFixture[str],
+    termination_message: bool,
 ) -> None:
     other = pods.for_run("run-other").envelope
     httpserver.expect_request(f"/v1/tenants/{TENANT}/runs/{RUN_ID}").respond_with_data(other)
-    cluster.on_job_created = finish_without_log(pods)
+    cluster.on_job_created = finish_without_log(pods, termination_message=termination_message)
     url = httpserver.url_for("/").rstrip("/")
     code = cli(
         *submit_args(kubeconfig, pods),
@@ -101,8 +110,50 @@ def test_endpoint_envelope_that_differs_from_the_pods_digest_is_refused(
     )
     captured = capsys.readouterr()
     assert code == 5
-    reported = json.loads(pods.base.termination_message)["envelope"]
-    assert error_line(captured.err).endswith(f"the pod reported {reported}")
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: envelope runId is 'run-other', expected '{RUN_ID}'"
+    )
+
+
+def test_endpoint_envelope_the_termination_message_contradicts_is_refused(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    httpserver: HTTPServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """When the host does see the message (kata >= 3.29), it must describe the envelope."""
+    httpserver.expect_request(f"/v1/tenants/{TENANT}/runs/{RUN_ID}").respond_with_data(
+        pods.base.envelope
+    )
+    message = json.loads(pods.base.termination_message)
+    message["result"] = "sha256:" + "1" * 64
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        pod = c.start_pod(job["metadata"]["name"])
+        c.succeed(pod, log="", termination_message=json.dumps(message))
+
+    cluster.on_job_created = script
+    url = httpserver.url_for("/").rstrip("/")
+    code = cli(
+        *submit_args(kubeconfig, pods),
+        "--publish-url",
+        url,
+        "--publish-token-secret",
+        "acme-publish",
+        "--wait",
+        "--timeout",
+        "30",
+        "--expected",
+        str(pods.base.expected),
+    )
+    captured = capsys.readouterr()
+    assert code == 5
+    envelope_result = json.loads(pods.base.termination_message)["result"]
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: pod {name_of()}-bbbbb's termination message reports result digest "
+        f"{message['result']}, the collected envelope has {envelope_result}"
+    )
 
 
 def test_endpoint_without_the_run_is_a_clear_error(
@@ -149,8 +200,11 @@ def test_without_endpoint_an_empty_log_names_the_cause(
     )
     assert code == 5
     message = error_line(capsys.readouterr().err)
-    assert "expected one ATTESTED-ENVELOPE line in the log, found 0" in message
-    assert "use --publish-url" in message
+    assert message == (
+        f"pod {name_of()}-bbbbb: expected one ATTESTED-ENVELOPE line in the last 4096 lines of "
+        "container replay's log, found 0 (a CoCo agent policy that denies ReadStreamRequest "
+        "empties the log; use --publish-url)"
+    )
 
 
 @pytest.mark.parametrize("content", ["", "\n", "two tokens\n"], ids=["empty", "blank", "two"])

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner.k8s.job import ANNOTATION_SPEC_DIGEST
-from tests.k8s.apiserver import FakeCluster, Fault
+from attestation.contracts import frame_envelope, sha256_digest
+from runner.k8s.job import ANNOTATION_SPEC_DIGEST, ReplaySpec, build_job
+from tests.k8s.apiserver import Fault
+from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (
     IMAGE,
     RUN_ID,
@@ -50,6 +53,8 @@ def test_happy_path_submits_waits_collects_and_verifies(
     summary = last_json(captured.out)
     assert summary["verified"] is True
     assert summary["source"] == "pod-log"
+    # a CoCo node: the host never saw the pod's termination message, and nothing is missing
+    assert summary["terminationMessage"] == "absent"
     assert summary["runId"] == RUN_ID
     assert out.read_bytes() == pods.base.envelope
     assert cluster.created[name_of()] == 1
@@ -176,9 +181,9 @@ def test_pods_that_cannot_run_fail_early_with_the_reason(  # noqa: PLR0917 - fix
     def script(c: FakeCluster, job: dict[str, Any]) -> None:
         pod = c.start_pod(job["metadata"]["name"])
         if blocker == "unschedulable":
-            c.pod_unschedulable(pod, detail + " Pod's node affinity/selector.")
+            c.unschedulable(pod, detail + " Pod's node affinity/selector.")
         else:
-            c.pod_waiting(pod, reason, detail)
+            c.waiting(pod, reason, detail)
 
     cluster.on_job_created = script
     code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
@@ -189,30 +194,54 @@ def test_pods_that_cannot_run_fail_early_with_the_reason(  # noqa: PLR0917 - fix
     assert cluster.created[name_of()] == 1
 
 
+def _exit_codes(*codes: int) -> Callable[[FakeCluster, dict[str, Any]], None]:
+    """The controller's pods fail with these exit codes, one pod after the other."""
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        pod: str | None = c.start_pod(job["metadata"]["name"])
+        for code in codes:
+            assert pod is not None
+            c.running(pod)
+            pod = c.fail(pod, exit_code=code)
+
+    return script
+
+
+def _deadline(c: FakeCluster, job: dict[str, Any]) -> None:
+    c.running(c.start_pod(job["metadata"]["name"]))
+    c.deadline_exceeded(job["metadata"]["name"])
+
+
 @pytest.mark.parametrize(
-    ("reason", "message"),
+    ("script", "reason", "message"),
     [
-        ("DeadlineExceeded", "Job was active longer than specified deadline"),
-        ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+        (_deadline, "DeadlineExceeded", "Job was active longer than specified deadline"),
+        # publication unreachable (6) is retried: 3 pods with backoffLimit 2
         (
+            _exit_codes(6, 6, 6),
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        ),
+        (
+            _exit_codes(2),
             "PodFailurePolicy",
-            "Container replay for pod x failed with exit code 2 matching FailJob rule at index 0",
+            (
+                f"Container replay for pod attested-replay/{name_of()}-bbbbb failed with exit "
+                "code 2 matching FailJob rule at index 0"
+            ),
         ),
     ],
+    ids=["deadline", "backoff", "pod-failure-policy"],
 )
 def test_failed_jobs_end_with_their_reason(  # noqa: PLR0917 - fixtures
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
     capsys: pytest.CaptureFixture[str],
+    script: Callable[[FakeCluster, dict[str, Any]], None],
     reason: str,
     message: str,
 ) -> None:
-    def script(c: FakeCluster, job: dict[str, Any]) -> None:
-        pod = c.start_pod(job["metadata"]["name"])
-        c.pod_running(pod)
-        c.fail_job(job["metadata"]["name"], reason, message)
-
     cluster.on_job_created = script
     code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
     captured = capsys.readouterr()
@@ -256,27 +285,49 @@ def test_wait_times_out_with_a_clear_error(
     )
 
 
-def test_tampered_envelope_in_the_log_is_rejected(
-    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("termination_message", [False, True], ids=["coco", "kata-3.29"])
+def test_another_runs_envelope_in_the_log_is_rejected(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    capsys: pytest.CaptureFixture[str],
+    termination_message: bool,
 ) -> None:
-    import base64
-
     other = pods.for_run("run-other").envelope
 
     def script(c: FakeCluster, job: dict[str, Any]) -> None:
-        name = job["metadata"]["name"]
-        pod = c.start_pod(name)
-        log = f"ATTESTED-ENVELOPE {base64.b64encode(other).decode()}\n"
-        c.finish_pod(pod, exit_code=0, message=pods.base.termination_message, log=log)
-        c.complete_job(name)
+        pod = c.start_pod(job["metadata"]["name"])
+        log = f"{frame_envelope(other)}\n"
+        message = pods.base.termination_message if termination_message else None
+        c.succeed(pod, log=log, termination_message=message)
 
     cluster.on_job_created = script
     code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
     captured = capsys.readouterr()
     assert code == SUBMIT_EXIT
-    assert "collected envelope is sha256:" in error_line(captured.err)
-    assert (
-        f"the pod reported {json.loads(pods.base.termination_message)['envelope']}" in captured.err
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: envelope runId is 'run-other', expected '{RUN_ID}'"
+    )
+
+
+def test_a_termination_message_that_disagrees_is_refused(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When the host does see the message (kata >= 3.29), it must describe the envelope."""
+    message = json.loads(pods.base.termination_message)
+    message["envelope"] = "sha256:" + "0" * 64
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        pod = c.start_pod(job["metadata"]["name"])
+        c.succeed(pod, log=pods.base.log, termination_message=json.dumps(message))
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: pod {name_of()}-bbbbb's termination message reports envelope digest "
+        f"{message['envelope']}, the collected envelope has {sha256_digest(pods.base.envelope)}"
     )
 
 
@@ -310,15 +361,15 @@ def test_status_list_collect_and_cancel(
     assert cli(*submit_args(kubeconfig, pods)) == 0
     common = ["--kubeconfig", str(kubeconfig)]
     assert cli("status", RUN_ID, "--tenant", TENANT, *common) == 0
+    job = cluster.jobs[("attested-replay", name_of())]
     assert last_json(capsys.readouterr().out) == {
         "job": name_of(),
         "runId": RUN_ID,
         "tenant": TENANT,
         "phase": "pending",
         "reason": "",
-        "created": "2026-11-29T12:00:00Z",
+        "created": job["metadata"]["creationTimestamp"],
     }
-    job = cluster.jobs[("attested-replay", name_of())]
     assert (
         cli("collect", RUN_ID, "--tenant", TENANT, "--expected", str(pods.base.expected), *common)
         == 5
@@ -425,6 +476,7 @@ def test_namespace_comes_from_the_kubeconfig_context(
     apiserver: Any, cluster: FakeCluster, pods: Pods, tmp_path: Path
 ) -> None:
     kubeconfig = apiserver.kubeconfig(tmp_path / "kc", namespace="replays-a")
+    cluster.namespaces.add("replays-a")
     assert cli(*submit_args(kubeconfig, pods)) == 0
     assert ("replays-a", name_of()) in cluster.jobs
 
@@ -480,3 +532,50 @@ def test_runtime_class_check_is_skipped_without_permission(
     assert cli(*submit_args(kubeconfig, pods)) == 0
     assert '"k8s_runtime_class_unchecked"' in capsys.readouterr().err
     assert cluster.created[name_of()] == 1
+
+
+def test_every_create_asks_for_strict_field_validation(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods
+) -> None:
+    assert cli(*submit_args(kubeconfig, pods)) == 0
+    assert cluster.field_validation == [("POST jobs", "Strict")]
+
+
+def test_a_field_the_cluster_does_not_know_is_refused_not_dropped(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Job field newer than the cluster (here 1.34's ``hostnameOverride`` on a 1.33 server)
+    would be dropped with a mere warning by default, and a different Job than the one whose
+    spec digest was computed would run. With Strict the server refuses it."""
+    from runner.k8s import submit
+
+    def newer(spec: ReplaySpec) -> dict[str, Any]:
+        job = build_job(spec)
+        job["spec"]["template"]["spec"]["hostnameOverride"] = "replay"
+        return job
+
+    monkeypatch.setattr(submit, "build_job", newer)
+    assert cli(*submit_args(kubeconfig, pods)) == SUBMIT_EXIT
+    assert error_line(capsys.readouterr().err) == (
+        f'creating Job {name_of()} was refused: HTTP 400: Job in version "v1" cannot be handled '
+        'as a Job: strict decoding error: unknown field "spec.template.spec.hostnameOverride"'
+    )
+    assert cluster.jobs == {}
+
+
+def test_a_namespace_that_does_not_exist_is_named(
+    apiserver: Any,
+    cluster: FakeCluster,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubeconfig = apiserver.kubeconfig(tmp_path / "kc", namespace="replays-b")
+    assert cli(*submit_args(kubeconfig, pods)) == SUBMIT_EXIT
+    assert error_line(capsys.readouterr().err) == (
+        f'creating Job {name_of()} was refused: HTTP 404: namespaces "replays-b" not found'
+    )
