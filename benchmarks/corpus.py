@@ -1,20 +1,30 @@
-"""Corpus checksum throughput and memory against ``sha256sum`` over the same bytes.
+"""Corpus checksum on today's flat shape and on the shape users have, against floors measured
+in the same run.
 
     python benchmarks/corpus.py [--cases 1000000] [--small 100000] [--repeat 3]
 
-Builds an already-canonical, sorted corpus in a temporary directory (so ``cases.jsonl``
-*is* the byte stream the checksum hashes; the script checks that ``sha256sum`` prints the
-same digest), then reports the median wall time of ``compute_checksum`` (the code behind
-``attested-replay corpus checksum``) and of ``sha256sum`` and their ratio (goal: <= 6). Peak
-RSS (``ru_maxrss``) and the Python heap peak (``tracemalloc``) while checksumming are
-measured in a fresh process for 100,000 cases and for the full size; a process that only
-imports the module is the RSS baseline. The slow path (valid but not canonical lines) is
-timed on the smaller size.
+Two shapes (``benchmarks/shapes.py``), each written to a temporary directory:
+
+* **flat**: today's benchmark corpus, already canonical with printable-ASCII strings (the
+  file *is* the byte stream the checksum hashes: the script checks that ``sha256sum`` prints
+  the same digest). Floor: ``sha256sum`` of the file. Goal: <= 6x.
+* **realistic**: nested inputs, non-ASCII text, floats of every kind, keys in any order,
+  spaces (nothing canonical). Floors: ``sha256sum`` of the file (goal <= 6x, at ``--cases``)
+  and, at ``--small``, "orjson parse + sorted dump + SHA-256 of each line" (goal <= 2x).
+  The checksum must equal the reference computed with the independent ``rfc8785`` package
+  (checked on the small corpus).
+
+Every time is the median of ``--repeat`` runs, the checksum and its floor alternating.
+Peak RSS (``ru_maxrss``) of a fresh process checksumming the realistic corpus at both sizes
+shows that memory does not grow with the corpus; a process that only imports the module is
+the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -23,67 +33,64 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import orjson
+import rfc8785
 
 REPO = Path(__file__).resolve().parent.parent
-TOPICS = (b"invoice", b"login", b"refund", b"shipping", b"password", b"upgrade")
+sys.path.insert(0, str(REPO))
+from benchmarks.shapes import write_flat_cases, write_realistic_cases  # noqa: E402
 
 _MEASURE = """
-import resource, sys, tracemalloc
+import resource, sys
 from pathlib import Path
 from runner.corpus.checksum import compute_checksum
-mode, corpus = sys.argv[1], sys.argv[2:]
-if mode == "heap":
-    tracemalloc.start()
-if corpus:
-    compute_checksum(Path(corpus[0]))
-if mode == "heap":
-    print(tracemalloc.get_traced_memory()[1])
-else:
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+for corpus in sys.argv[1:]:
+    compute_checksum(Path(corpus))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def build_cases(path: Path, count: int, *, canonical: bool = True) -> None:
-    """``count`` cases sorted by id; ``canonical=False`` adds spaces (the slow path)."""
-    separator = b'", "' if not canonical else b'","'
-    with path.open("wb") as out:
-        batch: list[bytes] = []
-        for number in range(count):
-            topic = TOPICS[number % len(TOPICS)]
-            label = b"flag" if (number * 7919) % 5 < 2 else b"clear"
-            line = (
-                b'{"case_id":"c-%08d' % number
-                + separator
-                + b'group":"%s-%06d' % (topic, number // 4)
-                + separator
-                + b'input":"synthetic %s message %d' % (topic, number)
-                + separator
-                + b'label":"%s' % label
-                + separator
-                + b'split":"holdout"}\n'
-            )
-            batch.append(line)
-            if len(batch) == 10_000:
-                out.write(b"".join(batch))
-                batch = []
-        out.write(b"".join(batch))
-
-
-def run_measure(mode: str, corpus: Path | None) -> int:
-    """In a fresh process: ``rss`` = peak RSS in KiB, ``heap`` = Python heap peak in bytes
-    while checksumming (tracemalloc; measured separately because it inflates RSS)."""
-    argv = [sys.executable, "-c", _MEASURE, mode]
-    if corpus is not None:
-        argv.append(str(corpus))
+def peak_rss_kib(corpus: Path | None) -> int:
+    """Peak RSS of a fresh process that checksums ``corpus`` (or only imports the module)."""
+    argv = [sys.executable, "-c", _MEASURE, *([str(corpus)] if corpus else [])]
     done = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO)
     return int(done.stdout.strip())
 
 
-def time_sha256sum(path: Path) -> tuple[str, float]:
-    start = time.perf_counter()
+def sha256sum(path: Path) -> str:
     done = subprocess.run(["sha256sum", str(path)], check=True, capture_output=True, text=True)
-    return done.stdout.split()[0], time.perf_counter() - start
+    return "sha256:" + done.stdout.split()[0]
+
+
+def orjson_floor(path: Path) -> str:
+    """The floor of the realistic shape: orjson parse + sorted dump + SHA-256 of each line."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for line in handle:
+            digest.update(orjson.dumps(orjson.loads(line), option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()
+
+
+def reference_checksum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for line in handle:
+            digest.update(rfc8785.dumps(json.loads(line)) + b"\n")
+    return "sha256:" + digest.hexdigest()
+
+
+def paired(ours: Callable[[], object], floor: Callable[[], object], repeat: int) -> list[float]:
+    """[median ours, median floor] seconds, the two alternating so load hits both alike."""
+    times: list[list[float]] = [[], []]
+    for _ in range(repeat):
+        for index, action in enumerate((ours, floor)):
+            start = time.perf_counter()
+            action()
+            times[index].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def machine() -> str:
@@ -99,60 +106,52 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     from runner.corpus.checksum import compute_checksum
 
+    report: dict[str, object] = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="corpus-bench-") as scratch:
-        big = Path(scratch) / "big"
-        small = Path(scratch) / "small"
-        slow = Path(scratch) / "slow"
-        for directory, count, canonical in (
-            (big, args.cases, True),
-            (small, args.small, True),
-            (slow, args.small, False),
-        ):
+        corpora = {
+            "flat": Path(scratch) / "flat",
+            "realistic": Path(scratch) / "realistic",
+            "realistic_small": Path(scratch) / "realistic-small",
+        }
+        for directory in corpora.values():
             directory.mkdir()
-            build_cases(directory / "cases.jsonl", count, canonical=canonical)
-        size = (big / "cases.jsonl").stat().st_size
+        write_flat_cases(corpora["flat"] / "cases.jsonl", args.cases)
+        write_realistic_cases(corpora["realistic"] / "cases.jsonl", args.cases)
+        write_realistic_cases(corpora["realistic_small"] / "cases.jsonl", args.small)
 
-        ours: list[float] = []
-        theirs: list[float] = []
-        checksum = ""
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            checksum = compute_checksum(big)
-            ours.append(time.perf_counter() - start)
-            digest, elapsed = time_sha256sum(big / "cases.jsonl")
-            theirs.append(elapsed)
-            if "sha256:" + digest != checksum:
-                raise SystemExit("sha256sum hashed different bytes than the checksum")
-        start = time.perf_counter()
-        slow_checksum = compute_checksum(slow)
-        slow_time = time.perf_counter() - start
-        if slow_checksum != compute_checksum(small):
-            raise SystemExit("slow and fast paths disagree")
+        flat_file = corpora["flat"] / "cases.jsonl"
+        if compute_checksum(corpora["flat"]) != sha256sum(flat_file):
+            raise SystemExit("sha256sum hashed different bytes than the checksum")
+        small_file = corpora["realistic_small"] / "cases.jsonl"
+        if compute_checksum(corpora["realistic_small"]) != reference_checksum(small_file):
+            raise SystemExit("the realistic checksum differs from the rfc8785 reference")
 
-        baseline_rss = run_measure("rss", None)
-        small_rss = run_measure("rss", small)
-        big_rss = run_measure("rss", big)
-        small_heap = run_measure("heap", small)
-        big_heap = run_measure("heap", big)
-
-    ours_median = statistics.median(ours)
-    theirs_median = statistics.median(theirs)
-    report = {
-        "machine": machine(),
-        "cases": args.cases,
-        "cases_jsonl_bytes": size,
-        "checksum_seconds_median": round(ours_median, 3),
-        "sha256sum_seconds_median": round(theirs_median, 3),
-        "ratio_checksum_over_sha256sum": round(ours_median / theirs_median, 2),
-        "checksum_cases_per_second": round(args.cases / ours_median),
-        "slow_path_cases": args.small,
-        "slow_path_seconds": round(slow_time, 3),
-        "peak_rss_kib_import_only": baseline_rss,
-        f"peak_rss_kib_{args.small}_cases": small_rss,
-        f"peak_rss_kib_{args.cases}_cases": big_rss,
-        f"checksum_heap_peak_bytes_{args.small}_cases": small_heap,
-        f"checksum_heap_peak_bytes_{args.cases}_cases": big_heap,
-    }
+        realistic_file = corpora["realistic"] / "cases.jsonl"
+        rows: list[tuple[str, str, Callable[[], object]]] = [
+            ("flat", "sha256sum", lambda: sha256sum(flat_file)),
+            ("realistic", "sha256sum", lambda: sha256sum(realistic_file)),
+            (
+                "realistic_small",
+                "orjson_parse_sorted_dump_sha256",
+                lambda: orjson_floor(small_file),
+            ),
+        ]
+        for name, floor_name, floor in rows:
+            directory = corpora[name]
+            ours, base = paired(functools.partial(compute_checksum, directory), floor, args.repeat)
+            report[name] = {
+                "cases": args.small if name == "realistic_small" else args.cases,
+                "cases_jsonl_bytes": (directory / "cases.jsonl").stat().st_size,
+                "checksum_seconds": round(ours, 3),
+                f"{floor_name}_seconds": round(base, 3),
+                "ratio": round(ours / base, 2),
+                "goal": "<= 2" if name == "realistic_small" else "<= 6",
+            }
+        report["peak_rss_kib"] = {
+            "import_only": peak_rss_kib(None),
+            f"realistic_{args.small}_cases": peak_rss_kib(corpora["realistic_small"]),
+            f"realistic_{args.cases}_cases": peak_rss_kib(corpora["realistic"]),
+        }
     print(json.dumps(report, indent=2))
     return 0
 
