@@ -27,6 +27,7 @@ import structlog
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_sha256_digest
 from tenant.corpus_export import ExportError, ExportManifest, peek_manifest, read_export
 from tenant.errors import ServiceUnavailableError, TamperingError, TenantInputError
+from tenant.fetch import load_index
 from tenant.fsutil import atomic_write_text
 from tenant.http import (
     AnswerTooLargeError,
@@ -115,7 +116,7 @@ def fetch_corpus_exports(
     check_url(server, what="server")
     base = server.rstrip("/") + f"/v1/tenants/{tenant}"
     fetched = []
-    index = _load_index(out_dir)
+    index = load_index(out_dir / CORPORA_DIR / "index.json")
     with HttpClient(token=token, retry=retry, what="server") as client:
         for item in _listing(client, base, max_bytes):
             digest = str(item["digest"])
@@ -229,16 +230,3 @@ def _check_unpacked(
                     f"corpus export {digest}: its manifest says corpus checksum "
                     f"{manifest.corpus_checksum}, its cases have {actual}"
                 )
-
-
-def _load_index(out_dir: Path) -> dict[str, Any]:
-    path = out_dir / CORPORA_DIR / "index.json"
-    if not path.is_file():
-        return {}
-    try:
-        loaded = json.loads(path.read_bytes())
-    except ValueError as exc:
-        raise TenantInputError(f"{path} is not JSON: {exc}") from exc
-    if not isinstance(loaded, dict):
-        raise TenantInputError(f"{path} is not a JSON object")
-    return loaded

@@ -282,7 +282,11 @@ def _fetch_entry(
 
 
 def _load_index(out_dir: Path) -> dict[str, Any]:
-    path = out_dir / "index.json"
+    return load_index(out_dir / "index.json")
+
+
+def load_index(path: Path) -> dict[str, Any]:
+    """A kept index file (a JSON object), or an empty one when there is none yet."""
     if not path.is_file():
         return {}
     try:

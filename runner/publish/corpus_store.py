@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import sqlite3
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, Protocol
+from typing import IO, Any, Final, Protocol
 
 import psycopg
+
+from runner.publish.storage import tenant_lock_key
 
 CHUNK_BYTES: Final = 1024 * 1024
 
@@ -67,122 +68,32 @@ def _read_chunks(body: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         seq += 1
 
 
-class SqliteCorpusStore:
-    """The tables in the service's SQLite file (WAL mode, set by the service's storage);
-    ``BEGIN IMMEDIATE`` serializes writers with it."""
+_SELECT_EXPORTS: Final = (
+    "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM corpus_exports "
+    "WHERE tenant = ?"
+)
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        connection = sqlite3.connect(self._path, timeout=60, isolation_level=None)
-        try:
-            connection.execute("PRAGMA busy_timeout = 60000")
-            connection.execute("PRAGMA synchronous = FULL")
-            yield connection
-        finally:
-            connection.close()
+class _SqlCorpusStore:
+    """The queries, written once; subclasses open transactions and name the placeholder."""
 
-    def initialize(self) -> None:
-        with self._connect() as db:
-            for statement in SCHEMA:
-                db.execute(statement.format(blob="BLOB"))
+    _placeholder: str = "?"
+
+    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection in one transaction, committed when the block completes."""
+        raise NotImplementedError
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", self._placeholder)
 
     def put(self, tenant: str, export: StoredExport, manifest: bytes, body: IO[bytes]) -> bool:
-        with self._lock, self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if db.execute(
-                    "SELECT 1 FROM corpus_exports WHERE tenant = ? AND digest = ?",
-                    (tenant, export.digest),
-                ).fetchone():
-                    db.execute("ROLLBACK")
-                    return False
-                for seq, chunk in _read_chunks(body):
-                    db.execute(
-                        "INSERT INTO corpus_chunks (tenant, digest, seq, data) VALUES (?, ?, ?, ?)",
-                        (tenant, export.digest, seq, chunk),
-                    )
-                db.execute(
-                    "INSERT INTO corpus_exports (tenant, digest, corpus_checksum, case_count, "
-                    "size, manifest, uploaded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        tenant,
-                        export.digest,
-                        export.corpus_checksum,
-                        export.case_count,
-                        export.size,
-                        manifest,
-                        export.uploaded_at,
-                    ),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-        return True
-
-    def get(self, tenant: str, digest: str) -> StoredExport | None:
-        with self._connect() as db:
-            row = db.execute(
-                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
-                "corpus_exports WHERE tenant = ? AND digest = ?",
-                (tenant, digest),
-            ).fetchone()
-        return None if row is None else StoredExport(*row)
-
-    def chunks(self, tenant: str, digest: str) -> Iterator[bytes]:
-        seq = 0
-        while True:
-            with self._connect() as db:
-                row = db.execute(
-                    "SELECT data FROM corpus_chunks WHERE tenant = ? AND digest = ? AND seq = ?",
-                    (tenant, digest, seq),
-                ).fetchone()
-            if row is None:
-                return
-            yield bytes(row[0])
-            seq += 1
-
-    def list(self, tenant: str) -> list[StoredExport]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
-                "corpus_exports WHERE tenant = ? ORDER BY uploaded_at, digest",
-                (tenant,),
-            ).fetchall()
-        return [StoredExport(*row) for row in rows]
-
-    def close(self) -> None:
-        """Nothing is kept open between operations."""
-
-
-class PostgresCorpusStore:
-    """The tables in the service's PostgreSQL database; one connection per operation (exports
-    are few and large: a pool would not pay)."""
-
-    def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-        with psycopg.connect(self._dsn) as connection, connection.transaction():
-            yield connection
-
-    def initialize(self) -> None:
-        with self._connect() as db:
-            for statement in SCHEMA:
-                db.execute(statement.format(blob="BYTEA"))
-
-    def put(self, tenant: str, export: StoredExport, manifest: bytes, body: IO[bytes]) -> bool:
-        with self._connect() as db:
+        with self._transaction() as db:
             inserted = db.execute(
-                "INSERT INTO corpus_exports (tenant, digest, corpus_checksum, case_count, size, "
-                "manifest, uploaded_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (tenant, digest) DO NOTHING",
+                self._sql(
+                    "INSERT INTO corpus_exports (tenant, digest, corpus_checksum, case_count, "
+                    "size, manifest, uploaded_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (tenant, digest) DO NOTHING"
+                ),
                 (
                     tenant,
                     export.digest,
@@ -194,47 +105,105 @@ class PostgresCorpusStore:
                 ),
             ).rowcount
             if inserted != 1:
-                return False
+                return False  # held already: exports are immutable
             for seq, chunk in _read_chunks(body):
                 db.execute(
-                    "INSERT INTO corpus_chunks (tenant, digest, seq, data) VALUES (%s, %s, %s, %s)",
+                    self._sql(
+                        "INSERT INTO corpus_chunks (tenant, digest, seq, data) VALUES (?, ?, ?, ?)"
+                    ),
                     (tenant, export.digest, seq, chunk),
                 )
         return True
 
     def get(self, tenant: str, digest: str) -> StoredExport | None:
-        with self._connect() as db:
+        with self._transaction() as db:
             row = db.execute(
-                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
-                "corpus_exports WHERE tenant = %s AND digest = %s",
+                self._sql(_SELECT_EXPORTS + " AND digest = ?"),
                 (tenant, digest),
             ).fetchone()
-        return None if row is None else StoredExport(*row)  # type: ignore[arg-type]
+        return None if row is None else _export(row)
 
     def chunks(self, tenant: str, digest: str) -> Iterator[bytes]:
+        # One short transaction per chunk: a slow reader holds no lock and no more than 1 MiB.
         seq = 0
         while True:
-            with self._connect() as db:
+            with self._transaction() as db:
                 row = db.execute(
-                    "SELECT data FROM corpus_chunks WHERE tenant = %s AND digest = %s AND seq = %s",
+                    self._sql(
+                        "SELECT data FROM corpus_chunks WHERE tenant = ? AND digest = ? AND seq = ?"
+                    ),
                     (tenant, digest, seq),
                 ).fetchone()
             if row is None:
                 return
-            yield bytes(row[0])  # type: ignore[call-overload]
+            yield bytes(row[0])
             seq += 1
 
     def list(self, tenant: str) -> list[StoredExport]:
-        with self._connect() as db:
+        with self._transaction() as db:
             rows = db.execute(
-                "SELECT digest, corpus_checksum, case_count, size, uploaded_at FROM "
-                "corpus_exports WHERE tenant = %s ORDER BY uploaded_at, digest",
+                self._sql(_SELECT_EXPORTS + " ORDER BY uploaded_at, digest"),
                 (tenant,),
             ).fetchall()
-        return [StoredExport(*row) for row in rows]  # type: ignore[arg-type]
+        return [_export(row) for row in rows]
 
     def close(self) -> None:
         """Nothing is kept open between operations."""
+
+
+def _export(row: Sequence[Any]) -> StoredExport:
+    digest, checksum, case_count, size, uploaded_at = row
+    return StoredExport(str(digest), str(checksum), int(case_count), int(size), str(uploaded_at))
+
+
+class SqliteCorpusStore(_SqlCorpusStore):
+    """The tables in the service's SQLite file (WAL mode, set by the service's storage);
+    ``BEGIN IMMEDIATE`` serializes writers with it."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        connection = sqlite3.connect(self._path, timeout=60, isolation_level=None)
+        try:
+            connection.execute("PRAGMA busy_timeout = 60000")
+            connection.execute("PRAGMA synchronous = FULL")
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        finally:
+            connection.close()
+
+    def initialize(self) -> None:
+        with self._transaction() as db:
+            for statement in SCHEMA:
+                db.execute(statement.format(blob="BLOB"))
+
+
+class PostgresCorpusStore(_SqlCorpusStore):
+    """The tables in the service's PostgreSQL database; one connection per operation (exports
+    are few and large: a pool would not pay)."""
+
+    _placeholder = "%s"
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+        with psycopg.connect(self._dsn) as connection, connection.transaction():
+            yield connection
+
+    def initialize(self) -> None:
+        with self._transaction() as db:
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (tenant_lock_key("-corpus-schema-"),))
+            for statement in SCHEMA:
+                db.execute(statement.format(blob="BYTEA"))
 
 
 def open_corpus_store(location: str) -> CorpusStore:

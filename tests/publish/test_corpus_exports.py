@@ -10,6 +10,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,30 +43,36 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _corpus_store(storage: Storage, tmp_path: Path) -> CorpusStore:
+@contextmanager
+def _corpus_store(storage: Storage, tmp_path: Path) -> Iterator[CorpusStore]:
     dsn = getattr(storage, "_dsn", None)
     if dsn is None:
-        return open_corpus_store(str(tmp_path / "publish.sqlite3"))
+        yield open_corpus_store(str(tmp_path / "publish.sqlite3"))
+        return
     # A schema of this test's own: the cluster is shared by parallel test runs.
     schema = f"corpus_{uuid.uuid4().hex}"
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
     separator = "&" if "?" in dsn else "?"
-    return open_corpus_store(f"{dsn}{separator}options=-csearch_path%3D{schema}")
+    try:
+        yield open_corpus_store(f"{dsn}{separator}options=-csearch_path%3D{schema}")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture
 def served(
     storage: Storage, signer: CheckpointSigner, tmp_path: Path
 ) -> Iterator[tuple[Service, CorpusStore]]:
-    store = _corpus_store(storage, tmp_path)
-    routes = corpus_routes(storage, store, max_bytes=1024 * 1024)
-    server = LiveServer(create_app(storage, signer, log_name=LOG_NAME, extra_routes=routes))
-    server.start()
-    try:
-        yield Service(storage, signer.verifier_key, server.url, {}), store
-    finally:
-        server.stop()
+    with _corpus_store(storage, tmp_path) as store:
+        routes = corpus_routes(storage, store, max_bytes=1024 * 1024)
+        server = LiveServer(create_app(storage, signer, log_name=LOG_NAME, extra_routes=routes))
+        server.start()
+        try:
+            yield Service(storage, signer.verifier_key, server.url, {}), store
+        finally:
+            server.stop()
 
 
 def _token_file(tmp_path: Path, service: Service, tenant: str, role: str) -> Path:
@@ -248,13 +255,9 @@ def _alter_last_chunk(store: CorpusStore, digest: str, data: bytes) -> None:
     """Rewrite the stored bytes in place: same length, last byte flipped."""
     altered = data[:-1] + bytes([data[-1] ^ 1])
     statement = "UPDATE corpus_chunks SET data = {p} WHERE digest = {p} AND seq = 0"
-    if isinstance(store, SqliteCorpusStore):
-        with store._connect() as db:
-            db.execute(statement.format(p="?"), (altered, digest))
-    else:
-        assert isinstance(store, PostgresCorpusStore)
-        with store._connect() as db:
-            db.execute(statement.format(p="%s"), (altered, digest))
+    assert isinstance(store, SqliteCorpusStore | PostgresCorpusStore)
+    with store._transaction() as db:
+        db.execute(store._sql(statement.format(p="?")), (altered, digest))
 
 
 def test_upload_needs_an_operator_token(
