@@ -40,6 +40,15 @@ Limits (bytes; each refused before it is parsed or while it is read)
     carries every shard's report and chain (about 12 KB each) within the envelope cap, and a
     Job name leaves room for the controller's ``-<index>`` hostname suffix.
 
+Corpus archives (``run --corpus https://...``; checked while unpacking, entry by entry)
+    :data:`MAX_CORPUS_ARCHIVE_BYTES` (4 GiB downloaded), :data:`MAX_CORPUS_ARCHIVE_ENTRIES`
+    (8: the four files, the root and one top directory, room for two more; refused at the
+    ninth header, never after listing), :data:`MAX_CORPUS_UNPACKED_BYTES` (16 GiB in all),
+    :data:`MAX_CORPUS_ARCHIVE_RATIO` (unpacked at most 200 times the compressed size once past
+    :data:`CORPUS_RATIO_FLOOR`, 64 MiB; JSON lines compress 5 to 20 times), and
+    :data:`MAX_ARCHIVE_HEADER_BYTES` (64 KiB for one entry's header with its pax or GNU
+    long-name extensions). Sparse, linked and special entries are refused.
+
     The envelope cap is the verifier's: a report and its chain are about 10 KB and the rest is
     the evaluation report, so 16 MiB leaves room for large results, and every component that
     stores or forwards envelopes must accept every envelope the verifier accepts.
@@ -117,6 +126,16 @@ MAX_EXPORT_FILES_BYTES: Final = 64 * 1024**3
 DEFAULT_MAX_CORPUS_EXPORT_BYTES: Final = 256 * 1024 * 1024
 #: The kubelet truncates termination messages at 4096 bytes: digests only, never the envelope.
 MAX_TERMINATION_MESSAGE_BYTES: Final = 4096
+
+# -- corpus archives --------------------------------------------------------------------------
+
+MAX_CORPUS_ARCHIVE_BYTES: Final = 4 * 1024**3
+MAX_CORPUS_ARCHIVE_ENTRIES: Final = 8
+MAX_CORPUS_UNPACKED_BYTES: Final = 16 * 1024**3
+MAX_CORPUS_ARCHIVE_RATIO: Final = 200
+CORPUS_RATIO_FLOOR: Final = 64 * 1024**2
+MAX_ARCHIVE_HEADER_BYTES: Final = 64 * 1024
+
 #: The most shards one replay may be split into (indices 0..255: three digits).
 MAX_SHARD_COUNT: Final = 256
 

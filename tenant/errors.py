@@ -27,3 +27,7 @@ class ServiceUnavailableError(TenantError):
 
 class TamperingError(TenantError):
     """A publication log or checkpoint shows removed, reordered or rewritten entries."""
+
+
+class ArchiveError(TenantInputError):
+    """An archive is malformed or over one of its bounds; the message names which."""

@@ -315,6 +315,27 @@ def parse_retry_after(value: str | None, *, now: dt.datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
+def http_environment(ca_bundle: Path | None = None) -> HttpEnvironment:
+    """What every :class:`HttpClient` built with ``ca_bundle`` takes from outside its
+    arguments; the bundle is loaded once here, so an unusable file fails before any work.
+
+    Raises:
+        TenantUsageError: ``ca_bundle`` cannot be loaded.
+    """
+    if ca_bundle is None:
+        return _environment(Path(certifi.where()), "certifi")
+    _tls_context(ca_bundle)
+    return _environment(ca_bundle, "--ca-bundle")
+
+
+def _environment(ca_bundle: Path, source: str) -> HttpEnvironment:
+    return HttpEnvironment(
+        ca_bundle=str(ca_bundle),
+        ca_bundle_source=source,
+        ignored=tuple(name for name in TRUST_VARIABLES if name in os.environ),
+    )
+
+
 # -- deadline sockets -----------------------------------------------------------------------
 
 #: The monotonic time by which the current call must end (set for the call's duration).
@@ -473,11 +494,7 @@ class HttpClient:
 
     def environment(self) -> HttpEnvironment:
         """The CA bundle in use and the trust variables set but ignored (for the record)."""
-        return HttpEnvironment(
-            ca_bundle=str(self.ca_bundle),
-            ca_bundle_source=self._ca_source,
-            ignored=tuple(name for name in TRUST_VARIABLES if name in os.environ),
-        )
+        return _environment(self.ca_bundle, self._ca_source)
 
     def __enter__(self) -> Self:
         return self

@@ -21,6 +21,7 @@ from attestation.contracts import FRAME_PREFIX, RUN_ID_GRAMMAR, frame_envelope
 from runner.errors import UsageError
 from runner.evidence import AGENT_ENCODINGS, EVIDENCE_CHOICES
 from runner.pipeline import RunRequest, RunResult, run
+from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE
 from runner.pipeline.replay import Progress
 
 if TYPE_CHECKING:
@@ -41,6 +42,20 @@ def register(subparsers: Subparsers) -> None:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus", required=True, help="corpus directory, or https:// URL of a .tar.gz"
+    )
+    parser.add_argument(
+        "--corpus-deadline",
+        type=float,
+        default=DOWNLOAD_DEADLINE,
+        metavar="SECONDS",
+        help="most seconds a corpus download may take, retries included (default %(default)g)",
+    )
+    parser.add_argument(
+        "--ca-bundle",
+        type=Path,
+        metavar="FILE",
+        help="CA certificates for https:// downloads and publishing (default: certifi's "
+        "bundle; REQUESTS_CA_BUNDLE, SSL_CERT_FILE, proxy and netrc variables are never used)",
     )
     parser.add_argument("--run-id", required=True, help=f"run identifier ({RUN_ID_GRAMMAR})")
     parser.add_argument("--tenant", required=True, help="tenant identifier (a DNS label)")
@@ -172,6 +187,7 @@ def _print_summary(result: RunResult, *, framed: bool) -> None:
         f"  evidence          {result.provider}",
         f"  envelope          {result.envelope_path} ({result.envelope_digest})",
         f"  result            {result.result_path}",
+        f"  http environment  {result.http_environment.describe()}",
     ]
     marks = outcome.result.get("marks")
     if isinstance(marks, list):

@@ -1,21 +1,34 @@
 """Where a replay's corpus comes from: a directory, or an HTTPS URL of a ``.tar.gz``.
 
 The transport is not trusted: the pod recomputes the corpus checksum inside the TEE and
-refuses a corpus whose checksum differs from the one the operator expected.
+refuses a corpus whose checksum differs from the one the operator expected. Nor is the
+archive: it is downloaded within a deadline and a size cap (:mod:`tenant.http`), then
+unpacked in one streaming pass that refuses it at the first entry over a bound, before
+anything is listed (:mod:`tenant.archive`).
 """
 
 from __future__ import annotations
 
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Final
 
 import structlog
 
+from attestation.contracts import (
+    CORPUS_RATIO_FLOOR,
+    MAX_ARCHIVE_HEADER_BYTES,
+    MAX_CORPUS_ARCHIVE_BYTES,
+    MAX_CORPUS_ARCHIVE_ENTRIES,
+    MAX_CORPUS_ARCHIVE_RATIO,
+    MAX_CORPUS_UNPACKED_BYTES,
+)
 from runner.corpus.checksum import CASES_FILE
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
+from runner.corpus.jsonio import MAX_SMALL_FILE_BYTES
 from runner.errors import InputError, SourceUnavailableError, UsageError
-from tenant.errors import TenantUsageError
+from tenant.archive import ArchiveBounds, iter_entries
+from tenant.errors import ArchiveError, TenantUsageError
 from tenant.http import (
     AnswerTooLargeError,
     HttpClient,
@@ -27,8 +40,9 @@ from tenant.http import (
 )
 
 #: A downloaded archive larger than this is refused (bytes).
-MAX_ARCHIVE_BYTES: Final = 4 * 1024**3
+MAX_ARCHIVE_BYTES: Final = MAX_CORPUS_ARCHIVE_BYTES
 CORPUS_FILES: Final = frozenset({CASES_FILE, RUNS_FILE, MARKS_FILE, PLAN_FILE})
+_SMALL_FILES: Final = frozenset({PLAN_FILE, MARKS_FILE})
 _CHUNK: Final = 1024 * 1024
 #: The whole download, retries and waits included, must finish within this (seconds).
 DOWNLOAD_DEADLINE: Final = 1800.0
@@ -50,6 +64,7 @@ def fetch_corpus(
     retries: int = 5,
     backoff: float = 1.0,
     deadline: float = DOWNLOAD_DEADLINE,
+    ca_bundle: Path | None = None,
 ) -> Path:
     """Download and unpack a corpus archive into ``destination``; return the corpus dir.
 
@@ -68,7 +83,10 @@ def fetch_corpus(
         read_timeout=timeout,
     )
     try:
-        with HttpClient(retry=policy, what="corpus URL") as client, archive.open("wb") as sink:
+        with (
+            HttpClient(retry=policy, what="corpus URL", ca_bundle=ca_bundle) as client,
+            archive.open("wb") as sink,
+        ):
             answer = client.download(
                 url,
                 sink,
@@ -101,30 +119,49 @@ def fetch_corpus(
 
 
 def _unpack(archive: Path, target: Path) -> None:
-    """Extract exactly the corpus files, from the archive root or one top-level directory."""
+    """Extract exactly the four corpus files, from the archive root or one top-level
+    directory, in one streaming pass whose bounds are checked entry by entry
+    (:mod:`tenant.archive`; the limits are in :mod:`attestation.contracts`)."""
+    bounds = ArchiveBounds(
+        max_entries=MAX_CORPUS_ARCHIVE_ENTRIES,
+        max_unpacked=MAX_CORPUS_UNPACKED_BYTES,
+        max_ratio=MAX_CORPUS_ARCHIVE_RATIO,
+        ratio_floor=CORPUS_RATIO_FLOOR,
+        header_budget=MAX_ARCHIVE_HEADER_BYTES,
+        archive_size=archive.stat().st_size,
+    )
+    found: dict[str, str] = {}
+    directories: set[PurePosixPath] = set()
     try:
-        with tarfile.open(archive, "r:gz") as tar:
-            members = [m for m in tar.getmembers() if not m.isdir()]
-            names = {Path(m.name).name: m for m in members}
-            for member in members:
-                path = Path(member.name)
-                if not member.isfile():
-                    raise InputError(f"corpus archive entry {member.name!r} is not a regular file")
-                if path.name not in CORPUS_FILES or len(path.parts) > 2:
-                    raise InputError(
-                        f"corpus archive entry {member.name!r} is not one of {sorted(CORPUS_FILES)}"
-                    )
-            if len({Path(m.name).parent for m in members}) != 1 or len(names) != len(members):
-                raise InputError("corpus archive must hold the four corpus files in one directory")
-            missing = CORPUS_FILES - names.keys()
-            if missing:
-                raise InputError(f"corpus archive lacks {sorted(missing)}")
-            for name, member in names.items():
-                source = tar.extractfile(member)
-                if source is None:
-                    raise InputError(f"corpus archive entry {member.name!r} cannot be read")
-                with source, (target / name).open("wb") as out:
-                    while chunk := source.read(_CHUNK):
+        with archive.open("rb") as raw:
+            for member, reader in iter_entries(raw, bounds):
+                if reader is None:
+                    continue  # a directory entry: only the files' own directory matters
+                path = PurePosixPath(member.name)
+                _check_entry(member, path, found)
+                found[path.name] = member.name
+                directories.add(path.parent)
+                with (target / path.name).open("xb") as out:
+                    while chunk := reader.read(_CHUNK):
                         out.write(chunk)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise InputError(f"corpus archive {archive.name} is not a valid .tar.gz: {exc}") from exc
+    except ArchiveError as exc:
+        raise InputError(f"corpus archive {archive.name}: {exc}") from exc
+    except OSError as exc:
+        raise InputError(f"corpus archive {archive.name} cannot be unpacked: {exc}") from exc
+    if len(directories) > 1:
+        raise InputError("corpus archive must hold the four corpus files in one directory")
+    missing = CORPUS_FILES - found.keys()
+    if missing:
+        raise InputError(f"corpus archive lacks {sorted(missing)}")
+
+
+def _check_entry(member: tarfile.TarInfo, path: PurePosixPath, found: dict[str, str]) -> None:
+    if path.name not in CORPUS_FILES or len(path.parts) > 2 or ".." in path.parts:
+        raise ArchiveError(f"entry {member.name!r} is not one of {sorted(CORPUS_FILES)}")
+    if path.name in found:
+        raise ArchiveError(f"it holds {path.name} twice ({found[path.name]!r} and {member.name!r})")
+    if path.name in _SMALL_FILES and member.size > MAX_SMALL_FILE_BYTES:
+        raise ArchiveError(
+            f"entry {member.name!r} declares {member.size} bytes; "
+            f"{path.name} is at most {MAX_SMALL_FILE_BYTES}"
+        )

@@ -21,7 +21,7 @@ The fields of :class:`RunRequest` are the options of ``attested-replay run`` (``
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import structlog
@@ -43,14 +43,14 @@ from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endo
 from runner.evidence.bundle import certificates_to_pem
 from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
 from runner.evidence.simulated import SIMULATED_PROVIDER, load_or_create_simulated_amd
-from runner.pipeline.corpus_source import fetch_corpus, is_url
+from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE, fetch_corpus, is_url
 from runner.pipeline.envelope import assemble_envelope, envelope_json_bytes
 from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
 from runner.pipeline.verification import self_verify
 from runner.publish.client import PublishOutcome, check_target, publish_envelope
 from runner.workload import current_workload
 from tenant.fsutil import atomic_write
-from tenant.http import read_token
+from tenant.http import HttpClient, HttpEnvironment, http_environment, read_token
 
 log = structlog.get_logger("attested-replay.run")
 
@@ -62,6 +62,15 @@ class RunRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     corpus: str = Field(description="corpus directory, or https:// URL of a .tar.gz")
+    corpus_deadline: float = Field(
+        default=DOWNLOAD_DEADLINE,
+        gt=0,
+        description="seconds a corpus download may take in all, retries and waits included",
+    )
+    ca_bundle: Path | None = Field(
+        default=None,
+        description="CA certificates for https:// (default: certifi's); never from the environment",
+    )
     run_id: RunId
     tenant: TenantId
     evidence: EvidenceKind = Field(
@@ -125,6 +134,9 @@ class RunResult:
     #: The tenant's verifier on the envelope (crypto-only policy), before anything was written.
     verification: VerificationResult
     termination: TerminationMessage
+    #: What the run's HTTP clients took from outside the request (the CA bundle) and which
+    #: trust variables they ignored.
+    http_environment: HttpEnvironment
     #: The publisher's receipt when ``publish`` was set.
     publication: PublishOutcome | None = None
 
@@ -143,6 +155,9 @@ def run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
         raise UsageError(f"--result-out {request.result_path} is the envelope's own path (--out)")
     publish_token = _publish_token(request)
     structlog.contextvars.bind_contextvars(run_id=request.run_id, tenant=request.tenant)
+    # An unusable --ca-bundle fails here, before any work; the record comes first in the log.
+    http_env = http_environment(request.ca_bundle)
+    log.info("http_environment", **asdict(http_env))
     # The provider is chosen, and its interface looked for, before any work: a machine without
     # it fails at once (exit 3) rather than after a long replay. Evidence itself can only be
     # requested after the replay, since the binding holds the result digest.
@@ -205,13 +220,14 @@ def run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
         provider=evidence.provider,
         verification=verification,
         termination=termination,
+        http_environment=http_env,
         publication=publication,
     )
 
 
 def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
     with tempfile.TemporaryDirectory(prefix="attested-replay-") as workdir:
-        corpus_dir = _resolve_corpus(request.corpus, Path(workdir))
+        corpus_dir = _resolve_corpus(request, Path(workdir))
         if request.expect_checksum:
             actual = compute_checksum(corpus_dir)
             if actual != request.expect_checksum:
@@ -225,9 +241,12 @@ def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
     return outcome
 
 
-def _resolve_corpus(source: str, workdir: Path) -> Path:
+def _resolve_corpus(request: RunRequest, workdir: Path) -> Path:
+    source = request.corpus
     if is_url(source):
-        return fetch_corpus(source, workdir)
+        return fetch_corpus(
+            source, workdir, deadline=request.corpus_deadline, ca_bundle=request.ca_bundle
+        )
     path = Path(source)
     if not path.is_dir():
         raise UsageError(f"--corpus {source}: not a directory or an https:// URL")
@@ -258,8 +277,14 @@ def _publish_token(request: RunRequest) -> str | None:
 def _publish(
     request: RunRequest, target: str, envelope_bytes: bytes, token: str | None
 ) -> PublishOutcome:
-    outcome = publish_envelope(
-        target, envelope_bytes, tenant=request.tenant, run_id=request.run_id, token=token
-    )
+    with HttpClient(token=token, what="publication target", ca_bundle=request.ca_bundle) as http:
+        outcome = publish_envelope(
+            target,
+            envelope_bytes,
+            tenant=request.tenant,
+            run_id=request.run_id,
+            token=token,
+            client=http,
+        )
     log.info("envelope_published", target=target, outcome=str(outcome))
     return outcome

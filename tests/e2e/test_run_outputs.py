@@ -231,12 +231,16 @@ def test_run_logs_are_json_lines_carrying_the_run_id(
     assert _run(state_dir, str(EXAMPLE_CORPUS), tmp_path / "envelope.json") == 0
     records = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [record["event"] for record in records] == [
+        "http_environment",
         "replayed",
         "evidence_obtained",
         "envelope_self_verified",
         "envelope_written",
     ]
     assert {(record["run_id"], record["tenant"]) for record in records} == {("url-run-1", "acme")}
+    # What the run's HTTP clients took from outside their options: certifi's bundle only.
+    assert records[0]["ca_bundle_source"] == "certifi"
+    assert isinstance(records[0]["ignored"], list)
 
 
 def test_progress_is_drawn_on_a_terminal_stderr_and_never_on_stdout(

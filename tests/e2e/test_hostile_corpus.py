@@ -1,0 +1,245 @@
+"""``run`` against a corpus the operator made hostile: every attack ends with a specific
+error, exit 1 (input) or 8 (transient), and no envelope.
+
+The archives are built in the test (no tool or file from elsewhere); the servers are
+tests/hostile_server.py. Peak memory is the tracemalloc peak of the whole run in-process.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import tarfile
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main as runner_main
+from tests import hostile_server as hs
+from tests.e2e.conftest import EXAMPLE_CORPUS
+
+CORPUS_FILES = ("cases.jsonl", "runs.jsonl", "marks.json", "plan.json")
+MiB = 1024 * 1024
+
+
+def _run(state_dir: Path, corpus: str, out: Path, *extra: str) -> int:
+    return runner_main(
+        [
+            "run",
+            "--corpus",
+            corpus,
+            "--run-id",
+            "hostile-1",
+            "--tenant",
+            "acme",
+            "--evidence",
+            "simulated",
+            "--state-dir",
+            str(state_dir),
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
+
+
+def _tar_gz(blocks: bytes) -> bytes:
+    return gzip.compress(blocks + b"\0" * 1024, compresslevel=6)
+
+
+def _file_entry(name: str, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    padding = b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+    return info.tobuf(format=tarfile.GNU_FORMAT) + data + padding
+
+
+def _honest_entries() -> bytes:
+    return b"".join(
+        _file_entry(name, (EXAMPLE_CORPUS / name).read_bytes()) for name in CORPUS_FILES
+    )
+
+
+def _bomb() -> bytes:
+    """cases.jsonl declaring 1 GiB of newlines: a 1 MiB .tar.gz that unpacks to 1 GiB."""
+    info = tarfile.TarInfo("cases.jsonl")
+    info.size = 1 << 30
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9) as gz:
+        gz.write(info.tobuf(format=tarfile.GNU_FORMAT))
+        block = b"\n" * MiB
+        for _ in range(1024):
+            gz.write(block)
+        gz.write(b"\0" * 1024)
+    return out.getvalue()
+
+
+def _sparse() -> bytes:
+    """One GNU sparse entry whose real size is 64 GiB (the archive is about 150 bytes)."""
+    info = tarfile.TarInfo("cases.jsonl")
+    info.type = tarfile.GNUTYPE_SPARSE
+    block = bytearray(info.tobuf(format=tarfile.GNU_FORMAT))
+    realsize = 64 << 30
+    # old GNU sparse header: map at 386 (offset, numbytes), realsize at 483; then the checksum
+    block[386:398] = f"{realsize:011o}\0".encode()
+    block[398:410] = b"00000000000\0"
+    block[483:495] = f"{realsize:011o}\0".encode()
+    block[148:156] = b" " * 8
+    block[148:156] = f"{sum(block):06o}\0 ".encode()
+    return _tar_gz(bytes(block))
+
+
+def _many_entries() -> bytes:
+    """400,000 directory entries (about 1 MiB compressed)."""
+    info = tarfile.TarInfo("d")
+    info.type = tarfile.DIRTYPE
+    return gzip.compress(info.tobuf() * 400_000 + b"\0" * 1024, compresslevel=1)
+
+
+def _pax_chain() -> bytes:
+    info = tarfile.TarInfo("g")
+    info.type = tarfile.XGLTYPE
+    info.pax_headers = {"comment": "a"}
+    return _tar_gz(info.tobuf(format=tarfile.PAX_FORMAT) * 20_000)
+
+
+def _long_name() -> bytes:
+    """A GNU long-name header declaring a 1 GiB file name."""
+    info = tarfile.TarInfo("././@LongLink")
+    info.type = tarfile.GNUTYPE_LONGNAME
+    info.size = 1 << 30
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9) as gz:
+        gz.write(info.tobuf(format=tarfile.GNU_FORMAT))
+        for _ in range(8):
+            gz.write(b"a" * MiB)
+    return out.getvalue()
+
+
+def _special(kind: bytes) -> bytes:
+    info = tarfile.TarInfo("cases.jsonl")
+    info.type = kind
+    info.linkname = "/dev/zero"
+    return _tar_gz(info.tobuf(format=tarfile.GNU_FORMAT))
+
+
+def _oversized_plan() -> bytes:
+    info = tarfile.TarInfo("plan.json")
+    info.size = 2 * MiB
+    return _tar_gz(info.tobuf(format=tarfile.GNU_FORMAT) + b" " * (2 * MiB))
+
+
+@pytest.mark.parametrize(
+    ("archive", "message"),
+    [
+        (_bomb, "declares 1073741824 bytes, more than 200 times the"),
+        (_sparse, "entry 'cases.jsonl' is a sparse file"),
+        (_many_entries, "has more than 8 entries"),
+        (_pax_chain, "header .* is over 65536 bytes"),
+        (_long_name, "header .* is over 65536 bytes"),
+        (lambda: _special(tarfile.SYMTYPE), "is a symbolic link, not a regular file"),
+        (lambda: _special(tarfile.LNKTYPE), "is a hard link, not a regular file"),
+        (lambda: _special(tarfile.CHRTYPE), "is a device, not a regular file"),
+        (lambda: _special(tarfile.FIFOTYPE), "is a FIFO, not a regular file"),
+        (_oversized_plan, "declares 2097152 bytes; plan.json is at most 1048576"),
+        (
+            lambda: _tar_gz(_honest_entries() + _file_entry("corpus/cases.jsonl", b"{}")),
+            "holds cases.jsonl twice",
+        ),
+    ],
+    ids=[
+        "gzip-bomb",
+        "sparse-64GiB",
+        "400k-entries",
+        "pax-header-chain",
+        "1GiB-long-name",
+        "symlink",
+        "hard-link",
+        "device",
+        "fifo",
+        "oversized-plan",
+        "duplicate",
+    ],
+)
+def test_a_hostile_archive_is_refused_while_unpacking(
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    archive: Callable[[], bytes],
+    message: str,
+) -> None:
+    data = archive()
+    out = tmp_path / "envelope.json"
+    with hs.HostileServer(hs.answer(200, data)) as server:
+        tracemalloc.start()
+        try:
+            code = _run(state_dir, server.url + "/corpus.tar.gz", out)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert re.search(r"corpus archive corpus\.tar\.gz: .*" + message, err), err
+    assert not out.exists()
+    assert peak < len(data) + 32 * MiB
+
+
+def test_an_honest_archive_still_unpacks(state_dir: Path, tmp_path: Path) -> None:
+    with hs.HostileServer(hs.answer(200, _tar_gz(_honest_entries()))) as server:
+        assert _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "envelope.json") == 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (hs.drip_body(0.05), ("--corpus-deadline", "1"), 8, "within the 1 s deadline"),
+        (hs.drip_headers(0.05), ("--corpus-deadline", "1"), 8, "within the 1 s deadline"),
+        (
+            hs.answer(503, headers={"Retry-After": "86400"}),
+            (),
+            8,
+            r"asked to wait 86400 s \(more than 120 s\)",
+        ),
+        (
+            hs.answer(302, headers={"Location": "http://203.0.113.7/corpus.tar.gz"}),
+            (),
+            1,
+            "plain http:// is allowed only for loopback hosts, not 203.0.113.7",
+        ),
+        (hs.declared(5 * 1024**3), (), 1, "exceeds 4294967296 bytes"),
+    ],
+    ids=["slow-body", "slow-headers", "retry-after-a-day", "redirect-off-loopback", "5GiB"],
+)
+def test_a_hostile_corpus_server_is_bounded(
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    case: tuple[hs.Behaviour, tuple[str, ...], int, str],
+) -> None:
+    behaviour, extra, code, message = case
+    out = tmp_path / "envelope.json"
+    with hs.HostileServer(behaviour) as server:
+        assert _run(state_dir, server.url + "/corpus.tar.gz", out, *extra) == code
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists()
+    if extra:  # a drip: what it sent before the run hung up (1 s at 0.05 s a byte, 3x slack)
+        assert server.sent <= 3 * 1 / 0.05
+
+
+def test_an_untrusted_corpus_server_is_refused_not_transient(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1, which the Job does not retry: a TLS failure is an answer, not an outage."""
+    context, ca = hs.mint_tls(tmp_path)
+    out = tmp_path / "envelope.json"
+    archive = _tar_gz(_honest_entries())
+    with hs.HostileServer(hs.answer(200, archive), tls=context) as server:
+        assert _run(state_dir, server.url + "/corpus.tar.gz", out) == 1
+        assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
+        assert not out.exists()
+        # Named explicitly, the same server is trusted, and the run records it.
+        assert _run(state_dir, server.url + "/c.tar.gz", out, "--ca-bundle", str(ca)) == 0
+    assert f"CA bundle {ca} (--ca-bundle)" in capsys.readouterr().out
