@@ -17,10 +17,22 @@ does wait for the attestation agent and CDH, so the replay container can start b
 refused" (and only that: any answer means the server is up) for up to ``wait`` seconds before
 the agent counts as absent (exit 3, which the Job's pod failure policy treats as final).
 
-Which agent is this? ``encoding="auto"`` asks ``GET /info`` once: a ``version`` of 0.21.0 or
-later selects "sha512"; an older version, or no usable ``/info``, selects "sha256-hex". Either
-way the REPORT_DATA of the returned report must equal what we asked for, so a wrong guess can
-only fail, never produce a report over other data.
+Which agent is this? Before anything else the runner asks ``GET /info`` (guest-components
+``api-server-rest/src/router.rs``, from v0.18.0: ``{"version": "Guest Components Version:
+v0.18.0", "tee": "snp", "feature": ...}``, ``tee`` being kbs-types' lowercase ``Tee`` name) and
+refuses to attest (exit 3) when
+
+* there is no ``/info``, or its version is below v0.18.0 or unreadable: the image policy that
+  init-data carries (``cdh.toml [image] image_security_policy``) is read only from v0.17.0 and
+  silently ignored before, so HOST_DATA would seem to pin an image nothing enforces, and an
+  agent without ``/info`` cannot show which it is;
+* ``tee`` is ``azsnpvtpm``: Azure's vTPM evidence binds the caller's data into a TPM quote and
+  init-data into a vTPM PCR, not SNP REPORT_DATA and HOST_DATA, so the coco-aa path cannot
+  verify it (the same refusal applies to evidence of that shape).
+
+``encoding="auto"`` then picks the binding encoding from that version: 0.21.0 or later selects
+"sha512", older ones "sha256-hex". Either way the REPORT_DATA of the returned report must equal
+what we asked for, so a wrong guess can only fail, never produce a report over other data.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import requests
 import structlog
@@ -52,6 +64,22 @@ _FIRST_RETRY_PAUSE: Final = 0.1
 _MAX_RETRY_PAUSE: Final = 2.0
 #: The first guest-components release whose REST API decodes ``encoding=base64``.
 BASE64_MIN_VERSION: Final = (0, 21, 0)
+#: The oldest agent the runner attests with: guest-components v0.18.0 (kata 3.28.0), the first
+#: with ``GET /info``; it also enforces the inline image policy (from v0.17.0).
+AGENT_VERSION_FLOOR: Final = (0, 18, 0)
+#: kbs-types ``Tee::AzSnpVtpm`` as ``/info`` names it.
+AZURE_VTPM_TEE: Final = "azsnpvtpm"
+#: The keys of guest-components' az-snp-vtpm evidence (``attester/src/az_snp_vtpm``: versions 1
+#: and 2), and of its older unversioned form (trustee's ``evidence-v0`` test data).
+_AZURE_VTPM_EVIDENCE_KEYS: Final = (
+    frozenset({"version", "tpm_quote", "hcl_report", "vcek"}),
+    frozenset({"quote", "report", "vcek"}),
+)
+_UNSUPPORTED_AZURE: Final = (
+    "Azure's az-snp-vtpm evidence is not supported by the coco-aa path: it binds the runtime "
+    "data into a vTPM quote and init-data into a vTPM PCR, not into SNP REPORT_DATA and "
+    "HOST_DATA, which is what attested-replay binds and tenants verify"
+)
 ENABLE_ANNOTATION: Final = (
     "io.katacontainers.config.hypervisor.kernel_params: "
     '"agent.guest_components_rest_api=attestation"'
@@ -60,6 +88,21 @@ _MAX_ERROR_TEXT: Final = 300
 _log = structlog.get_logger(__name__)
 
 EncodingChoice = Literal["auto", "sha512", "sha256-hex"]
+
+
+class AgentVersionError(EvidenceError):
+    """The agent is older than the floor, or does not say which version it is."""
+
+
+class UnsupportedTeeError(EvidenceError):
+    """The agent attests a TEE whose evidence the coco-aa path cannot bind (az-snp-vtpm)."""
+
+
+class AgentInfo(NamedTuple):
+    """What ``GET /info`` says about the agent."""
+
+    version: tuple[int, int, int]
+    tee: str | None
 
 
 def _connection_refused(exc: requests.ConnectionError) -> bool:
@@ -99,6 +142,7 @@ class CocoAgentProvider:
         self.session = session or requests.Session()
         self._clock = clock
         self._sleep = sleep
+        self._info: AgentInfo | None = None
 
     def check_available(self) -> None:
         """Only "nothing listens at the agent's address" counts as unavailable here; any
@@ -113,7 +157,7 @@ class CocoAgentProvider:
         while True:
             attempts += 1
             try:
-                self.session.get(f"{self.base_url}/info", timeout=self.timeout).close()
+                response = self.session.get(f"{self.base_url}/info", timeout=self.timeout)
             except requests.RequestException as exc:
                 error = self._transport_error(exc)
                 if not isinstance(error, EvidenceUnavailableError):
@@ -131,10 +175,13 @@ class CocoAgentProvider:
                 self._sleep(min(pause, remaining))
                 pause = min(pause * 2, _MAX_RETRY_PAUSE)
                 continue
+            # An agent listens: check before the replay that it is one we can attest with.
+            self._info = self._check_info(response)
             return
 
     def obtain(self, canonical_binding: bytes) -> Evidence:
-        encoding = self.encoding if self.encoding != "auto" else self.detect_encoding()
+        info = self.agent_info()
+        encoding = self.encoding if self.encoding != "auto" else _encoding_for(info)
         report_data = report_data_from_canonical(canonical_binding, encoding)
         if encoding == "sha512":
             params = {
@@ -152,24 +199,60 @@ class CocoAgentProvider:
             report_data_encoding=encoding,
         )
 
-    def detect_encoding(self) -> ReportDataEncoding:
-        """Pick the binding encoding from the agent's ``/info`` version (see module doc)."""
-        try:
-            response = self.session.get(f"{self.base_url}/info", timeout=self.timeout)
-        except requests.RequestException as exc:
-            raise self._transport_error(exc) from exc
-        version = None
-        if response.status_code == requests.codes.ok:
+    def agent_info(self) -> AgentInfo:
+        """The agent's ``/info``, checked (version floor, TEE); asked once per provider."""
+        if self._info is None:
             try:
-                info = json.loads(response.content)
-                version = parse_agent_version(str(info.get("version", "")))
-            except (ValueError, AttributeError):
-                version = None
-        chosen: ReportDataEncoding = (
-            "sha512" if version is not None and version >= BASE64_MIN_VERSION else "sha256-hex"
-        )
-        _log.info("coco_aa_encoding", agent_version=version, encoding=chosen)
-        return chosen
+                response = self.session.get(f"{self.base_url}/info", timeout=self.timeout)
+            except requests.RequestException as exc:
+                raise self._transport_error(exc) from exc
+            self._info = self._check_info(response)
+        return self._info
+
+    def detect_encoding(self) -> ReportDataEncoding:
+        """The binding encoding for this agent's version (see module doc)."""
+        return _encoding_for(self.agent_info())
+
+    def _check_info(self, response: requests.Response) -> AgentInfo:
+        url = f"{self.base_url}/info"
+        floor = "v{}.{}.{}".format(*AGENT_VERSION_FLOOR)
+        if response.status_code == requests.codes.not_found:
+            raise AgentVersionError(
+                f"coco-aa: {url} answered 404: the attestation agent has no /info, so it is "
+                f"older than guest-components {floor} (kata-containers 3.28.0), the floor "
+                "attested-replay needs to know that the guest enforces the image policy in "
+                "init-data (agents before v0.17.0 ignore it); refusing to attest"
+            )
+        if response.status_code != requests.codes.ok:
+            text = response.content[:_MAX_ERROR_TEXT].decode("utf-8", "replace").strip()
+            raise EvidenceError(f"coco-aa: {url} answered HTTP {response.status_code}: {text}")
+        try:
+            info = json.loads(response.content)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EvidenceError(f"coco-aa: {url} did not answer JSON: {exc}") from exc
+        if not isinstance(info, dict):
+            raise EvidenceError(f"coco-aa: {url} did not answer a JSON object")
+        raw_version = str(info.get("version", ""))[:_MAX_ERROR_TEXT]
+        version = parse_agent_version(raw_version)
+        if version is None or version < AGENT_VERSION_FLOOR:
+            found = "no version" if version is None else "v{}.{}.{}".format(*version)
+            raise AgentVersionError(
+                f"coco-aa: the attestation agent reports {found} ({raw_version!r}), below the "
+                f"floor guest-components {floor} (kata-containers 3.28.0) that attested-replay "
+                "needs to know that the guest enforces the image policy in init-data; "
+                "refusing to attest"
+            )
+        tee = info.get("tee")
+        tee = tee if isinstance(tee, str) else None
+        if tee == AZURE_VTPM_TEE:
+            raise UnsupportedTeeError(f"coco-aa: the agent's TEE is {tee}: {_UNSUPPORTED_AZURE}")
+        if tee == "sample":
+            raise NoTeeError(
+                "coco-aa: the agent's TEE is the sample attester (no TEE): this pod runs without "
+                "SEV-SNP (e.g. runtime class kata-qemu-coco-dev); use kata-qemu-snp"
+            )
+        _log.info("coco_aa_agent", agent_version=version, tee=tee)
+        return AgentInfo(version, tee)
 
     def _get(self, path: str, params: dict[str, str]) -> bytes:
         url = f"{self.base_url}{path}"
@@ -210,6 +293,10 @@ class CocoAgentProvider:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise EvidenceError(f"coco-aa: the agent's evidence is not JSON: {exc}") from exc
+        if isinstance(doc, dict) and any(set(doc) >= keys for keys in _AZURE_VTPM_EVIDENCE_KEYS):
+            raise UnsupportedTeeError(
+                f"coco-aa: the agent answered with az-snp-vtpm evidence: {_UNSUPPORTED_AZURE}"
+            )
         if isinstance(doc, dict) and set(doc) == {"svn", "report_data"}:
             raise NoTeeError(
                 "coco-aa: the agent answered with the sample attester (no TEE): this pod runs "
@@ -219,3 +306,9 @@ class CocoAgentProvider:
             return agent_evidence_from_document(doc)
         except AgentJsonError as exc:
             raise EvidenceError(f"coco-aa: malformed SNP evidence from the agent: {exc}") from exc
+
+
+def _encoding_for(info: AgentInfo) -> ReportDataEncoding:
+    chosen: ReportDataEncoding = "sha512" if info.version >= BASE64_MIN_VERSION else "sha256-hex"
+    _log.info("coco_aa_encoding", agent_version=info.version, encoding=chosen)
+    return chosen

@@ -76,7 +76,11 @@ CONTRACT: Final = Contract(
             assurance=Assurance.TAMPER_PROOF,
             assumption="Holds under AMD's roots (pinned in the package by SHA-256) and the SNP "
             "firmware's correctness. The `measurements`/`hostData` allowlists in `X` decide "
-            "which workload counts; the tenant must obtain them from a build it trusts. Proves "
+            "which workload counts; the tenant must obtain them from a build it trusts. "
+            "`hostData` from `attested-replay expected --image ...` pins the Job's init-data, "
+            "whose Kata agent policy admits only that Job's replay container (its command, "
+            "arguments, environment and mounts; no exec, no other container), so a genuine "
+            "report with that HOST_DATA can only come from the replay itself. Proves "
             "computation, never data provenance. Envelopes with `platform: simulated` prove "
             "nothing about hardware and verify only when `X` lists their root in "
             "`simulatedRoots`.",

@@ -69,8 +69,18 @@ def signed_chain(amd: SimulatedAmd, report: bytes) -> list[bytes]:
 # ------------------------------------------------------------------------- agent (HTTP)
 
 AgentMode = Literal[
-    "ok", "disabled", "error500", "slow", "malformed", "wrong-shape", "sample", "wrong-data"
+    "ok",
+    "disabled",
+    "error500",
+    "slow",
+    "malformed",
+    "wrong-shape",
+    "sample",
+    "wrong-data",
+    "azure",
 ]
+#: Real az-snp-vtpm evidence (trustee test data; tests/assets/coco/PROVENANCE.md).
+AZURE_EVIDENCE = Path(__file__).parents[1] / "assets" / "coco" / "azure-vtpm" / "evidence-v1.json"
 ChainMode = Literal["full", "null", "empty"]
 
 
@@ -78,7 +88,12 @@ ChainMode = Literal["full", "null", "empty"]
 class AgentEmulator:
     amd: SimulatedAmd
     version: str | None = "v0.21.0"
-    """``/info`` version; ``None`` makes ``/info`` answer 404 (an agent without it)."""
+    """``/info`` version; ``None`` makes ``/info`` answer 404 (an agent without it, before
+    guest-components v0.18.0). Reported as api-server-rest builds it: "Guest Components
+    Version: " and ``git describe`` of the build."""
+    tee: str | None = "snp"
+    """``/info`` tee (kbs-types' lowercase name); ``None`` leaves it out, as an agent without
+    the attestation feature does."""
     mode: AgentMode = "ok"
     chain: ChainMode = "null"
     product_line: ProductLine = ProductLine.MILAN
@@ -98,7 +113,12 @@ class AgentEmulator:
     def info(self, _request: Request) -> Response:
         if self.version is None:
             return Response("Not Found", status=404)
-        body = {"version": self.version, "tee": "snp", "feature": "attestation"}
+        body: dict[str, str] = {
+            "version": f"Guest Components Version: {self.version}",
+            "feature": "attestation",
+        }
+        if self.tee is not None:
+            body["tee"] = self.tee
         return Response(json.dumps(body), content_type="application/json")
 
     def evidence(self, request: Request) -> Response:
@@ -111,6 +131,8 @@ class AgentEmulator:
             self.release.wait(timeout=10)
         if self.mode == "malformed":
             return Response('{"attestation_report": {"version": 5', status=200)
+        if self.mode == "azure":
+            return Response(AZURE_EVIDENCE.read_bytes(), content_type="application/octet-stream")
         runtime_data = request.args.get("runtime_data")
         if runtime_data is None:
             return Response("runtime_data is required", status=400)

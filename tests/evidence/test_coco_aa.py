@@ -21,7 +21,12 @@ from attestation.envelope.binding import report_data_from_canonical
 from attestation.verify.policy import CRYPTO_ONLY
 from attestation.verify.verifier import verify_report
 from runner.errors import EvidenceError, EvidenceUnavailableError
-from runner.evidence.coco_aa import CocoAgentProvider, parse_agent_version
+from runner.evidence.coco_aa import (
+    AgentVersionError,
+    CocoAgentProvider,
+    UnsupportedTeeError,
+    parse_agent_version,
+)
 from runner.evidence.common import (
     AgentAttestationDisabledError,
     NoTeeError,
@@ -67,7 +72,7 @@ def test_new_agent_gets_base64_sha512(
 def test_old_agent_gets_hex_text(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
-    agent = AgentEmulator(sim_amd, version="v0.17.0")
+    agent = AgentEmulator(sim_amd, version="v0.20.0")
     evidence = _serve(httpserver, agent).obtain(binding)
     hex_text = hashlib.sha256(binding).hexdigest()
     assert evidence.report_data_encoding == "sha256-hex"
@@ -78,26 +83,80 @@ def test_old_agent_gets_hex_text(
 def test_version_is_compared_as_numbers(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
-    """v0.3.0 is older than v0.21.0 although it sorts after it as a string."""
+    """v0.3.0 is older than the v0.18.0 floor although it sorts after it as a string."""
     agent = AgentEmulator(sim_amd, version="v0.3.0")
-    evidence = _serve(httpserver, agent).obtain(binding)
-    assert evidence.report_data_encoding == "sha256-hex"
-    assert agent.requests == [{"runtime_data": hashlib.sha256(binding).hexdigest()}]
+    with pytest.raises(AgentVersionError, match=r"reports v0\.3\.0 .* below the floor"):
+        _serve(httpserver, agent).obtain(binding)
+    assert agent.requests == []
+    newer = AgentEmulator(sim_amd, version="v0.100.0")
+    httpserver.clear()
+    assert _serve(httpserver, newer).obtain(binding).report_data_encoding == "sha512"
 
 
-def test_agent_without_info_gets_hex_text(
+@pytest.mark.parametrize(
+    ("version", "found"),
+    [
+        (None, "has no /info"),
+        ("v0.17.0", "reports v0.17.0 ('Guest Components Version: v0.17.0'), below the floor"),
+        ("", "reports no version ('Guest Components Version: '), below the floor"),
+        ("v0.17.0-17-g9aae2eae", "reports v0.17.0"),
+    ],
+)
+def test_agents_below_the_floor_are_refused_before_the_replay(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, version: str | None, found: str
+) -> None:
+    """Below guest-components v0.18.0 the runner cannot know the image policy is enforced."""
+    agent = AgentEmulator(sim_amd, version=version)
+    provider = _serve(httpserver, agent)
+    with pytest.raises(AgentVersionError, match=r"guest-components v0\.18\.0") as caught:
+        provider.check_available()
+    assert found in str(caught.value)
+    assert "refusing to attest" in str(caught.value)
+    assert exit_code_for(caught.value) == 3
+    assert agent.requests == []
+
+
+@pytest.mark.parametrize("version", ["v0.18.0", "v0.21.0-67-gd4dce5ce"])
+def test_agents_at_or_above_the_floor_are_accepted(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes, version: str
+) -> None:
+    provider = _serve(httpserver, AgentEmulator(sim_amd, version=version))
+    provider.check_available()
+    assert provider.obtain(binding).provider == "coco-aa"
+
+
+def test_azure_vtpm_agent_is_refused_before_the_replay(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd
+) -> None:
+    agent = AgentEmulator(sim_amd, tee="azsnpvtpm")
+    with pytest.raises(
+        UnsupportedTeeError, match="az-snp-vtpm evidence is not supported"
+    ) as caught:
+        _serve(httpserver, agent).check_available()
+    assert "the agent's TEE is azsnpvtpm" in str(caught.value)
+    assert exit_code_for(caught.value) == 3
+
+
+def test_azure_vtpm_evidence_is_refused(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
-    agent = AgentEmulator(sim_amd, version=None)
-    evidence = _serve(httpserver, agent).obtain(binding)
-    assert evidence.report_data_encoding == "sha256-hex"
+    """Real az-snp-vtpm evidence (trustee's test data), from an agent whose /info names no TEE."""
+    agent = AgentEmulator(sim_amd, tee=None, mode="azure")
+    with pytest.raises(UnsupportedTeeError, match="answered with az-snp-vtpm evidence") as caught:
+        _serve(httpserver, agent).obtain(binding)
+    assert exit_code_for(caught.value) == 3
+
+
+def test_sample_tee_is_no_tee(httpserver: HTTPServer, sim_amd: SimulatedAmd) -> None:
+    with pytest.raises(NoTeeError, match="sample attester"):
+        _serve(httpserver, AgentEmulator(sim_amd, tee="sample")).check_available()
 
 
 def test_forcing_base64_on_an_old_agent_fails_loudly(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
     """An old agent ignores encoding=base64: the 86-character text is too long for it."""
-    agent = AgentEmulator(sim_amd, version="v0.17.0")
+    agent = AgentEmulator(sim_amd, version="v0.20.0")
     provider = _serve(httpserver, agent)
     provider.encoding = "sha512"
     with pytest.raises(
@@ -202,7 +261,8 @@ def test_report_over_other_data_is_refused(
         _serve(httpserver, agent).obtain(binding)
 
 
-def test_forbidden(httpserver: HTTPServer, binding: bytes) -> None:
+def test_forbidden(httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes) -> None:
+    httpserver.expect_request("/info").respond_with_handler(AgentEmulator(sim_amd).info)
     httpserver.expect_request("/aa/evidence").respond_with_data("Forbidden", status=403)
     provider = CocoAgentProvider(httpserver.url_for("/").rstrip("/"), encoding="sha256-hex")
     with pytest.raises(
@@ -282,7 +342,10 @@ def test_agent_that_starts_late_is_waited_for() -> None:
         with requests.Session() as session:
             provider = CocoAgentProvider(f"http://127.0.0.1:{port}", wait=30, session=session)
             started = time.monotonic()
-            provider.check_available()
+            # The wait ends at the first answer; that answer is then checked (no usable /info).
+            with pytest.raises(EvidenceError, match="answered HTTP 501") as caught:
+                provider.check_available()
+            assert not isinstance(caught.value, EvidenceUnavailableError)
             assert time.monotonic() - started < 10
     finally:
         thread.join()
@@ -295,7 +358,9 @@ def test_any_answer_ends_the_wait(httpserver: HTTPServer) -> None:
     provider = CocoAgentProvider(
         httpserver.url_for("/").rstrip("/"), wait=30, clock=lambda: clock.now, sleep=clock.sleep
     )
-    provider.check_available()
+    with pytest.raises(EvidenceError, match="answered HTTP 500: nope") as caught:
+        provider.check_available()
+    assert type(caught.value) is EvidenceError  # an agent answered: not "unavailable"
     assert clock.pauses == []
 
 
@@ -325,7 +390,7 @@ def test_agent_that_hangs_up_is_an_error_not_absence(binding: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "encoding"), [("v0.21.0", "sha512"), ("v0.17.0", "sha256-hex")]
+    ("version", "encoding"), [("v0.21.0", "sha512"), ("v0.20.0", "sha256-hex")]
 )
 def test_agent_evidence_verifies_with_the_simulated_root_pinned(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes, version: str, encoding: str

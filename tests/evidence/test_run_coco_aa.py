@@ -43,7 +43,7 @@ def _expected(tmp_path: Path, run_id: str, amd: SimulatedAmd) -> Path:
 
 @pytest.mark.parametrize(
     ("agent_version", "chain", "encoding"),
-    [("v0.21.0", "full", "sha512"), ("v0.17.0", "null", "sha256-hex")],
+    [("v0.21.0", "full", "sha512"), ("v0.19.0", "null", "sha256-hex")],
 )
 def test_run_with_agent_emulation_verifies(  # noqa: PLR0917 (pytest fixtures and parameters)
     httpserver: HTTPServer,
