@@ -24,21 +24,20 @@ from runner.commands.job_params import (
     replay_spec,
 )
 from runner.errors import SubmitError, UsageError
-from runner.k8s.config import connect
+from runner.extras import extra_required
 from runner.k8s.job import (
     DEFAULT_ACTIVE_DEADLINE_SECONDS,
     ReplaySpec,
     build_replay,
     job_name,
 )
-from runner.k8s.retry import KUBERNETES_RETRY
-from runner.k8s.state import RunOutcome, State
-from runner.k8s.submit import CollectedEnvelope, Submitter, raise_for_outcome
+from runner.k8s.state import RunOutcome, State, raise_for_outcome
 from tenant.fsutil import atomic_write
 from tenant.http import read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
+    from runner.k8s.submit import CollectedEnvelope, Submitter
 
 log = structlog.get_logger("attested-replay.k8s")
 
@@ -261,6 +260,12 @@ def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
 
 
 def _submitter(args: argparse.Namespace) -> Submitter:
+    # The Kubernetes client is an optional extra: imported only by the commands that need it.
+    with extra_required(args.command, "kubernetes"):
+        from runner.k8s.config import connect
+        from runner.k8s.retry import KUBERNETES_RETRY
+        from runner.k8s.submit import Submitter
+
     connection = connect(args.kubeconfig, args.context)
     namespace = str(args.namespace or connection.namespace or DEFAULT_NAMESPACE)
     token_file = getattr(args, "publish_token_file", None)

@@ -11,6 +11,7 @@ from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_tenant_id
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.errors import InputError, PublishError, UsageError
+from runner.extras import extra_required
 from tenant.http import read_token
 
 if TYPE_CHECKING:
@@ -150,18 +151,19 @@ def _run_id_of(data: bytes, path: Path) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    with extra_required("serve", "server"):
+        import uvicorn
 
-    from runner.publish.corpus_routes import corpus_routes
-    from runner.publish.corpus_store import open_corpus_store
-    from runner.publish.panel import panel_routes
-    from runner.publish.server import create_app
-    from runner.publish.service import (
-        DEFAULT_LOG_NAME,
-        ServiceConfig,
-        default_state_dir,
-        open_service,
-    )
+        from runner.publish.corpus_routes import corpus_routes
+        from runner.publish.corpus_store import open_corpus_store
+        from runner.publish.panel import panel_routes
+        from runner.publish.server import create_app
+        from runner.publish.service import (
+            DEFAULT_LOG_NAME,
+            ServiceConfig,
+            default_state_dir,
+            open_service,
+        )
 
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
@@ -195,8 +197,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    from runner.publish.storage import Role, open_storage
-    from runner.publish.tokens import create_token
+    with extra_required("token create", "server"):
+        from runner.publish.storage import Role, open_storage
+        from runner.publish.tokens import create_token
 
     if not is_tenant_id(args.tenant):
         raise UsageError(f"tenant {args.tenant!r} is not a tenant id (a DNS label)")

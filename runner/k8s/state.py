@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from runner.k8s.errors import PodCannotRunError, RunDeletedError, RunFailedError, WaitTimeoutError
 from runner.k8s.job import ANNOTATION_RUN_ID, ANNOTATION_TENANT
 
 State = Literal["succeeded", "failed", "cannot-run", "deleted", "timeout"]
@@ -147,3 +148,17 @@ def job_status(job: dict[str, Any]) -> RunStatus:
         reason=reason,
         created=str(metadata.get("creationTimestamp", "")),
     )
+
+
+def raise_for_outcome(outcome: RunOutcome) -> None:
+    """Turn a non-success outcome into its precise ``SubmitError``."""
+    if outcome.state == "succeeded":
+        return
+    message = outcome.explain()
+    if outcome.state == "cannot-run":
+        raise PodCannotRunError(message, reason=outcome.reason)
+    if outcome.state == "failed":
+        raise RunFailedError(message, reason=outcome.reason)
+    if outcome.state == "deleted":
+        raise RunDeletedError(message)
+    raise WaitTimeoutError(message)

@@ -21,10 +21,8 @@ from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, 
 from runner.k8s.errors import (
     PodCannotRunError,
     RunConflictError,
-    RunDeletedError,
     RunFailedError,
     RunNotFoundError,
-    WaitTimeoutError,
 )
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
@@ -33,7 +31,7 @@ from runner.k8s.job import (
     build_job,
 )
 from runner.k8s.retry import KUBERNETES_RETRY, read_json
-from runner.k8s.state import RunOutcome, RunStatus, job_status
+from runner.k8s.state import RunOutcome, RunStatus, job_status, raise_for_outcome
 from runner.k8s.watch import JobTracker, ProgressCallback
 from tenant.http import HttpClient, RetryPolicy
 
@@ -261,17 +259,3 @@ class Submitter:
             raise RunFailedError(
                 f"reading Job {name} failed: {retry.describe(exc)}", reason="ApiError"
             ) from exc
-
-
-def raise_for_outcome(outcome: RunOutcome) -> None:
-    """Turn a non-success outcome into its precise ``SubmitError``."""
-    if outcome.state == "succeeded":
-        return
-    message = outcome.explain()
-    if outcome.state == "cannot-run":
-        raise PodCannotRunError(message, reason=outcome.reason)
-    if outcome.state == "failed":
-        raise RunFailedError(message, reason=outcome.reason)
-    if outcome.state == "deleted":
-        raise RunDeletedError(message)
-    raise WaitTimeoutError(message)

@@ -154,7 +154,12 @@ def run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
     if request.result_path.resolve() == request.out.resolve():
         raise UsageError(f"--result-out {request.result_path} is the envelope's own path (--out)")
     publish_token = _publish_token(request)
-    structlog.contextvars.bind_contextvars(run_id=request.run_id, tenant=request.tenant)
+    # Every log event of the run carries its run ID and tenant (and only this run's).
+    with structlog.contextvars.bound_contextvars(run_id=request.run_id, tenant=request.tenant):
+        return _run(request, publish_token, progress)
+
+
+def _run(request: RunRequest, publish_token: str | None, progress: Progress | None) -> RunResult:
     # An unusable --ca-bundle fails here, before any work; the record comes first in the log.
     http_env = http_environment(request.ca_bundle)
     log.info("http_environment", **asdict(http_env))
