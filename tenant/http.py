@@ -124,6 +124,11 @@ class HttpUnavailableError(HttpError, ServiceUnavailableError):
         self.refused = refused
 
 
+class DeadlineExceededError(HttpUnavailableError):
+    """The call did not complete within its ``Limits.deadline`` (a slow or dripping server,
+    or retries and waits that would not fit)."""
+
+
 class RetryAfterTooLongError(HttpUnavailableError):
     """The server asked for a longer wait than the policy's ``retry_after_max``."""
 
@@ -603,9 +608,9 @@ class HttpClient:
         for attempt in range(policy.attempts):
             left = call.left()
             if left <= 0:
-                raise HttpUnavailableError(
+                raise DeadlineExceededError(
                     f"{call.method} {call.url}: no complete answer within the "
-                    f"{call.limit.deadline:.0f} s deadline"
+                    f"{call.limit.deadline:g} s deadline"
                     + (f" (last error: {last_error})" if last_error else "")
                 )
             timeout = urllib3.Timeout(
@@ -647,6 +652,8 @@ class HttpClient:
                 )
             self._wait(call, policy.delay(attempt) if wait is None else wait, None)
         assert last_error is not None
+        if isinstance(last_error, DeadlineExceededError):
+            raise last_error
         raise HttpUnavailableError(
             f"{call.method} {call.url} failed after {policy.attempts} attempts: {last_error}",
             refused=last_error.refused,
@@ -654,9 +661,9 @@ class HttpClient:
 
     def _wait(self, call: _Call, seconds: float, error: HttpUnavailableError | None) -> None:
         if seconds > call.left():
-            raise HttpUnavailableError(
+            raise DeadlineExceededError(
                 f"{call.method} {call.url}: the next attempt would start after the "
-                f"{call.limit.deadline:.0f} s deadline (wait {seconds:.0f} s)"
+                f"{call.limit.deadline:g} s deadline (wait {seconds:.0f} s)"
                 + (f"; last error: {error}" if error else "")
             )
         if self._sleep is not None:
@@ -695,9 +702,9 @@ class HttpClient:
                 chunk = response.read(_CHUNK, decode_content=False)
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if call.left() <= 0:
-                    raise HttpUnavailableError(
+                    raise DeadlineExceededError(
                         f"{call.method} {call.url}: the answer did not arrive within the "
-                        f"{call.limit.deadline:.0f} s deadline"
+                        f"{call.limit.deadline:g} s deadline"
                     ) from exc
                 raise HttpUnavailableError(
                     f"{call.method} {call.url}: reading the answer failed: {_innermost(exc)}"
@@ -740,8 +747,8 @@ def _innermost(exc: BaseException) -> str:
 
 def _unavailable(call: _Call, exc: BaseException) -> HttpUnavailableError:
     if call.left() <= 0:
-        return HttpUnavailableError(
-            f"{call.method} {call.url}: no answer within the {call.limit.deadline:.0f} s deadline"
+        return DeadlineExceededError(
+            f"{call.method} {call.url}: no answer within the {call.limit.deadline:g} s deadline"
         )
     if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError) and not isinstance(
         exc, NewConnectionError

@@ -36,7 +36,7 @@ class HostileServer:
     raw: bool = False
     hard_stop: float = 60.0
     requests: list[bytes] = field(default_factory=list)
-    sent: int = 0  # bytes the behaviours reported sending
+    sent: int = 0  # bytes the streaming behaviours (drips, endless answers) sent
 
     def __post_init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -129,7 +129,6 @@ def answer(status: int, body: bytes = b"", headers: dict[str, str] | None = None
         lines = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", "Connection: close"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        server.count(len(body))
 
     return behave
 
@@ -254,3 +253,13 @@ def mint_tls(
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_path, key_path)
     return context, cert_path
+
+
+def route(paths: dict[str, Behaviour], default: Behaviour) -> Behaviour:
+    """The behaviour for the request's path (its part before ``?``), else ``default``."""
+
+    def behave(conn: socket.socket, request: bytes, server: HostileServer) -> None:
+        target = request.split(b" ", 2)[1].decode("ascii", "replace") if b" " in request else ""
+        paths.get(target.split("?", 1)[0], default)(conn, request, server)
+
+    return behave

@@ -38,15 +38,12 @@ what we asked for, so a wrong guess can only fail, never produce a report over o
 from __future__ import annotations
 
 import base64
-import json
 import re
 import time
 from collections.abc import Callable
 from typing import Final, Literal, NamedTuple
 
-import requests
 import structlog
-from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from attestation.envelope.binding import report_data_from_canonical
 from attestation.envelope.model import ReportDataEncoding
@@ -54,6 +51,16 @@ from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.agent_json import AgentEvidence, AgentJsonError, agent_evidence_from_document
 from runner.evidence.base import Evidence
 from runner.evidence.common import AgentAttestationDisabledError, NoTeeError, check_report
+from tenant.http import (
+    Answer,
+    DeadlineExceededError,
+    HttpClient,
+    HttpError,
+    HttpRefusedError,
+    HttpUnavailableError,
+    Limits,
+    RetryPolicy,
+)
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8006"
 DEFAULT_TIMEOUT: Final = 30.0
@@ -84,6 +91,11 @@ ENABLE_ANNOTATION: Final = (
     "io.katacontainers.config.hypervisor.kernel_params: "
     '"agent.guest_components_rest_api=attestation"'
 )
+#: The agent's evidence: the report as JSON (about 6 KB) and its certificates (about 5 KB);
+#: a few times that, so an endless or giant answer is cut off early.
+MAX_AGENT_EVIDENCE_BYTES: Final = 256 * 1024
+#: ``/info`` is a version string and a few fields.
+MAX_AGENT_INFO_BYTES: Final = 16 * 1024
 _MAX_ERROR_TEXT: Final = 300
 _log = structlog.get_logger(__name__)
 
@@ -105,10 +117,10 @@ class AgentInfo(NamedTuple):
     tee: str | None
 
 
-def _connection_refused(exc: requests.ConnectionError) -> bool:
-    """True when no connection could be made at all (nothing listens at the address)."""
-    cause = exc.args[0] if exc.args else None
-    return isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError)
+#: One attempt per request, every status an answer: the agent is local, a retry could only
+#: repeat it or stretch ``timeout`` (which bounds each request whole), and waiting for the REST
+#: server to start is :meth:`CocoAgentProvider.check_available`'s own loop.
+_AGENT_POLICY: Final = RetryPolicy(attempts=1, retry_statuses=frozenset())
 
 
 def parse_agent_version(text: str) -> tuple[int, int, int] | None:
@@ -131,7 +143,7 @@ class CocoAgentProvider:
         encoding: EncodingChoice = "auto",
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = DEFAULT_WAIT,
-        session: requests.Session | None = None,
+        client: HttpClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -139,7 +151,7 @@ class CocoAgentProvider:
         self.encoding = encoding
         self.timeout = timeout
         self.wait = wait
-        self.session = session or requests.Session()
+        self.client = client or HttpClient(retry=_AGENT_POLICY, what="agent URL")
         self._clock = clock
         self._sleep = sleep
         self._info: AgentInfo | None = None
@@ -157,8 +169,8 @@ class CocoAgentProvider:
         while True:
             attempts += 1
             try:
-                response = self.session.get(f"{self.base_url}/info", timeout=self.timeout)
-            except requests.RequestException as exc:
+                response = self._request("/info", MAX_AGENT_INFO_BYTES)
+            except HttpError as exc:
                 error = self._transport_error(exc)
                 if not isinstance(error, EvidenceUnavailableError):
                     return  # something answered or broke: obtain() reports it
@@ -203,8 +215,8 @@ class CocoAgentProvider:
         """The agent's ``/info``, checked (version floor, TEE); asked once per provider."""
         if self._info is None:
             try:
-                response = self.session.get(f"{self.base_url}/info", timeout=self.timeout)
-            except requests.RequestException as exc:
+                response = self._request("/info", MAX_AGENT_INFO_BYTES)
+            except HttpError as exc:
                 raise self._transport_error(exc) from exc
             self._info = self._check_info(response)
         return self._info
@@ -213,23 +225,23 @@ class CocoAgentProvider:
         """The binding encoding for this agent's version (see module doc)."""
         return _encoding_for(self.agent_info())
 
-    def _check_info(self, response: requests.Response) -> AgentInfo:
+    def _check_info(self, response: Answer) -> AgentInfo:
         url = f"{self.base_url}/info"
         floor = "v{}.{}.{}".format(*AGENT_VERSION_FLOOR)
-        if response.status_code == requests.codes.not_found:
+        if response.status == 404:
             raise AgentVersionError(
                 f"coco-aa: {url} answered 404: the attestation agent has no /info, so it is "
                 f"older than guest-components {floor} (kata-containers 3.28.0), the floor "
                 "attested-replay needs to know that the guest enforces the image policy in "
                 "init-data (agents before v0.17.0 ignore it); refusing to attest"
             )
-        if response.status_code != requests.codes.ok:
-            text = response.content[:_MAX_ERROR_TEXT].decode("utf-8", "replace").strip()
-            raise EvidenceError(f"coco-aa: {url} answered HTTP {response.status_code}: {text}")
+        if response.status != 200:
+            text = response.text(_MAX_ERROR_TEXT).strip()
+            raise EvidenceError(f"coco-aa: {url} answered HTTP {response.status}: {text}")
         try:
-            info = json.loads(response.content)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise EvidenceError(f"coco-aa: {url} did not answer JSON: {exc}") from exc
+            info = response.json("the answer")
+        except HttpRefusedError as exc:
+            raise EvidenceError(f"coco-aa: {url} did not answer JSON ({exc})") from exc
         if not isinstance(info, dict):
             raise EvidenceError(f"coco-aa: {url} did not answer a JSON object")
         raw_version = str(info.get("version", ""))[:_MAX_ERROR_TEXT]
@@ -254,45 +266,49 @@ class CocoAgentProvider:
         _log.info("coco_aa_agent", agent_version=version, tee=tee)
         return AgentInfo(version, tee)
 
-    def _get(self, path: str, params: dict[str, str]) -> bytes:
+    def _request(self, path: str, max_bytes: int, params: dict[str, str] | None = None) -> Answer:
+        return self.client.get(
+            f"{self.base_url}{path}", limit=Limits(max_bytes, self.timeout), params=params
+        )
+
+    def _get(self, path: str, params: dict[str, str]) -> Answer:
         url = f"{self.base_url}{path}"
         try:
-            response = self.session.get(url, params=params, timeout=self.timeout)
-        except requests.RequestException as exc:
+            answer = self._request(path, MAX_AGENT_EVIDENCE_BYTES, params)
+        except HttpError as exc:
             raise self._transport_error(exc) from exc
-        text = response.content[:_MAX_ERROR_TEXT].decode("utf-8", "replace")
-        if response.status_code == requests.codes.not_found:
+        text = answer.text(_MAX_ERROR_TEXT).strip()
+        if answer.status == 404:
             raise AgentAttestationDisabledError(
-                f"coco-aa: {url} answered 404 ({text.strip() or 'no body'}): the agent's "
+                f"coco-aa: {url} answered 404 ({text or 'no body'}): the agent's "
                 f"attestation endpoints are off in this pod. Add the pod annotation "
                 f"{ENABLE_ANNOTATION} (it changes the launch MEASUREMENT)"
             )
-        if response.status_code == requests.codes.forbidden:
+        if answer.status == 403:
             raise EvidenceError(
                 f"coco-aa: {url} answered 403: the agent only serves requests from loopback"
             )
-        if response.status_code != requests.codes.ok:
-            raise EvidenceError(
-                f"coco-aa: {url} answered HTTP {response.status_code}: {text.strip()}"
-            )
-        return response.content
+        if answer.status != 200:
+            raise EvidenceError(f"coco-aa: {url} answered HTTP {answer.status}: {text}")
+        return answer
 
-    def _transport_error(self, exc: requests.RequestException) -> EvidenceError:
-        if isinstance(exc, requests.Timeout):
+    def _transport_error(self, exc: HttpError) -> EvidenceError:
+        if isinstance(exc, DeadlineExceededError):
             return EvidenceError(f"coco-aa: no answer from {self.base_url} within {self.timeout} s")
-        if isinstance(exc, requests.ConnectionError) and _connection_refused(exc):
+        if isinstance(exc, HttpUnavailableError) and exc.refused:
             return EvidenceUnavailableError(
-                f"coco-aa: no attestation agent at {self.base_url} ({type(exc).__name__})"
+                f"coco-aa: no attestation agent at {self.base_url} (connection refused)"
             )
-        # Something listens but the exchange broke (reset, closed mid-answer): that agent
-        # exists, so `auto` must stop here with this error rather than report "no agent".
+        # Something listens but the exchange broke (reset, closed mid-answer, an answer over
+        # its cap): that agent exists, so `auto` must stop here with this error rather than
+        # report "no agent".
         return EvidenceError(f"coco-aa: request to {self.base_url} failed: {exc}")
 
-    def _parse(self, body: bytes) -> AgentEvidence:
+    def _parse(self, answer: Answer) -> AgentEvidence:
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise EvidenceError(f"coco-aa: the agent's evidence is not JSON: {exc}") from exc
+            doc = answer.json("the answer")
+        except HttpRefusedError as exc:
+            raise EvidenceError(f"coco-aa: the agent's evidence is not JSON ({exc})") from exc
         if isinstance(doc, dict) and any(set(doc) >= keys for keys in _AZURE_VTPM_EVIDENCE_KEYS):
             raise UnsupportedTeeError(
                 f"coco-aa: the agent answered with az-snp-vtpm evidence: {_UNSUPPORTED_AZURE}"

@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-import requests
 from cryptography import x509
 from pytest_httpserver import HTTPServer
 
@@ -281,12 +280,11 @@ def free_loopback_port() -> int:
 
 
 def test_no_agent_listening_is_unavailable(binding: bytes) -> None:
-    with requests.Session() as session:
-        url = f"http://127.0.0.1:{free_loopback_port()}"
-        provider = CocoAgentProvider(url, timeout=2, session=session)
-        with pytest.raises(EvidenceUnavailableError, match="no attestation agent at") as caught:
-            provider.obtain(binding)
-        assert type(caught.value) is EvidenceUnavailableError
+    url = f"http://127.0.0.1:{free_loopback_port()}"
+    provider = CocoAgentProvider(url, timeout=2)
+    with pytest.raises(EvidenceUnavailableError, match="no attestation agent at") as caught:
+        provider.obtain(binding)
+    assert type(caught.value) is EvidenceUnavailableError
 
 
 class _Clock:
@@ -303,16 +301,14 @@ class _Clock:
 
 def test_agent_that_never_listens_is_given_up_after_the_wait() -> None:
     clock = _Clock()
-    with requests.Session() as session:
-        provider = CocoAgentProvider(
-            f"http://127.0.0.1:{free_loopback_port()}",
-            wait=5,
-            session=session,
-            clock=lambda: clock.now,
-            sleep=clock.sleep,
-        )
-        with pytest.raises(EvidenceUnavailableError) as caught:
-            provider.check_available()
+    provider = CocoAgentProvider(
+        f"http://127.0.0.1:{free_loopback_port()}",
+        wait=5,
+        clock=lambda: clock.now,
+        sleep=clock.sleep,
+    )
+    with pytest.raises(EvidenceUnavailableError) as caught:
+        provider.check_available()
     assert clock.pauses == [0.1, 0.2, 0.4, 0.8, 1.6, pytest.approx(1.9)]
     assert str(caught.value).endswith(
         "nothing listened within 5 s (7 attempts): the agent's REST server (api-server-rest) "
@@ -339,14 +335,13 @@ def test_agent_that_starts_late_is_waited_for() -> None:
     thread = threading.Thread(target=start_later, daemon=True)
     thread.start()
     try:
-        with requests.Session() as session:
-            provider = CocoAgentProvider(f"http://127.0.0.1:{port}", wait=30, session=session)
-            started = time.monotonic()
-            # The wait ends at the first answer; that answer is then checked (no usable /info).
-            with pytest.raises(EvidenceError, match="answered HTTP 501") as caught:
-                provider.check_available()
-            assert not isinstance(caught.value, EvidenceUnavailableError)
-            assert time.monotonic() - started < 10
+        provider = CocoAgentProvider(f"http://127.0.0.1:{port}", wait=30)
+        started = time.monotonic()
+        # The wait ends at the first answer; that answer is then checked (no usable /info).
+        with pytest.raises(EvidenceError, match="answered HTTP 501") as caught:
+            provider.check_available()
+        assert not isinstance(caught.value, EvidenceUnavailableError)
+        assert time.monotonic() - started < 10
     finally:
         thread.join()
         server.server_close()
@@ -378,13 +373,10 @@ def test_agent_that_hangs_up_is_an_error_not_absence(binding: bytes) -> None:
 
         thread = threading.Thread(target=hang_up, daemon=True)
         thread.start()
-        with requests.Session() as session:
-            provider = CocoAgentProvider(
-                f"http://127.0.0.1:{port}", encoding="sha512", timeout=5, session=session
-            )
-            with pytest.raises(EvidenceError, match=r"coco-aa: request to .* failed") as info:
-                provider.obtain(binding)
-            assert type(info.value) is EvidenceError
+        provider = CocoAgentProvider(f"http://127.0.0.1:{port}", encoding="sha512", timeout=5)
+        with pytest.raises(EvidenceError, match=r"coco-aa: request to .* failed") as info:
+            provider.obtain(binding)
+        assert type(info.value) is EvidenceError
         thread.join()
     assert not isinstance(info.value, EvidenceUnavailableError)
 
