@@ -2,11 +2,12 @@
 
 Usage: ``python benchmarks/verify.py [--seconds S] [--batch N] [--report R --endorsement C]``
 
-The pipeline run is :class:`attestation.verify.Verifier` with the chain validated once per
-distinct endorsement (its memo), under the secure default policy: parse, chain (memoized),
-signature, endorsement consistency and every policy check. The baseline is
+The pipeline is :class:`attestation.verify.Verifier` under the secure default policy: parse,
+chain, signature, endorsement consistency and every policy check, measured twice: **warm**
+(one Verifier, so the chain of the same chip is validated once; goal >= 0.9) and **cold** (a
+fresh Verifier per verification, as for a new chip each time; goal >= 0.6). The baseline is
 ``cryptography``'s ``EllipticCurvePublicKey.verify`` of the same signature over the same
-0x000-0x29F bytes, measured in the same run. The ratio pipeline/baseline is printed (goal >= 0.7).
+0x000-0x29F bytes, measured in the same run, batches of the two alternating.
 """
 
 from __future__ import annotations
@@ -89,14 +90,28 @@ def main() -> int:
     def baseline() -> None:
         key.verify(der, signed, algorithm)
 
-    def pipeline() -> None:
+    def warm() -> None:
         verifier.verify(report_bytes, cert_bytes, now=now)
 
-    best_base, best_pipe, ratio = compare(baseline, pipeline, args.seconds, args.batch)
+    trust = TrustStore.amd()
+    policy = Policy()
+
+    def cold() -> None:
+        # A new chip each time: a fresh Verifier remembers nothing about the endorsement
+        # (its parse, its chain). Only the pinned AMD certificates' own checks (a pinned
+        # root's self-signature, a pinned intermediate under its root) are done once.
+        Verifier(trust, policy=policy).verify(report_bytes, cert_bytes, now=now)
+
     print(f"report:   {args.report.name} with {args.endorsement.name}")
-    print(f"baseline: {best_base:9.1f} ECDSA P-384 verifies/s (cryptography, same bytes)")
-    print(f"pipeline: {best_pipe:9.1f} full verifications/s (chain validated once)")
-    print(f"ratio:    {ratio:.3f} (median of paired batches; goal >= 0.7)")
+    for name, pipeline, goal, what in (
+        ("warm", warm, 0.9, "same chip: chain validated once (the Verifier's memo)"),
+        ("cold", cold, 0.6, "new chip each time: fresh Verifier, chain validated each time"),
+    ):
+        best_base, best_pipe, ratio = compare(baseline, pipeline, args.seconds, args.batch)
+        print(f"{name}:")
+        print(f"  baseline: {best_base:9.1f} ECDSA P-384 verifies/s (cryptography, same bytes)")
+        print(f"  pipeline: {best_pipe:9.1f} full verifications/s ({what})")
+        print(f"  ratio:    {ratio:.3f} (median of paired batches; goal >= {goal})")
     return 0
 
 

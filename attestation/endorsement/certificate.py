@@ -133,12 +133,23 @@ def require_fully_parseable(certificate: x509.Certificate, what: str) -> None:
 
 def load_endorsement(data: bytes) -> Endorsement:
     """Parse a VCEK/VLEK from PEM, DER or a PEM bundle (the leaf is the first certificate)."""
-    return endorsement_from_certificate(load_certificates(data)[0])
+    return _decoded_endorsement(load_certificates(data)[0])
+
+
+def load_endorsement_from(certificates: tuple[x509.Certificate, ...]) -> Endorsement:
+    """The endorsement of ``load_certificates``' result (its first certificate)."""
+    return _decoded_endorsement(certificates[0])
 
 
 def endorsement_from_certificate(certificate: x509.Certificate) -> Endorsement:
     """Decode the signer kind, public key and AMD extensions of a VCEK/VLEK certificate."""
     require_fully_parseable(certificate, "endorsement certificate")
+    return _decoded_endorsement(certificate)
+
+
+def _decoded_endorsement(certificate: x509.Certificate) -> Endorsement:
+    """:func:`endorsement_from_certificate` for a certificate ``load_certificates`` already
+    decoded completely (decoding it twice doubled the cost of a new chip's verification)."""
     signer_kind = _signer_kind(certificate)
     public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(

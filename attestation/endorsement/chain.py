@@ -27,13 +27,14 @@ simulated or future PKI); a serial-0 entry never revokes every VCEK.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
@@ -51,6 +52,17 @@ OID_RSASSA_PSS = "1.2.840.113549.1.1.10"
 OID_MGF1 = "1.2.840.113549.1.1.8"
 OID_SHA384 = "2.16.840.1.101.3.4.2.2"
 PSS_SALT_LENGTH = 48
+#: The contents of the two DER AlgorithmIdentifiers AMD signs with (RSASSA-PSS, SHA-384,
+#: MGF1-SHA-384, salt 48; the second also states the default trailerField 1), as found in
+#: every certificate of attestation/endorsement/roots and tests/assets/real. Exactly these
+#: bytes skip the parameter parser; anything else is parsed and judged field by field.
+_AMD_PSS_IDENTIFIERS = frozenset(
+    bytes.fromhex(
+        "06092a864886f70d01010a30" + length + "a00f300d06096086480165030402020500"
+        "a11c301a06092a864886f70d010108300d06096086480165030402020500a203020130" + trailer
+    )
+    for length, trailer in (("34", ""), ("39", "a303020101"))
+)
 AMD_RSA_KEY_BITS = 4096
 
 _VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
@@ -99,12 +111,18 @@ def verify_chain(
     ark, intermediate, simulated = _find_path(endorsement, product_line, trust, supplied)
     intermediate_label = f"{_intermediate_kind(endorsement.signer_kind)} {_cn(intermediate)!r}"
     ark_label = f"{'simulated ARK' if simulated else f'{product_line.value} ARK'} {_cn(ark)!r}"
-    for certificate, label in (
-        (ark, ark_label),
-        (intermediate, intermediate_label),
-        (endorsement.certificate, leaf_label),
+    pinned_intermediate = not simulated and intermediate is trust.intermediate(
+        product_line, endorsement.signer_kind
+    )
+    for certificate, label, pinned in (
+        (ark, ark_label, True),
+        (intermediate, intermediate_label, pinned_intermediate),
+        (endorsement.certificate, leaf_label, False),
     ):
-        require_amd_signature_algorithm(_der(certificate), label)
+        if pinned:  # the same bytes every time: judged once per process
+            _pinned_algorithm_checked(certificate, label)
+        else:
+            require_amd_signature_algorithm(_der(certificate), label)
         _require_validity(certificate, label, now)
         _require_no_unknown_critical_extensions(certificate, label)
     for certificate, label in ((ark, ark_label), (intermediate, intermediate_label)):
@@ -136,15 +154,20 @@ def require_amd_signature_algorithm(signed_der: bytes, what: str) -> None:
             raise UntrustedChainError(
                 f"{what}: the signature is not a BIT STRING with 0 unused bits"
             )
-        tbs_parts = der.read_all(tbs.content, what=what)
         # Certificate TBS: [0] version, serial, signature...; CRL TBS: version, signature...
-        index = next(i for i, part in enumerate(tbs_parts) if part.tag == der.TAG_SEQUENCE)
-        if tbs_parts[index] != algorithm:
+        # The signature AlgorithmIdentifier is the TBS's first SEQUENCE.
+        offset = 0
+        while True:
+            inner, offset = der.read_element(tbs.content, offset, what=what)
+            if inner.tag == der.TAG_SEQUENCE:
+                break
+        if inner != algorithm:
             raise UntrustedChainError(
                 f"{what}: signed and unsigned signature algorithm identifiers differ"
             )
-        _check_pss_parameters(algorithm.content, what)
-    except (MalformedError, StopIteration, ValueError) as exc:
+        if algorithm.content not in _AMD_PSS_IDENTIFIERS:
+            _check_pss_parameters(algorithm.content, what)
+    except (MalformedError, ValueError) as exc:
         raise UntrustedChainError(f"{what}: signature algorithm cannot be read: {exc}") from exc
 
 
@@ -212,7 +235,9 @@ def _find_path(
     failures: list[str] = []
     for ark, candidates, simulated in anchors:
         root_label = "simulated ARK" if simulated else f"{product_line.value} ARK"
-        if not _signed_by(ark, ark):
+        # Roots are pinned (by the trust store or the tenant's fingerprint): their
+        # self-signature is the same check every time.
+        if not _pinned_pair_signed(ark, ark):
             failures.append(f"{root_label} {_cn(ark)!r} is not validly self-signed")
             continue
         for candidate in candidates:
@@ -225,7 +250,10 @@ def _find_path(
                     f"({fingerprint(candidate)}): the certificate is not issued by it"
                 )
                 continue
-            if not _signed_by(candidate, ark):
+            pinned_pair = candidate is pinned and not simulated
+            if not (
+                _pinned_pair_signed(candidate, ark) if pinned_pair else _signed_by(candidate, ark)
+            ):
                 failures.append(
                     f"supplied {candidate_label} does not verify under the pinned {root_label}"
                 )
@@ -340,14 +368,46 @@ def _check_crl(
 
 
 def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """Whether ``issuer`` (an RSA-4096 key) signed ``child``: the names chain and the
+    signature verifies with the issuer's key under the parameters ``child`` declares
+    (:func:`require_amd_signature_algorithm` then requires AMD's). One RSA verification,
+    without ``verify_directly_issued_by``'s extra work."""
     public_key = issuer.public_key()
     if not isinstance(public_key, rsa.RSAPublicKey) or public_key.key_size != AMD_RSA_KEY_BITS:
         return False
+    if child.issuer != issuer.subject:
+        return False
     try:
-        child.verify_directly_issued_by(issuer)
+        parameters = child.signature_algorithm_parameters
+        algorithm = child.signature_hash_algorithm
+        # Whatever RSA padding is declared: a verifying non-AMD algorithm is refused with
+        # its own message by require_amd_signature_algorithm, after the path is found.
+        if not isinstance(parameters, padding.PSS | padding.PKCS1v15) or algorithm is None:
+            return False
+        public_key.verify(child.signature, child.tbs_certificate_bytes, parameters, algorithm)
     except _VERIFY_ERRORS:
         return False
     return True
+
+
+# Pinned certificates (AMD's, checked against their fingerprints when loaded, and a simulated
+# root the tenant pinned by fingerprint) are the same bytes at every verification, so their
+# own checks are made once per process. Certificates compare and hash by their DER, so a
+# cache entry stands for exactly those bytes. Never used for a certificate from the input.
+
+
+@functools.lru_cache(maxsize=32)
+def _pinned_pair_signed(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """:func:`_signed_by` for a pinned root's self-signature or a pinned intermediate under
+    its pinned root."""
+    return _signed_by(child, issuer)
+
+
+@functools.lru_cache(maxsize=32)
+def _pinned_algorithm_checked(certificate: x509.Certificate, label: str) -> None:
+    """:func:`require_amd_signature_algorithm` for a pinned certificate (a failure raises and
+    is not cached)."""
+    require_amd_signature_algorithm(_der(certificate), label)
 
 
 def _require_validity(certificate: x509.Certificate, label: str, now: dt.datetime) -> None:

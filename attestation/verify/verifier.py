@@ -43,6 +43,7 @@ from attestation.endorsement.certificate import (
     Endorsement,
     endorsement_from_certificate,
     load_certificates,
+    load_endorsement_from,
 )
 from attestation.endorsement.chain import VerifiedChain, verify_chain
 from attestation.endorsement.trust import TrustStore
@@ -103,9 +104,10 @@ _Parsed = tuple[Endorsement, tuple[x509.Certificate, ...]]
 def _endorsement_parts(endorsement: EndorsementInput) -> _Parsed:
     if isinstance(endorsement, Endorsement):
         return endorsement, ()
-    certificates = (
-        load_certificates(endorsement) if isinstance(endorsement, bytes) else tuple(endorsement)
-    )
+    if isinstance(endorsement, bytes):
+        certificates = load_certificates(endorsement)  # decodes every part of each
+        return load_endorsement_from(certificates), certificates[1:]
+    certificates = tuple(endorsement)
     if not certificates:
         raise MalformedError("no certificate given")
     return endorsement_from_certificate(certificates[0]), certificates[1:]
