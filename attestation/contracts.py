@@ -19,6 +19,8 @@ Limits (bytes; each refused before it is parsed or while it is read)
     :data:`MAX_ENVELOPE_BYTES`           16 MiB      envelopes everywhere: the verifier, the
                                                      publication service, ``tenant fetch``,
                                                      ``collect``, the publisher
+    :data:`MAX_ENVELOPE_JSON_ITEMS`      100,000     JSON values in an envelope (counted
+                                                     before parsing: memory stays < 10x size)
     :data:`MAX_EXPECTED_BYTES`           1 MiB       the tenant's expected-values file
     :data:`MAX_POLICY_BYTES`             1 MiB       a raw-mode policy file
     :data:`MAX_REPORT_FILE_BYTES`        64 KiB      a raw report file (the report is 1184)
@@ -116,6 +118,10 @@ def is_sha256_digest(text: str) -> bool:
 # -- limits (bytes) ---------------------------------------------------------------------------
 
 MAX_ENVELOPE_BYTES: Final = 16 * 1024 * 1024
+#: JSON values in one envelope (an upper bound counted before parsing). An evaluation report
+#: holds a few thousand (<= 10 arms x 5 runs x 12 metrics, <= 12 marks); 100,000 keeps the
+#: parsed envelope within 10x the largest envelope's size whatever its values are.
+MAX_ENVELOPE_JSON_ITEMS: Final = 100_000
 MAX_EXPECTED_BYTES: Final = 1024 * 1024
 MAX_POLICY_BYTES: Final = 1024 * 1024
 MAX_REPORT_FILE_BYTES: Final = 64 * 1024

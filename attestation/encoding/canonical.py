@@ -8,6 +8,7 @@ against the RFC's examples and against the independent ``rfc8785`` package.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -18,16 +19,6 @@ from attestation.errors import MalformedError
 # RFC 8785 section 3.2.2.3: numbers are IEEE-754 doubles; integers beyond 2**53 cannot be
 # represented exactly, so they are refused rather than silently rounded.
 MAX_SAFE_INTEGER: Final = 2**53 - 1
-
-_SHORT_ESCAPES: Final = {
-    0x08: "\\b",
-    0x09: "\\t",
-    0x0A: "\\n",
-    0x0C: "\\f",
-    0x0D: "\\r",
-    0x22: '\\"',
-    0x5C: "\\\\",
-}
 
 
 class CanonicalizationError(MalformedError):
@@ -90,18 +81,12 @@ def _write_object(value: Mapping[object, object], out: list[str]) -> None:
     out.append("}")
 
 
-def _quote(text: str) -> str:
-    chunks = ['"']
-    for char in text:
-        code = ord(char)
-        if code in _SHORT_ESCAPES:
-            chunks.append(_SHORT_ESCAPES[code])
-        elif code < 0x20:
-            chunks.append(f"\\u{code:04x}")
-        else:
-            chunks.append(char)
-    chunks.append('"')
-    return "".join(chunks)
+#: The C string encoder of ``json`` escapes exactly what RFC 8785 3.2.2.2 escapes: ``"`` and
+#: ``\\``, the short forms ``\\b \\t \\n \\f \\r`` and every other control character as
+#: ``\\u00xx`` (lowercase hex), nothing else (ensure_ascii=False). A lone surrogate passes
+#: through and fails the final UTF-8 encoding, as RFC 8785 requires. It runs in C: a 16 MiB
+#: string is one call, not 16 million list entries.
+_quote: Final = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def format_number(number: float) -> str:

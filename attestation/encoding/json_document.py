@@ -9,6 +9,12 @@ a size cap checked before parsing, strict JSON, a top-level object, then the pyd
   with a value they never saw;
 * ``NaN``, ``Infinity`` and numbers that overflow to infinity are refused: they are not
   JSON (RFC 8259) and have no canonical form to hash.
+
+A document may also bound how many JSON values it holds (``max_items``): counted in C
+before parsing (every value but the first of an array or object follows a ``,``, and every
+array and object opens with ``[`` or ``{``, so ``,`` + ``[`` + ``{`` is an upper bound), so
+memory stays bounded by the document's size however small its values are: Python objects
+cost 30-100 bytes each, while a value in the text can be 2 bytes.
 """
 
 from __future__ import annotations
@@ -76,15 +82,32 @@ def describe_validation_error(error: ValidationError) -> str:
     )
 
 
-def load_json_document(data: bytes, model: type[ModelT], *, what: str, limit: int) -> ModelT:
-    """Parse one JSON document of at most ``limit`` bytes into ``model`` (camelCase keys).
+def json_item_bound(data: bytes) -> int:
+    """An upper bound of the JSON values in ``data`` (strings holding ``,[{`` count too)."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
+def load_json_document(
+    data: bytes, model: type[ModelT], *, what: str, limit: int, max_items: int | None = None
+) -> ModelT:
+    """Parse one JSON document of at most ``limit`` bytes (and, if given, at most
+    ``max_items`` JSON values) into ``model`` (camelCase keys). Both bounds are checked
+    before any object is built.
 
     Raises:
-        MalformedError: too large, not strict JSON, not an object, or a schema violation
-            (an unknown key, a missing key, a bad value), each naming ``what``.
+        MalformedError: too large, too many values, not strict JSON, not an object, or a
+            schema violation (an unknown key, a missing key, a bad value), each naming ``what``.
     """
     if len(data) > limit:
         raise MalformedError(f"{what} is {len(data)} bytes, over the {limit}-byte limit")
+    if max_items is not None:
+        items = json_item_bound(data)
+        if items > max_items:
+            raise MalformedError(
+                f"{what} holds up to {items} JSON values, over the limit of {max_items} "
+                "(refused before parsing: as objects they would need far more memory than "
+                "the document's size)"
+            )
     document = parse_strict_json(data, what=what)
     if not isinstance(document, dict):
         raise MalformedError(f"{what} must be a JSON object")

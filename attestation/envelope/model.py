@@ -16,6 +16,7 @@ from pydantic import Field, JsonValue, StringConstraints, field_validator, model
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
+    MAX_ENVELOPE_JSON_ITEMS,
     MAX_SHARD_COUNT,
     Nonce,
     RunId,
@@ -134,4 +135,10 @@ def parse_envelope(data: bytes) -> Envelope:
     Raises:
         MalformedError: naming what is wrong.
     """
-    return load_json_document(data, Envelope, what="envelope", limit=MAX_ENVELOPE_BYTES)
+    return load_json_document(
+        data,
+        Envelope,
+        what="envelope",
+        limit=MAX_ENVELOPE_BYTES,
+        max_items=MAX_ENVELOPE_JSON_ITEMS,
+    )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tracemalloc
 
 import pytest
+import rfc8785
 
-from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_ITEMS
+from attestation.envelope.binding import result_digest
 from attestation.envelope.model import parse_envelope
 from attestation.errors import MalformedError
 
@@ -56,3 +60,46 @@ def test_snake_case_keys_are_refused() -> None:
 def test_an_oversized_envelope_is_refused_before_parsing() -> None:
     with pytest.raises(MalformedError, match=f"over the {MAX_ENVELOPE_BYTES}-byte limit"):
         parse_envelope(b" " * (MAX_ENVELOPE_BYTES + 1))
+
+
+def _with_result(result_json: bytes) -> bytes:
+    """The minimal envelope with ``result`` spliced in as raw JSON text."""
+    document = json.dumps({**_minimal(), "result": {"x": None}}).encode()
+    return document.replace(b'{"x": null}', result_json, 1)
+
+
+@pytest.mark.parametrize("value", [b"0", b'"a"', b"{}", b"[]", b"0.5"])
+def test_millions_of_small_values_are_refused_before_any_object_is_built(value: bytes) -> None:
+    # A maximal envelope whose result holds millions of tiny values: as Python objects they
+    # would need 30-60x the document's size. The count is made on the bytes, before parsing.
+    room = MAX_ENVELOPE_BYTES - len(_with_result(b'{"x": []}'))
+    count = room // (len(value) + 1)
+    data = _with_result(b'{"x": [' + b",".join([value] * count) + b"]}")
+    assert len(data) <= MAX_ENVELOPE_BYTES
+    tracemalloc.start()
+    try:
+        with pytest.raises(MalformedError, match=r"envelope holds up to \d+ JSON values, over"):
+            parse_envelope(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(data) // 100
+
+
+def test_a_maximal_envelope_within_the_value_limit_parses_within_10x_its_size() -> None:
+    # 16 MiB made of a long string and MAX_ENVELOPE_JSON_ITEMS - 100 small values.
+    values = b",".join([b"[1,2]"] * ((MAX_ENVELOPE_JSON_ITEMS - 100) // 3))
+    head = _with_result(b'{"items": [' + values + b'], "text": ""}')
+    pad = MAX_ENVELOPE_BYTES - len(head)
+    data = head.replace(b'"text": ""', b'"text": "' + b"y" * pad + b'"', 1)
+    assert len(data) == MAX_ENVELOPE_BYTES
+    tracemalloc.start()
+    try:
+        envelope = parse_envelope(data)
+        assert envelope.result is not None
+        digest = result_digest(envelope.result)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert digest == "sha256:" + hashlib.sha256(rfc8785.dumps(envelope.result)).hexdigest()
+    assert peak < 10 * len(data)
