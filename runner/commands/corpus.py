@@ -40,7 +40,7 @@ def parse_size(text: str) -> int:
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "corpus",
-        help="checksum, manifest or normalize a corpus directory",
+        help="checksum, manifest, normalize, export or upload a corpus",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
