@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from attestation.evaluation.metrics import RunMetrics
-from attestation.evaluation.models import PassMark
+from attestation.evaluation.metrics import METRIC_NAMES, RunMetrics
+from attestation.evaluation.models import PassMark, PassMarks, Plan
 from attestation.evaluation.numbers import text
 
 MarkResult = Literal["met", "missed", "unknown"]
@@ -236,3 +236,21 @@ def arm_spread(runs: Mapping[int, RunMetrics]) -> Decimal | None:
     if len(known) != len(nets) or not known:
         return None
     return max(known) - min(known)
+
+
+def scoring_problem(plan: Plan, marks: PassMarks) -> tuple[Literal["plan", "marks"], str] | None:
+    """Why this plan and these marks cannot be scored (which file, and what), or None: a plan
+    metric the scorer does not compute, or a mark it cannot evaluate."""
+    known_metrics = set(METRIC_NAMES)
+    for index, name in enumerate(plan.metrics):
+        if name not in known_metrics:
+            return "plan", (
+                f"field 'metrics.{index}': unknown metric {name!r} "
+                f"(known: {', '.join(METRIC_NAMES)})"
+            )
+    arm_ids = frozenset(arm.arm_id for arm in plan.arms)
+    for mark in marks.marks:
+        problem = mark_definition_error(mark, arm_ids)
+        if problem is not None:
+            return "marks", f"mark {mark.id!r}: {problem}"
+    return None

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from attestation.evaluation.marks import mark_definition_error
-from attestation.evaluation.metrics import METRIC_NAMES
+from attestation.evaluation.marks import scoring_problem
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, Evaluation
 
@@ -14,17 +13,7 @@ def check_evaluation(evaluation: Evaluation) -> None:
     Raises:
         CorpusError: naming the file and the field.
     """
-    plan = evaluation.plan
-    known_metrics = set(METRIC_NAMES)
-    for index, name in enumerate(plan.metrics):
-        if name not in known_metrics:
-            raise CorpusError(
-                PLAN_FILE,
-                f"field 'metrics.{index}': unknown metric {name!r} "
-                f"(known: {', '.join(METRIC_NAMES)})",
-            )
-    arm_ids = frozenset(arm.arm_id for arm in plan.arms)
-    for mark in evaluation.marks.marks:
-        problem = mark_definition_error(mark, arm_ids)
-        if problem is not None:
-            raise CorpusError(MARKS_FILE, f"mark {mark.id!r}: {problem}")
+    problem = scoring_problem(evaluation.plan, evaluation.marks)
+    if problem is not None:
+        which, message = problem
+        raise CorpusError(PLAN_FILE if which == "plan" else MARKS_FILE, message)

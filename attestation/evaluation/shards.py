@@ -1,0 +1,249 @@
+"""Sharded replays: what one shard attests, and the merge of all shards into the report.
+
+Shard ``index`` of ``count`` scores the cases of rank ``shard_range(index, count, C)`` in
+``cases.jsonl``, in every run, and attests a *shard result* (:class:`ShardResult`): its
+position and case range, the corpus checksum and evaluation digest it computed over the
+whole corpus, the plan and marks it read (their JSON values, the doubles the evaluation
+digest hashed), and one :class:`~.partial.RunPartialDoc` per run. :func:`merge_shard_results`
+checks that the results are the complete set of one sharded replay, merges each run's
+partials exactly and builds the evaluation report with the same code as an unsharded replay
+(:func:`whole_report`), so the merged report is byte for byte the unsharded one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from attestation.contracts import MAX_SHARD_COUNT, Sha256Digest
+from attestation.encoding.json_document import describe_validation_error
+from attestation.errors import BindingError
+from attestation.evaluation.marks import scoring_problem
+from attestation.evaluation.metrics import RunMetrics, finish_run
+from attestation.evaluation.models import PassMarks, Plan
+from attestation.evaluation.partial import (
+    PartialError,
+    RunPartial,
+    RunPartialDoc,
+    merge_partials,
+    shard_range,
+    tail_size,
+)
+from attestation.evaluation.report import SCORER, build_report
+
+SHARD_RESULT_FORMAT: Final = "attested-replay.shard-result/v1"
+
+RunKey = tuple[str, int]
+
+
+class ShardMergeError(BindingError):
+    """Shard results that are not the complete, consistent set of one sharded replay."""
+
+
+class ShardResult(BaseModel):
+    """The result a shard attests (the ``result`` of its envelope), snake_case like the report."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    format: Literal["attested-replay.shard-result/v1"]
+    scorer: str = Field(max_length=100)
+    shard_index: int = Field(ge=0, lt=MAX_SHARD_COUNT)
+    shard_count: int = Field(ge=1, le=MAX_SHARD_COUNT)
+    #: The shard's ranks in cases.jsonl: [first_case, end_case).
+    first_case: int = Field(ge=0)
+    end_case: int = Field(ge=0)
+    case_count: int = Field(ge=1)
+    set_checksum: Sha256Digest
+    evaluation_digest: Sha256Digest
+    plan: dict[str, JsonValue]
+    marks: dict[str, JsonValue]
+    runs: Annotated[tuple[RunPartialDoc, ...], Field(strict=False, min_length=1)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ShardResult:
+        if self.shard_index >= self.shard_count:
+            raise ValueError(
+                f"shard_index {self.shard_index} is not below shard_count {self.shard_count}"
+            )
+        expected = shard_range(self.shard_index, self.shard_count, self.case_count)
+        if (self.first_case, self.end_case) != expected:
+            raise ValueError(
+                f"case range [{self.first_case}, {self.end_case}) is not shard "
+                f"{self.shard_index} of {self.shard_count} of {self.case_count} cases {expected}"
+            )
+        for run in self.runs:
+            if run.cases != self.end_case - self.first_case:
+                raise ValueError(
+                    f"run {run.arm_id}/{run.run_index} has {run.cases} cases, the shard's range "
+                    f"{self.end_case - self.first_case}"
+                )
+        return self
+
+    @property
+    def position(self) -> str:
+        return f"shard {self.shard_index} of {self.shard_count}"
+
+
+def shard_result(
+    *,
+    shard_index: int,
+    shard_count: int,
+    case_count: int,
+    set_checksum: str,
+    evaluation_digest: str,
+    plan: Mapping[str, JsonValue],
+    marks: Mapping[str, JsonValue],
+    partials: Sequence[RunPartial],
+) -> dict[str, JsonValue]:
+    """The JSON result of one shard (validated as :class:`ShardResult` on the way)."""
+    first, end = shard_range(shard_index, shard_count, case_count)
+    document = ShardResult(
+        format=SHARD_RESULT_FORMAT,
+        scorer=SCORER,
+        shard_index=shard_index,
+        shard_count=shard_count,
+        first_case=first,
+        end_case=end,
+        case_count=case_count,
+        set_checksum=set_checksum,
+        evaluation_digest=evaluation_digest,
+        plan=dict(plan),
+        marks=dict(marks),
+        runs=tuple(partial.to_doc() for partial in partials),
+    )
+    dumped: dict[str, JsonValue] = document.model_dump(mode="json")
+    return dumped
+
+
+def whole_report(
+    *,
+    plan: Plan,
+    marks: PassMarks,
+    partials: Sequence[RunPartial],
+    corpus_checksum: str,
+    evaluation_digest: str,
+    case_count: int,
+) -> dict[str, JsonValue]:
+    """The evaluation report from one partial per run, each over all of the run's cases
+    (an unsharded replay's own partials, or the merge of every shard's)."""
+    runs: dict[str, dict[int, RunMetrics]] = {arm.arm_id: {} for arm in plan.arms}
+    abstentions = plan.abstain_label is not None
+    for partial in partials:
+        runs[partial.arm_id][partial.run_index] = finish_run(
+            partial, abstentions_scored=abstentions
+        )
+    return build_report(
+        plan=plan,
+        marks=marks,
+        runs=runs,
+        corpus_checksum=corpus_checksum,
+        evaluation_digest=evaluation_digest,
+        case_count=case_count,
+    )
+
+
+def parse_shard_result(result: Mapping[str, JsonValue] | None, *, where: str) -> ShardResult:
+    """A shard's result document.
+
+    Raises:
+        ShardMergeError: absent, or not a valid shard result, naming ``where``.
+    """
+    if result is None:
+        raise ShardMergeError(f"{where} carries no result: its partial is needed for the merge")
+    try:
+        return ShardResult.model_validate(result)
+    except ValidationError as exc:
+        raise ShardMergeError(
+            f"{where}: not a shard result: {describe_validation_error(exc)}"
+        ) from None
+
+
+def check_complete(results: Sequence[ShardResult]) -> None:
+    """The results are shards 0..N-1 of N, each exactly once, listed in index order.
+
+    Raises:
+        ShardMergeError: naming the missing, duplicated or misplaced shard.
+    """
+    if not results:
+        raise ShardMergeError("no shard results to merge")
+    count = results[0].shard_count
+    for position, result in enumerate(results):
+        if result.shard_count != count:
+            raise ShardMergeError(
+                f"shard results of {count} and of {result.shard_count} shards cannot be merged"
+            )
+        if result.shard_index != position:
+            indices = [r.shard_index for r in results]
+            duplicated = sorted({i for i in indices if indices.count(i) > 1})
+            missing = sorted(set(range(count)) - set(indices))
+            if duplicated:
+                raise ShardMergeError(f"shard {duplicated[0]} of {count} appears more than once")
+            if missing:
+                raise ShardMergeError(f"shard {missing[0]} of {count} is missing")
+            raise ShardMergeError(
+                f"shards must be listed in index order: position {position} holds "
+                f"shard {result.shard_index}"
+            )
+    if len(results) != count:
+        if len(results) > count:
+            raise ShardMergeError(f"{len(results)} shard results for a replay of {count} shards")
+        raise ShardMergeError(f"shard {len(results)} of {count} is missing")
+
+
+def merge_shard_results(results: Sequence[ShardResult]) -> dict[str, JsonValue]:
+    """The evaluation report of a sharded replay from all of its shard results.
+
+    Raises:
+        ShardMergeError: the results are incomplete, from different replays, or inconsistent.
+    """
+    check_complete(results)
+    first = results[0]
+    for result in results[1:]:
+        for field in ("case_count", "set_checksum", "evaluation_digest", "scorer", "plan", "marks"):
+            if getattr(result, field) != getattr(first, field):
+                raise ShardMergeError(
+                    f"{result.position} differs from shard 0 in {field}: the shards are not "
+                    "of one replay"
+                )
+    if first.scorer != SCORER:
+        raise ShardMergeError(f"shard results of scorer {first.scorer!r}, this is {SCORER!r}")
+    try:
+        plan = Plan.model_validate(first.plan)
+        marks = PassMarks.model_validate(first.marks)
+    except ValidationError as exc:
+        raise ShardMergeError(
+            f"the shards' plan or marks are invalid: {describe_validation_error(exc)}"
+        ) from None
+    problem = scoring_problem(plan, marks)
+    if problem is not None:
+        raise ShardMergeError(f"the shards' {problem[0]} cannot be scored: {problem[1]}")
+    wanted: list[RunKey] = [
+        (arm.arm_id, index) for arm in plan.arms for index in range(1, plan.runs_per_arm + 1)
+    ]
+    tail = tail_size(first.case_count)
+    parts: dict[RunKey, list[RunPartial]] = {key: [] for key in wanted}
+    for result in results:
+        keys = [(run.arm_id, run.run_index) for run in result.runs]
+        if sorted(keys) != sorted(wanted) or len(set(keys)) != len(keys):
+            raise ShardMergeError(
+                f"{result.position} has runs {keys}; the plan asks for exactly {wanted}"
+            )
+        for run in result.runs:
+            try:
+                parts[(run.arm_id, run.run_index)].append(run.to_partial(tail=tail))
+            except PartialError as exc:
+                raise ShardMergeError(f"{result.position}: {exc}") from None
+    try:
+        merged = [merge_partials(parts[key], tail=tail) for key in wanted]
+    except PartialError as exc:
+        raise ShardMergeError(str(exc)) from None
+    return whole_report(
+        plan=plan,
+        marks=marks,
+        partials=merged,
+        corpus_checksum=first.set_checksum,
+        evaluation_digest=first.evaluation_digest,
+        case_count=first.case_count,
+    )
