@@ -25,6 +25,7 @@ from tenant.errors import TenantError
 #: Subcommand modules, in the order they appear in ``--help``.
 COMMAND_MODULES: tuple[str, ...] = (
     "runner.commands.run",
+    "runner.commands.merge",
     "runner.commands.demo",
     "runner.commands.corpus",
     "runner.commands.score",

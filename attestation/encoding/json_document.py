@@ -111,6 +111,16 @@ def load_json_document(
     document = parse_strict_json(data, what=what)
     if not isinstance(document, dict):
         raise MalformedError(f"{what} must be a JSON object")
+    return validate_document(document, model, what=what)
+
+
+def validate_document(document: dict[str, object], model: type[ModelT], *, what: str) -> ModelT:
+    """A parsed JSON object as ``model`` (camelCase keys only).
+
+    Raises:
+        MalformedError: a schema violation (an unknown key, a missing key, a bad value),
+            naming ``what``.
+    """
     try:
         return model.model_validate(document, by_alias=True, by_name=False)
     except ValidationError as error:

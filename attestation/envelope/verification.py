@@ -1,5 +1,8 @@
 """Envelope-mode verification: every raw-report check, then binding (7), then expectations (8).
 
+An envelope is one run's (or one shard's); a merged envelope holds a sharded replay's shard
+envelopes, each verified here as an envelope, then the merge (``merged_verification``).
+
 The envelope carries its own endorsement (VCEK/VLEK, ASK/ASVK, ARK as PEM); the ARK in it is
 never trusted. AMD's pinned roots are; a simulated root is trusted only when its fingerprint
 is listed in the tenant's ``simulatedRoots``.
@@ -18,8 +21,11 @@ from attestation.endorsement.certificate import endorsement_from_certificate, lo
 from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.envelope.binding import report_data_for, report_data_matches, result_digest
+from attestation.envelope.expectations import EXPECTATION_CHECKS, expectation_checks, shard_check
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.model import Envelope, Platform, ShardPosition, parse_envelope
+from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
+from attestation.envelope.merged_verification import verify_merged
+from attestation.envelope.model import Envelope, Platform, ShardPosition
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.verifier import LATER_STAGES, Verifier
@@ -35,16 +41,6 @@ _RAW_STAGES: tuple[tuple[str, FailureClass], ...] = (
     *LATER_STAGES,
 )
 _BINDING_CHECKS = ("binding.report-data", "binding.envelope-fields", "binding.result-digest")
-_EXPECTATION_CHECKS = (
-    "expectation.run-id",
-    "expectation.corpus-checksum",
-    "expectation.tenant",
-    "expectation.workload",
-    "expectation.result-digest",
-    "expectation.evaluation-digest",
-    "expectation.image-digest",
-    "expectation.shard",
-)
 
 
 def verify_envelope(
@@ -56,15 +52,18 @@ def verify_envelope(
     crl: bytes | None = None,
     shard: ShardPosition | None = None,
 ) -> VerificationResult:
-    """Verify an envelope against the tenant's expectations. Never raises for a failed check.
+    """Verify an envelope (of either kind) against the tenant's expectations. Never raises for
+    a failed check.
 
     A shard's envelope is a part of a run, never a whole one: it fails the ``expectation.shard``
     check unless the caller asks for exactly that ``shard`` (the operator's checks of one
-    shard; a tenant verifies the merged envelope of all shards).
+    shard); a tenant verifies the merged envelope of all shards, whose every shard gets the
+    checks of an envelope (see :mod:`attestation.envelope.merged_verification`).
     """
-    checks: list[Check] = []
-    envelope = _parse_envelope(envelope_bytes, checks)
-    if envelope is None:
+    try:
+        envelope = parse_any_envelope(envelope_bytes)
+    except MalformedError as exc:
+        checks = [Check.from_error("envelope.parse", exc)]
         checks.append(
             Check.not_run("envelope.cert-chain", _MALFORMED, "the envelope did not parse")
         )
@@ -73,14 +72,43 @@ def verify_envelope(
         )
         checks.extend(_not_run_later("the envelope did not parse"))
         return VerificationResult.from_checks(checks)
+    if isinstance(envelope, MergedEnvelope):
 
+        def verify_one(part: Envelope) -> VerificationResult:
+            return verify_parsed_envelope(
+                part, expected, now=now, trust=trust, crl=crl, expectations=False
+            )
+
+        return verify_merged(envelope, expected, verify_shard=verify_one, shard=shard)
+    return verify_parsed_envelope(envelope, expected, now=now, trust=trust, crl=crl, shard=shard)
+
+
+def verify_parsed_envelope(
+    envelope: Envelope,
+    expected: ExpectedValues,
+    *,
+    now: datetime,
+    trust: TrustStore | None = None,
+    crl: bytes | None = None,
+    shard: ShardPosition | None = None,
+    expectations: bool = True,
+) -> VerificationResult:
+    """The checks of one parsed envelope; without ``expectations`` only classes 1-7 (the
+    checks of a shard inside a merged envelope, whose expectations apply to the merge)."""
+    checks = [
+        Check.passed(
+            "envelope.parse",
+            _MALFORMED,
+            f"{envelope.kind} {envelope.api_version}, run {envelope.run_id}",
+        )
+    ]
     base = trust if trust is not None else TrustStore.amd()
     try:
         certificates = load_certificates(envelope.evidence.cert_chain.encode("ascii"))
     except (AttestationError, UnicodeEncodeError) as exc:
         checks.append(Check.failed("envelope.cert-chain", _MALFORMED, f"evidence.certChain: {exc}"))
         checks.extend(Check.not_run(name, cls, "no endorsement") for name, cls in _RAW_STAGES)
-        checks.extend(_not_run_later("no endorsement"))
+        checks.extend(_not_run_later("no endorsement", expectations=expectations))
         return VerificationResult.from_checks(checks)
     checks.append(
         Check.passed(
@@ -95,37 +123,22 @@ def verify_envelope(
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
     checks.extend(raw.checks)
     if not raw.authentic or raw.report is None or raw.chain is None:
-        checks.extend(_not_run_later("the report is not authentic"))
+        checks.extend(_not_run_later("the report is not authentic", expectations=expectations))
         return VerificationResult.from_checks(checks, raw.report, raw.product_line)
 
     # The chain that verified says which root it reached: only AMD's may be labelled sev-snp.
     platform: Platform = "simulated" if raw.chain.simulated else "sev-snp"
     binding_checks = _binding_checks(envelope, raw.report, platform=platform)
     checks.extend(binding_checks)
-    if any(check.ok is False for check in binding_checks):
+    if expectations and any(check.ok is False for check in binding_checks):
         checks.extend(
             Check.not_run(name, _EXPECTATION, "the binding does not hold")
-            for name in _EXPECTATION_CHECKS
+            for name in EXPECTATION_CHECKS
         )
-    else:
-        checks.extend(_expectation_checks(envelope, expected))
-        checks.append(_shard_check(envelope.binding.shard, expected, shard))
+    elif expectations:
+        checks.extend(expectation_checks(envelope.binding, expected))
+        checks.append(shard_check(envelope.binding.shard, expected, shard))
     return VerificationResult.from_checks(checks, raw.report, raw.product_line)
-
-
-def _parse_envelope(data: bytes, checks: list[Check]) -> Envelope | None:
-    name = "envelope.parse"
-    try:
-        envelope = parse_envelope(data)
-    except MalformedError as exc:
-        checks.append(Check.from_error(name, exc))
-        return None
-    checks.append(
-        Check.passed(
-            name, _MALFORMED, f"{envelope.kind} {envelope.api_version}, run {envelope.run_id}"
-        )
-    )
-    return envelope
 
 
 def _with_pinned_simulated_root(
@@ -236,88 +249,8 @@ def _binding_checks(
     return checks
 
 
-def _expectation_checks(envelope: Envelope, expected: ExpectedValues) -> list[Check]:
-    binding = envelope.binding
-    comparisons: list[tuple[str, str, str | None, str | None]] = [
-        ("expectation.run-id", "runId", expected.run_id, binding.run_id),
-        (
-            "expectation.corpus-checksum",
-            "corpusChecksum",
-            expected.corpus_checksum,
-            binding.corpus_checksum,
-        ),
-        ("expectation.tenant", "tenant", expected.tenant, binding.tenant),
-        (
-            "expectation.workload",
-            "workloadDigest",
-            expected.workload_digest,
-            binding.workload.digest,
-        ),
-        (
-            "expectation.result-digest",
-            "resultDigest",
-            expected.result_digest,
-            binding.result_digest,
-        ),
-        (
-            "expectation.evaluation-digest",
-            "evaluationDigest",
-            expected.evaluation_digest,
-            binding.evaluation_digest,
-        ),
-        ("expectation.image-digest", "imageDigest", expected.image_digest, binding.image_digest),
-    ]
-    checks = []
-    for name, key, wanted, actual in comparisons:
-        if wanted is None:
-            checks.append(Check.passed(name, _EXPECTATION, f"{key} not pinned by the tenant"))
-        elif wanted == actual:
-            checks.append(Check.passed(name, _EXPECTATION, f"{key} {actual}"))
-        else:
-            shown = "absent from the binding" if actual is None else actual
-            checks.append(
-                Check.failed(name, _EXPECTATION, f"{key} is {shown}, the tenant expected {wanted}")
-            )
-    return checks
-
-
-def _shard_check(
-    bound: ShardPosition | None, expected: ExpectedValues, wanted: ShardPosition | None
-) -> Check:
-    name = "expectation.shard"
-    if bound is None:
-        if wanted is not None:
-            return Check.failed(
-                name,
-                _EXPECTATION,
-                f"the envelope is a whole run, not shard {wanted.index} of {wanted.count}",
-            )
-        if expected.shard_count not in (None, 1):
-            return Check.failed(
-                name,
-                _EXPECTATION,
-                f"the envelope is an unsharded run; the tenant expected {expected.shard_count} "
-                "shards",
-            )
-        return Check.passed(name, _EXPECTATION, "a whole, unsharded run")
-    position = f"shard {bound.index} of {bound.count}"
-    if wanted is None:
-        return Check.failed(
-            name,
-            _EXPECTATION,
-            f"the envelope is {position} of a sharded run, not a whole run: verify the "
-            "merged envelope of all its shards",
-        )
-    if bound != wanted:
-        return Check.failed(
-            name,
-            _EXPECTATION,
-            f"the envelope is {position}, expected shard {wanted.index} of {wanted.count}",
-        )
-    return Check.passed(name, _EXPECTATION, f"{position}, as asked")
-
-
-def _not_run_later(why: str) -> list[Check]:
-    return [Check.not_run(name, _BINDING, why) for name in _BINDING_CHECKS] + [
-        Check.not_run(name, _EXPECTATION, why) for name in _EXPECTATION_CHECKS
-    ]
+def _not_run_later(why: str, *, expectations: bool = True) -> list[Check]:
+    later = [Check.not_run(name, _BINDING, why) for name in _BINDING_CHECKS]
+    if expectations:
+        later.extend(Check.not_run(name, _EXPECTATION, why) for name in EXPECTATION_CHECKS)
+    return later

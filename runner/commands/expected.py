@@ -41,6 +41,12 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--result-digest")
     parser.add_argument("--evaluation-digest")
     parser.add_argument("--image-digest", help="the container image digest the run must bind")
+    parser.add_argument(
+        "--shard-count",
+        type=int,
+        metavar="N",
+        help="the run must be split into N shards (1: unsharded); any count when omitted",
+    )
     workload = parser.add_mutually_exclusive_group()
     workload.add_argument("--workload-digest", help="sha256: of the canonical workload object")
     workload.add_argument(
@@ -125,6 +131,7 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         "resultDigest": args.result_digest,
         "evaluationDigest": args.evaluation_digest,
         "imageDigest": args.image_digest,
+        "shardCount": args.shard_count,
         "workloadDigest": current_workload().digest if args.this_workload else args.workload_digest,
     }
     document.update({key: value for key, value in optional.items() if value is not None})

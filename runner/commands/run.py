@@ -9,15 +9,17 @@ result and the envelope atomically (and optionally publish them). The job itself
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pydantic import ValidationError
 
-from attestation.contracts import FRAME_PREFIX, RUN_ID_GRAMMAR, frame_envelope
+from attestation.contracts import FRAME_PREFIX, MAX_SHARD_COUNT, RUN_ID_GRAMMAR, frame_envelope
 from runner.errors import UsageError
 from runner.evidence import AGENT_ENCODINGS, EVIDENCE_CHOICES
 from runner.pipeline import RunRequest, RunResult, run
@@ -26,6 +28,10 @@ from runner.pipeline.replay import Progress
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
+
+#: The Kubernetes Job controller gives each pod of an Indexed Job its completion index here.
+INDEX_VARIABLE: Final = "JOB_COMPLETION_INDEX"
+_INDEX_TEXT: Final = re.compile(r"^(0|[1-9][0-9]{0,5})$")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -130,6 +136,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"also print the envelope as one '{FRAME_PREFIX}<base64>' line on stdout",
     )
+    parser.add_argument(
+        "--shard-count",
+        type=int,
+        metavar="N",
+        help=f"score one shard of a replay split into N shards (at most {MAX_SHARD_COUNT}); "
+        "the envelope attests that shard, and `attested-replay merge` joins all N",
+    )
+    parser.add_argument(
+        "--shard-index",
+        type=int,
+        metavar="I",
+        help=f"which shard, from 0 (default: ${INDEX_VARIABLE}, set by an Indexed Job)",
+    )
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -146,15 +165,37 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     """The :class:`RunRequest` of parsed ``run`` options; a value the envelope could not carry
     is refused here, before any work, naming the option (``--run-id 'x y': ...``)."""
     values = {name: getattr(args, name) for name in RunRequest.model_fields}
+    if values["shard_count"] is not None and values["shard_index"] is None:
+        values["shard_index"] = shard_index_from_environment(os.environ)
     try:
         return RunRequest(**values)
     except ValidationError as exc:
         problem = exc.errors(include_url=False)[0]
+        message = problem["msg"].removeprefix("Value error, ")
+        if not problem["loc"]:  # a rule across options names them itself
+            raise UsageError(message) from None
         name = str(problem["loc"][0])
         option = "--" + name.replace("_", "-")
         value = str(values.get(name))
         shown = value if len(value) <= 80 else value[:77] + "..."
-        raise UsageError(f"{option} {shown!r}: {problem['msg']}") from None
+        raise UsageError(f"{option} {shown!r}: {message}") from None
+
+
+def shard_index_from_environment(environ: Mapping[str, str]) -> int:
+    """The shard index of a pod of an Indexed Job (``$JOB_COMPLETION_INDEX``).
+
+    The operator controls the pod's environment, so the value is only trusted to be a
+    position: it is bound into the envelope, and the merge accepts each position once.
+    """
+    text = environ.get(INDEX_VARIABLE)
+    if text is None:
+        raise UsageError(
+            f"--shard-count needs --shard-index, or ${INDEX_VARIABLE} (set by a Kubernetes "
+            "Indexed Job)"
+        )
+    if _INDEX_TEXT.fullmatch(text) is None:
+        raise UsageError(f"${INDEX_VARIABLE} {text[:40]!r} is not a shard index (0, 1, 2, ...)")
+    return int(text)
 
 
 @contextmanager

@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attestation.contracts import (
+    MAX_SHARD_COUNT,
     Nonce,
     RunId,
     Sha256Digest,
@@ -36,7 +37,7 @@ from attestation.contracts import (
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
-from attestation.envelope.model import Binding, Envelope
+from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.verify.checks import VerificationResult
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
@@ -97,6 +98,29 @@ class RunRequest(BaseModel):
     publish: str | None = None
     publish_token_file: Path | None = None
     termination_log: Path | None = None
+    #: Score only shard ``shard_index`` (from 0) of a replay split into ``shard_count`` shards;
+    #: the envelope's binding says which (both or neither).
+    shard_index: int | None = Field(default=None, ge=0)
+    shard_count: int | None = Field(default=None, ge=1, le=MAX_SHARD_COUNT)
+
+    @model_validator(mode="after")
+    def _shard_pair(self) -> RunRequest:
+        if (self.shard_index is None) != (self.shard_count is None):
+            raise ValueError("--shard-index and --shard-count go together")
+        index, count = self.shard_index, self.shard_count
+        if index is not None and count is not None and index >= count:
+            raise ValueError(
+                f"--shard-index {index} is not below --shard-count {count} (shards are "
+                "numbered from 0)"
+            )
+        return self
+
+    @property
+    def shard(self) -> ShardPosition | None:
+        """The shard this run scores, or None for a whole run."""
+        if self.shard_index is None or self.shard_count is None:
+            return None
+        return ShardPosition(index=self.shard_index, count=self.shard_count)
 
     @property
     def result_path(self) -> Path:
@@ -180,6 +204,7 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         workload=current_workload(),
         nonce=request.nonce,
         image_digest=request.image_digest,
+        shard=request.shard,
     )
     # The report is requested after scoring, so the result digest is hardware-bound.
     evidence = provider.obtain(binding.canonical_bytes())
@@ -198,7 +223,9 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
     simulated_root = None
     if evidence.provider == SIMULATED_PROVIDER or request.trust_simulated_root:
         simulated_root = load_or_create_simulated_amd(request.state_dir).root_fingerprint
-    verification = self_verify(envelope_bytes, binding=binding, simulated_root=simulated_root)
+    verification = self_verify(
+        envelope_bytes, binding=binding, simulated_root=simulated_root, shard=request.shard
+    )
 
     atomic_write(request.result_path, canonicalize(outcome.result) + b"\n")
     atomic_write(request.out, envelope_bytes)
@@ -240,7 +267,7 @@ def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
                     f"corpus checksum is {actual}, expected {request.expect_checksum}; "
                     "refusing to replay"
                 )
-        outcome = replay_corpus(corpus_dir, progress=progress)
+        outcome = replay_corpus(corpus_dir, progress=progress, shard=request.shard)
     if request.expect_checksum and outcome.corpus_checksum != request.expect_checksum:
         raise ChecksumMismatchError(f"corpus changed during the replay: {outcome.corpus_checksum}")
     return outcome

@@ -10,7 +10,7 @@ from pathlib import Path
 import structlog
 
 from attestation.envelope.expected import ExpectedValues, load_expected
-from attestation.envelope.model import Binding
+from attestation.envelope.model import Binding, ShardPosition
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
 from attestation.verify.checks import VerificationResult
@@ -21,12 +21,17 @@ log = structlog.get_logger(__name__)
 
 
 def self_verify(
-    envelope_bytes: bytes, *, binding: Binding, simulated_root: str | None
+    envelope_bytes: bytes,
+    *,
+    binding: Binding,
+    simulated_root: str | None,
+    shard: ShardPosition | None = None,
 ) -> VerificationResult:
     """Check a freshly built envelope exactly as a tenant would (crypto, binding, expectations).
 
     The platform policy is the tenant's decision, so only the crypto-only policy is applied
-    here; simulated evidence is accepted only under ``simulated_root`` (this machine's).
+    here; simulated evidence is accepted only under ``simulated_root`` (this machine's). A
+    shard's envelope is checked as that ``shard`` (a tenant verifies the merged envelope).
     """
     roots = (simulated_root,) if simulated_root else ()
     expected = ExpectedValues.model_validate(
@@ -43,7 +48,7 @@ def self_verify(
         by_name=True,
         by_alias=False,
     )
-    result = verify_envelope(envelope_bytes, expected, now=datetime.now(UTC))
+    result = verify_envelope(envelope_bytes, expected, now=datetime.now(UTC), shard=shard)
     _raise_unless_verified(result, "the envelope this run built does not verify")
     log.info("envelope_self_verified", checks=len(result.checks))
     return result

@@ -1,0 +1,215 @@
+"""The merged envelope: one sharded replay's N shard envelopes and the report they merge to.
+
+The operator builds it (``attested-replay merge``); nothing in it is trusted for itself. The
+verifier checks every shard envelope as an envelope of its own (report, chain, binding),
+checks that the shards are exactly shards 0..N-1 of one replay, re-runs the merge with the
+same code as the replay (``attestation.evaluation.shards``) and compares the result with
+``result`` and ``resultDigest``; then the tenant's expectations apply to the header. The
+header repeats what every shard binds (run, tenant, corpus, evaluation, workload, image,
+nonce), so expected values written for an unsharded run apply unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, JsonValue
+
+from attestation.contracts import (
+    MAX_ENVELOPE_BYTES,
+    MAX_SHARD_COUNT,
+    Nonce,
+    RunId,
+    Sha256Digest,
+    TenantId,
+    WireModel,
+)
+from attestation.encoding.json_document import parse_strict_json, validate_document
+from attestation.envelope.binding import result_digest
+from attestation.envelope.model import API_VERSION, ENVELOPE_KIND, Envelope, Workload
+from attestation.errors import MalformedError
+from attestation.evaluation.shards import (
+    ShardMergeError,
+    ShardResult,
+    check_complete,
+    merge_shard_results,
+    parse_shard_result,
+)
+
+MERGED_ENVELOPE_KIND: Final = "MergedAttestationEnvelope"
+
+#: The binding fields every shard of one replay shares with the merged header.
+SHARED_FIELDS: Final = (
+    "run_id",
+    "tenant",
+    "corpus_checksum",
+    "evaluation_digest",
+    "workload",
+    "image_digest",
+    "nonce",
+)
+
+
+class MergedEnvelope(WireModel):
+    """Merged attestation envelope v1: a sharded replay's shards and their merged report."""
+
+    api_version: Literal["attested-replay.dev/v1"]
+    kind: Literal["MergedAttestationEnvelope"]
+    run_id: RunId
+    tenant: TenantId
+    shard_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)]
+    corpus_checksum: Sha256Digest
+    evaluation_digest: Sha256Digest
+    workload: Workload
+    #: ``sha256:`` of JCS(the merged report): the same digest an unsharded run binds.
+    result_digest: Sha256Digest
+    nonce: Nonce | None = None
+    image_digest: Sha256Digest | None = None
+    #: The merged evaluation report (omitted: recomputed from the shards and checked
+    #: against ``resultDigest`` all the same).
+    result: dict[str, JsonValue] | None = None
+    #: The shard envelopes, shard 0 first; each carries its shard result.
+    shards: Annotated[tuple[Envelope, ...], Field(min_length=1, max_length=MAX_SHARD_COUNT)]
+
+
+AnyEnvelope = Envelope | MergedEnvelope
+
+
+def parse_any_envelope(data: bytes) -> AnyEnvelope:
+    """An envelope of either kind from its JSON bytes, as strictly as :func:`parse_envelope`
+    (at most :data:`MAX_ENVELOPE_BYTES`, strict JSON, camelCase keys only); ``kind`` decides.
+
+    Raises:
+        MalformedError: naming what is wrong.
+    """
+    if len(data) > MAX_ENVELOPE_BYTES:
+        raise MalformedError(
+            f"envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
+        )
+    document = parse_strict_json(data, what="envelope")
+    if not isinstance(document, dict):
+        raise MalformedError("envelope must be a JSON object")
+    kind = document.get("kind")
+    if kind == MERGED_ENVELOPE_KIND:
+        return validate_document(document, MergedEnvelope, what="merged envelope")
+    if kind == ENVELOPE_KIND:
+        return validate_document(document, Envelope, what="envelope")
+    raise MalformedError(
+        f"envelope kind {str(kind)[:60]!r} is neither {ENVELOPE_KIND!r} nor "
+        f"{MERGED_ENVELOPE_KIND!r}"
+    )
+
+
+def consistency_problem(merged: MergedEnvelope) -> str | None:
+    """Why the shard envelopes are not one sharded replay under this header, or None.
+
+    Each shard must be bound as shard ``i`` of ``shardCount`` (listed in index order, each
+    once), bind the header's run, tenant, corpus, evaluation, workload, image and nonce, and
+    come from the same launch (MEASUREMENT and HOST_DATA equal across shards: one Job, one
+    init-data).
+    """
+    first = merged.shards[0]
+    for position, shard in enumerate(merged.shards):
+        bound = shard.binding.shard
+        where = f"shards[{position}]"
+        if bound is None:
+            return f"{where} is the envelope of a whole run, not of a shard"
+        if bound.count != merged.shard_count:
+            return (
+                f"{where} is shard {bound.index} of {bound.count}, the merged envelope has "
+                f"{merged.shard_count} shards"
+            )
+        for field in SHARED_FIELDS:
+            mine, theirs = getattr(shard.binding, field), getattr(merged, field)
+            if mine != theirs:
+                return (
+                    f"{where} (shard {bound.index}) binds {field} {_shown(mine)}, the merged "
+                    f"envelope says {_shown(theirs)}: it is not a shard of this run"
+                )
+        if (shard.measurement, shard.host_data) != (first.measurement, first.host_data):
+            return (
+                f"{where} (shard {bound.index}) has another MEASUREMENT or HOST_DATA than "
+                "shard 0: the shards did not run in one launch configuration"
+            )
+    indices = [shard.binding.shard.index for shard in merged.shards if shard.binding.shard]
+    if indices != list(range(merged.shard_count)):
+        duplicated = sorted({i for i in indices if indices.count(i) > 1})
+        missing = sorted(set(range(merged.shard_count)) - set(indices))
+        if duplicated:
+            return f"shard {duplicated[0]} of {merged.shard_count} appears more than once"
+        if missing:
+            return f"shard {missing[0]} of {merged.shard_count} is missing"
+        return f"the shards are not listed in index order: {indices}"
+    return None
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, Workload):
+        return value.digest
+    return "absent" if value is None else str(value)
+
+
+def shard_results(merged: MergedEnvelope) -> list[ShardResult]:
+    """Every shard's result, checked against its binding.
+
+    Raises:
+        ShardMergeError: a shard without its result, a result that is not a shard result,
+            or one that is not the result its binding names (position, corpus, evaluation).
+    """
+    results = []
+    for position, shard in enumerate(merged.shards):
+        where = f"shards[{position}]"
+        result = parse_shard_result(shard.result, where=where)
+        binding = shard.binding
+        bound = binding.shard
+        if bound is None or (result.shard_index, result.shard_count) != (bound.index, bound.count):
+            raise ShardMergeError(f"{where}: its result is {result.position}, not its binding's")
+        if (result.set_checksum, result.evaluation_digest) != (
+            binding.corpus_checksum,
+            binding.evaluation_digest,
+        ):
+            raise ShardMergeError(f"{where}: its result is of another corpus or evaluation")
+        results.append(result)
+    check_complete(results)
+    return results
+
+
+def merge_envelopes(shards: Sequence[Envelope], *, include_result: bool = True) -> MergedEnvelope:
+    """The merged envelope of a sharded replay's shard envelopes (in any order).
+
+    Only the structure is checked here (the verifier checks everything, evidence included):
+
+    Raises:
+        ShardMergeError: not one complete, consistent set of shards, or results that do not
+            merge.
+    """
+    if not shards:
+        raise ShardMergeError("no shard envelopes to merge")
+    positions = []
+    for shard in shards:
+        if shard.binding.shard is None:
+            raise ShardMergeError(f"the envelope of run {shard.run_id} is a whole run's")
+        positions.append((shard.binding.shard.index, shard))
+    ordered = [shard for _, shard in sorted(positions, key=lambda pair: pair[0])]
+    first = ordered[0].binding
+    assert first.shard is not None
+    header = {field: getattr(first, field) for field in SHARED_FIELDS}
+    draft = MergedEnvelope(
+        api_version=API_VERSION,
+        kind=MERGED_ENVELOPE_KIND,
+        shard_count=first.shard.count,
+        result_digest=first.result_digest,  # replaced below
+        shards=tuple(ordered),
+        **header,
+    )
+    problem = consistency_problem(draft)
+    if problem is not None:
+        raise ShardMergeError(problem)
+    report = merge_shard_results(shard_results(draft))
+    return draft.model_copy(
+        update={
+            "result_digest": result_digest(report),
+            "result": report if include_result else None,
+        }
+    )

@@ -1,0 +1,154 @@
+"""Merge a sharded replay's shard envelopes into one merged envelope (``attested-replay merge``).
+
+The shards are read (each at most the envelope cap), joined by the verifier's own merge
+(``attestation.envelope.merged.merge_envelopes``: one complete, consistent set, the report
+rebuilt with the replay's code), and the merged envelope is verified exactly as a tenant would
+before it is written: against the tenant's expected values when given, else the crypto-only
+policy with the header's own values (simulated evidence only under this machine's simulated
+root, as ``run`` does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+from pydantic import JsonValue
+
+from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
+from attestation.encoding.canonical import canonicalize
+from attestation.envelope.expected import ExpectedValues
+from attestation.envelope.merged import MergedEnvelope, merge_envelopes
+from attestation.envelope.model import Envelope, parse_envelope
+from attestation.envelope.verification import verify_envelope
+from attestation.errors import AttestationError
+from attestation.verify.checks import VerificationResult
+from attestation.verify.policy import CRYPTO_ONLY
+from runner.errors import InputError, UsageError, VerificationFailedError
+from tenant.fsutil import atomic_write
+
+log = structlog.get_logger("attested-replay.merge")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    """What a merge wrote."""
+
+    envelope: MergedEnvelope
+    envelope_bytes: bytes
+    envelope_digest: str
+    envelope_path: Path
+    result_path: Path
+    #: The merged evaluation report (written to ``result_path``).
+    report: dict[str, JsonValue]
+    verification: VerificationResult
+
+
+def merge_shards(
+    shard_paths: Sequence[Path],
+    *,
+    out: Path,
+    result_out: Path | None = None,
+    omit_result: bool = False,
+    expected: ExpectedValues | None = None,
+    simulated_root: str | None = None,
+    now: datetime | None = None,
+) -> MergeResult:
+    """Merge the shard envelopes in ``shard_paths`` into ``out`` (and the report into
+    ``result_out``, default ``<out>.result.json``).
+
+    Raises:
+        UsageError: no shards, an unreadable file, or ``out`` among the inputs.
+        InputError: a file that is not a shard envelope, shards that are not one complete
+            set of one replay, or a merged envelope over the envelope cap.
+        VerificationFailedError: the merged envelope does not verify (carrying the verifier's
+            exit code).
+    """
+    if not shard_paths:
+        raise UsageError("merge needs the shard envelopes (one file per shard)")
+    result_path = result_out or out.with_name(out.name + ".result.json")
+    resolved = {path.resolve() for path in shard_paths}
+    for target, option in ((out, "--out"), (result_path, "--result-out")):
+        if target.resolve() in resolved:
+            raise UsageError(f"{option} {target} is one of the shard envelopes")
+    shards = [_read_shard(path) for path in shard_paths]
+    try:
+        merged = merge_envelopes(shards)
+    except AttestationError as exc:
+        raise InputError(f"the shard envelopes do not merge: {exc}") from exc
+    assert merged.result is not None
+    report = merged.result
+    if omit_result:
+        merged = merged.model_copy(update={"result": None})
+    envelope_bytes = merged_json_bytes(merged)
+    if len(envelope_bytes) > MAX_ENVELOPE_BYTES:
+        raise InputError(
+            f"the merged envelope of {merged.shard_count} shards is {len(envelope_bytes)} bytes, "
+            f"over the {MAX_ENVELOPE_BYTES}-byte envelope limit: split the replay into fewer "
+            "shards"
+        )
+    verification = _verify(envelope_bytes, merged, expected, simulated_root, now)
+    atomic_write(result_path, canonicalize(report) + b"\n")
+    atomic_write(out, envelope_bytes)
+    digest = sha256_digest(envelope_bytes)
+    log.info("merged_envelope_written", path=str(out), envelope_digest=digest)
+    return MergeResult(merged, envelope_bytes, digest, out, result_path, report, verification)
+
+
+def merged_json_bytes(merged: MergedEnvelope) -> bytes:
+    """The bytes written and published for a merged envelope (its digest is over these)."""
+    return (json.dumps(merged.to_json_dict(), ensure_ascii=False) + "\n").encode()
+
+
+def _read_shard(path: Path) -> Envelope:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_ENVELOPE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read shard envelope {path}: {exc.strerror or exc}") from None
+    try:
+        envelope = parse_envelope(data)
+    except AttestationError as exc:
+        raise InputError(f"{path}: {exc}") from exc
+    if envelope.binding.shard is None:
+        raise InputError(f"{path}: the envelope of a whole run, not of a shard")
+    return envelope
+
+
+def _verify(
+    envelope_bytes: bytes,
+    merged: MergedEnvelope,
+    expected: ExpectedValues | None,
+    simulated_root: str | None,
+    now: datetime | None,
+) -> VerificationResult:
+    if expected is None:
+        expected = ExpectedValues.model_validate(
+            {
+                **CRYPTO_ONLY.model_dump(),
+                "run_id": merged.run_id,
+                "corpus_checksum": merged.corpus_checksum,
+                "tenant": merged.tenant,
+                "workload_digest": merged.workload.digest,
+                "result_digest": merged.result_digest,
+                "evaluation_digest": merged.evaluation_digest,
+                "shard_count": merged.shard_count,
+                "simulated_roots": (simulated_root,) if simulated_root else (),
+            },
+            by_name=True,
+            by_alias=False,
+        )
+    result = verify_envelope(envelope_bytes, expected, now=now or datetime.now(UTC))
+    if not result.ok:
+        failed = "; ".join(f"{check.name}: {check.detail}" for check in result.failed_checks[:3])
+        raise VerificationFailedError(
+            f"the merged envelope does not verify ({result.failure_class}, exit "
+            f"{result.exit_code}): {failed}",
+            verifier_exit_code=result.exit_code,
+        )
+    log.info("merged_envelope_verified", checks=len(result.checks))
+    return result

@@ -1,0 +1,315 @@
+"""run --shard-index/--shard-count -> merge -> verify-attested-run, and every way to tamper.
+
+A missing, duplicated, foreign, misplaced or altered shard is a binding failure (7); a shard
+count other than the tenant pinned is an expectation failure (8); the merged report is byte
+for byte the unsharded run's, so the tenant's expected values work for both.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attestation.cli import main as verify_main
+from runner.cli import main as runner_main
+from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
+
+RUN_ID = "run-e2e-1"  # the genuine run's: the same expected values serve both
+Mutation = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class ShardedRun:
+    shards: list[Path]
+    merged: Path
+    result: Path
+    merged_json: dict[str, Any]
+
+
+def run_shard(
+    out: Path, state_dir: Path, index: int | None, count: int, run_id: str = RUN_ID
+) -> Path:
+    envelope = out / f"shard-{run_id}-{index}-of-{count}.json"
+    argv = [
+        "run",
+        "--corpus",
+        str(EXAMPLE_CORPUS),
+        "--run-id",
+        run_id,
+        "--tenant",
+        "acme",
+        "--evidence",
+        "simulated",
+        "--state-dir",
+        str(state_dir),
+        "--out",
+        str(envelope),
+        "--shard-count",
+        str(count),
+    ]
+    if index is not None:
+        argv += ["--shard-index", str(index)]
+    assert runner_main(argv) == 0
+    return envelope
+
+
+def merge(out: Path, state_dir: Path, shards: list[Path], *extra: str) -> int:
+    return runner_main(
+        [
+            "merge",
+            *map(str, shards),
+            "--out",
+            str(out),
+            "--trust-simulated-root",
+            "--state-dir",
+            str(state_dir),
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture(scope="session")
+def sharded(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> ShardedRun:
+    out = tmp_path_factory.mktemp("shards")
+    shards = [run_shard(out, state_dir, index, 3) for index in range(3)]
+    merged = out / "merged.json"
+    # in any order: merge lists them by index
+    assert merge(merged, state_dir, [shards[2], shards[0], shards[1]]) == 0
+    return ShardedRun(
+        shards, merged, out / "merged.json.result.json", json.loads(merged.read_bytes())
+    )
+
+
+def verify(envelope: Path, expected: Path, *extra: str) -> int:
+    return verify_main(["--envelope", str(envelope), "--expected", str(expected), *extra])
+
+
+def test_merged_report_is_the_unsharded_report(
+    sharded: ShardedRun, genuine_run: GenuineRun
+) -> None:
+    assert sharded.result.read_bytes() == genuine_run.result.read_bytes()
+    unsharded = genuine_run.envelope_json
+    assert sharded.merged_json["resultDigest"] == unsharded["binding"]["resultDigest"]  # type: ignore[index]
+    assert sharded.merged_json["result"] == unsharded["result"]
+
+
+def test_the_tenant_verifies_the_merged_envelope_with_its_usual_expected_values(
+    sharded: ShardedRun, genuine_run: GenuineRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = json.loads(genuine_run.expected.read_bytes())
+    expected["resultDigest"] = sharded.merged_json["resultDigest"]
+    path = sharded.merged.with_name("expected-digest.json")
+    path.write_text(json.dumps(expected))
+    capsys.readouterr()
+    assert verify(sharded.merged, path, "--json") == 0
+    verdict = json.loads(capsys.readouterr().out)
+    names = [check["name"] for check in verdict["checks"]]
+    assert names[0] == "envelope.parse"
+    assert "shards[2].report.signature" in names
+    assert names.index("shards[2].report.signature") < names.index("shards[0].binding.report-data")
+    assert names[-10:-8] == ["merged.shards", "merged.result"]
+    assert names[-1] == "expectation.shard"
+    assert all(check["ok"] is True for check in verdict["checks"])
+
+
+def test_a_shard_alone_is_not_the_run(sharded: ShardedRun, genuine_run: GenuineRun) -> None:
+    assert verify(sharded.shards[1], genuine_run.expected) == 8
+
+
+@pytest.mark.parametrize(("count", "code"), [(3, 0), (1, 8), (4, 8)])
+def test_the_tenant_can_pin_the_shard_count(
+    sharded: ShardedRun, genuine_run: GenuineRun, tmp_path: Path, count: int, code: int
+) -> None:
+    expected = json.loads(genuine_run.expected.read_bytes())
+    expected["shardCount"] = count
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps(expected))
+    assert verify(sharded.merged, path) == code
+    if count != 3:
+        assert verify(genuine_run.envelope, path) == (0 if count == 1 else 8)
+
+
+def test_the_index_comes_from_the_indexed_job_environment(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "1")
+    envelope = run_shard(tmp_path, state_dir, None, 2)
+    binding = json.loads(envelope.read_bytes())["binding"]
+    assert binding["shard"] == {"index": 1, "count": 2}
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--shard-count", "2"], None, "--shard-count needs --shard-index"),
+        (["--shard-count", "2"], "01", "$JOB_COMPLETION_INDEX '01' is not a shard index"),
+        (["--shard-count", "2"], "-1", "is not a shard index"),
+        (["--shard-count", "2", "--shard-index", "2"], None, "--shard-index 2 is not below"),
+        (["--shard-index", "0"], None, "--shard-index and --shard-count go together"),
+        (["--shard-count", "257", "--shard-index", "0"], None, "--shard-count '257'"),
+    ],
+)
+def test_bad_shard_options_are_usage_errors(  # noqa: PLR0917 (pytest fixtures and parameters)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    env: str | None,
+    message: str,
+) -> None:
+    if env is None:
+        monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
+    else:
+        monkeypatch.setenv("JOB_COMPLETION_INDEX", env)
+    base = ["run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "r", "--tenant", "acme"]
+    base += ["--evidence", "simulated", "--out", str(tmp_path / "e.json")]
+    assert runner_main([*base, *argv]) == 9
+    assert message in capsys.readouterr().err
+
+
+# -- tampering with the merged envelope ---------------------------------------------------
+
+
+def tampered(sharded: ShardedRun, tmp_path: Path, mutate: Mutation) -> Path:
+    document = copy.deepcopy(sharded.merged_json)
+    mutate(document)
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.fixture(scope="session")
+def other_shards(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> dict[str, Any]:
+    """Genuine shards that do not belong: another run's shard 1 of 3, this run's 1 of 2."""
+    out = tmp_path_factory.mktemp("other")
+    return {
+        "foreign": json.loads(run_shard(out, state_dir, 1, 3, run_id="run-e2e-2").read_bytes()),
+        "other-split": json.loads(run_shard(out, state_dir, 1, 2).read_bytes()),
+    }
+
+
+def _drop_last(document: dict[str, Any]) -> None:
+    document["shards"].pop()
+
+
+def _duplicate(document: dict[str, Any]) -> None:
+    document["shards"][2] = document["shards"][1]
+
+
+def _swap(document: dict[str, Any]) -> None:
+    shards = document["shards"]
+    shards[1], shards[2] = shards[2], shards[1]
+
+
+def _alter_partial(document: dict[str, Any]) -> None:
+    document["shards"][1]["result"]["runs"][0]["correct"] -= 1
+
+
+def _alter_merged_result(document: dict[str, Any]) -> None:
+    document["result"]["case_count"] += 1
+
+
+def _alter_result_digest(document: dict[str, Any]) -> None:
+    document["resultDigest"] = "sha256:" + "0" * 64
+
+
+def _alter_count(document: dict[str, Any]) -> None:
+    document["shardCount"] = 2
+
+
+def _alter_header(document: dict[str, Any]) -> None:
+    document["runId"] = "run-e2e-2"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "failed", "detail"),
+    [
+        (_drop_last, "merged.shards", "shard 2 of 3 is missing"),
+        (_duplicate, "merged.shards", "shard 1 of 3 appears more than once"),
+        (_swap, "merged.shards", "not listed in index order: [0, 2, 1]"),
+        (_alter_partial, "shards[1].binding.result-digest", "the result was changed"),
+        (_alter_merged_result, "merged.result", "the merged result was changed"),
+        (_alter_result_digest, "merged.result", "the envelope says sha256:000"),
+        (_alter_count, "merged.shards", "shards[0] is shard 0 of 3, the merged envelope has 2"),
+        (_alter_header, "merged.shards", "binds run_id run-e2e-1, the merged envelope says"),
+    ],
+)
+def test_tampering_is_a_binding_failure(  # noqa: PLR0917 (pytest fixtures and parameters)
+    sharded: ShardedRun,
+    genuine_run: GenuineRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    mutate: Mutation,
+    failed: str,
+    detail: str,
+) -> None:
+    path = tampered(sharded, tmp_path, mutate)
+    capsys.readouterr()
+    assert verify(path, genuine_run.expected, "--json") == 7
+    verdict = json.loads(capsys.readouterr().out)
+    first = next(check for check in verdict["checks"] if check["ok"] is False)
+    assert first["name"] == failed
+    assert detail in first["detail"]
+
+
+@pytest.mark.parametrize(
+    ("which", "detail"),
+    [
+        ("foreign", "binds run_id run-e2e-2, the merged envelope says run-e2e-1"),
+        ("other-split", "shards[1] is shard 1 of 2, the merged envelope has 3 shards"),
+    ],
+)
+def test_a_genuine_shard_from_elsewhere_is_a_binding_failure(  # noqa: PLR0917 (pytest fixtures and parameters)
+    sharded: ShardedRun,
+    genuine_run: GenuineRun,
+    other_shards: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    which: str,
+    detail: str,
+) -> None:
+    def replace(document: dict[str, Any]) -> None:
+        document["shards"][1] = other_shards[which]
+
+    path = tampered(sharded, tmp_path, replace)
+    capsys.readouterr()
+    assert verify(path, genuine_run.expected, "--json") == 7
+    verdict = json.loads(capsys.readouterr().out)
+    first = next(check for check in verdict["checks"] if check["ok"] is False)
+    assert (first["name"], detail in first["detail"]) == ("merged.shards", True)
+
+
+def test_merge_refuses_an_incomplete_set(
+    sharded: ShardedRun, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "merged.json"
+    assert merge(out, state_dir, sharded.shards[:2]) == 1
+    assert "shard 2 of 3 is missing" in capsys.readouterr().err
+    assert merge(out, state_dir, [*sharded.shards, sharded.shards[0]]) == 1
+    assert "shard 0 of 3 appears more than once" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_merge_refuses_a_whole_run(
+    genuine_run: GenuineRun, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert merge(tmp_path / "m.json", state_dir, [genuine_run.envelope]) == 1
+    assert "the envelope of a whole run, not of a shard" in capsys.readouterr().err
+
+
+def test_a_shard_whose_report_was_changed_fails_as_an_envelope_would(
+    sharded: ShardedRun, genuine_run: GenuineRun, tmp_path: Path
+) -> None:
+    def flip_signature_byte(document: dict[str, Any]) -> None:
+        report = bytearray(base64.b64decode(document["shards"][2]["evidence"]["report"]))
+        report[0x2A0] ^= 1  # inside the signature
+        document["shards"][2]["evidence"]["report"] = base64.b64encode(report).decode()
+
+    assert verify(tampered(sharded, tmp_path, flip_signature_byte), genuine_run.expected) == 3
