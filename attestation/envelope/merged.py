@@ -18,6 +18,7 @@ from pydantic import Field, JsonValue
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
+    MAX_ENVELOPE_JSON_ITEMS,
     MAX_SHARD_COUNT,
     Nonce,
     RunId,
@@ -25,7 +26,11 @@ from attestation.contracts import (
     TenantId,
     WireModel,
 )
-from attestation.encoding.json_document import parse_strict_json, validate_document
+from attestation.encoding.json_document import (
+    json_item_bound,
+    parse_strict_json,
+    validate_document,
+)
 from attestation.envelope.binding import result_digest
 from attestation.envelope.model import API_VERSION, ENVELOPE_KIND, Envelope, Workload
 from attestation.errors import MalformedError
@@ -78,7 +83,8 @@ AnyEnvelope = Envelope | MergedEnvelope
 
 def parse_any_envelope(data: bytes) -> AnyEnvelope:
     """An envelope of either kind from its JSON bytes, as strictly as :func:`parse_envelope`
-    (at most :data:`MAX_ENVELOPE_BYTES`, strict JSON, camelCase keys only); ``kind`` decides.
+    (at most :data:`MAX_ENVELOPE_BYTES` and :data:`MAX_ENVELOPE_JSON_ITEMS`, counted before
+    parsing; strict JSON; camelCase keys only); ``kind`` decides.
 
     Raises:
         MalformedError: naming what is wrong.
@@ -86,6 +92,12 @@ def parse_any_envelope(data: bytes) -> AnyEnvelope:
     if len(data) > MAX_ENVELOPE_BYTES:
         raise MalformedError(
             f"envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
+        )
+    items = json_item_bound(data)
+    if items > MAX_ENVELOPE_JSON_ITEMS:
+        raise MalformedError(
+            f"envelope holds up to {items} JSON values, over the limit of "
+            f"{MAX_ENVELOPE_JSON_ITEMS} (refused before parsing)"
         )
     document = parse_strict_json(data, what="envelope")
     if not isinstance(document, dict):

@@ -19,8 +19,9 @@ from pathlib import Path
 import structlog
 from pydantic import JsonValue
 
-from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_ITEMS, sha256_digest
 from attestation.encoding.canonical import canonicalize
+from attestation.encoding.json_document import json_item_bound
 from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.merged import MergedEnvelope, merge_envelopes
 from attestation.envelope.model import Envelope, parse_envelope
@@ -85,11 +86,13 @@ def merge_shards(
     if omit_result:
         merged = merged.model_copy(update={"result": None})
     envelope_bytes = merged_json_bytes(merged)
-    if len(envelope_bytes) > MAX_ENVELOPE_BYTES:
+    items = json_item_bound(envelope_bytes)
+    if len(envelope_bytes) > MAX_ENVELOPE_BYTES or items > MAX_ENVELOPE_JSON_ITEMS:
         raise InputError(
-            f"the merged envelope of {merged.shard_count} shards is {len(envelope_bytes)} bytes, "
-            f"over the {MAX_ENVELOPE_BYTES}-byte envelope limit: split the replay into fewer "
-            "shards"
+            f"the merged envelope of {merged.shard_count} shards is {len(envelope_bytes)} bytes "
+            f"with up to {items} JSON values, over the envelope limits ({MAX_ENVELOPE_BYTES} "
+            f"bytes, {MAX_ENVELOPE_JSON_ITEMS} values) every verifier applies: split the replay "
+            "into fewer shards"
         )
     verification = _verify(envelope_bytes, merged, expected, simulated_root, now)
     atomic_write(result_path, canonicalize(report) + b"\n")
