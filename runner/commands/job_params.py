@@ -41,6 +41,11 @@ def add_job_arguments(
         "--publish-token-secret",
         help="Secret (key 'token', an operator token) the pod reads its publish token from",
     )
+    parser.add_argument(
+        "--endorsement-secret",
+        help="Secret (key 'endorsement.pem': VCEK, ASK, ARK from `vcek fetch`) for platforms "
+        "that send no certificates",
+    )
 
 
 def corpus_source(args: argparse.Namespace, *, flag: str = "--corpus") -> CorpusSource:
@@ -66,4 +71,5 @@ def replay_spec(args: argparse.Namespace, *, checksum: str, flag: str = "--corpu
         overlay=args.overlay,
         publish_url=args.publish_url,
         publish_token_secret=args.publish_token_secret,
+        endorsement_secret=args.endorsement_secret,
     )

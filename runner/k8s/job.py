@@ -55,6 +55,10 @@ ENVELOPE_PATH: Final = f"{OUT_DIR}/envelope.json"
 CORPUS_MOUNT: Final = "/replay/corpus"
 PUBLISH_TOKEN_DIR: Final = "/var/run/secrets/attested-replay/publish"  # noqa: S105 - a path
 PUBLISH_TOKEN_KEY: Final = "token"  # noqa: S105 - a Secret key name, not a secret
+#: Where the pod finds the VCEK/ASK/ARK bundle for ``run --endorsement-bundle`` (Kata hosts
+#: send no certificate table): key ``endorsement.pem`` of the operator's Secret.
+ENDORSEMENT_DIR: Final = "/etc/attested-replay/endorsement"
+ENDORSEMENT_KEY: Final = "endorsement.pem"
 #: The Job's activeDeadlineSeconds unless the operator chooses another.
 DEFAULT_ACTIVE_DEADLINE_SECONDS: Final = 7200
 #: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.
@@ -184,6 +188,7 @@ class ReplaySpec:
     ttl_seconds_after_finished: int = 86400
     publish_url: str | None = None
     publish_token_secret: str | None = None
+    endorsement_secret: str | None = None
     service_account: str = "attested-replay-job"
 
     def __post_init__(self) -> None:
@@ -229,6 +234,14 @@ class ReplaySpec:
                 raise UsageError("a publish token secret needs a publish URL")
             if not _DNS_SUBDOMAIN.fullmatch(self.publish_token_secret):
                 raise UsageError(f"secret name {self.publish_token_secret!r} is not valid")
+        if self.endorsement_secret is not None:
+            if not _DNS_SUBDOMAIN.fullmatch(self.endorsement_secret):
+                raise UsageError(f"secret name {self.endorsement_secret!r} is not valid")
+            if OVERLAYS[self.overlay].evidence != "coco-aa":
+                raise UsageError(
+                    f"an endorsement secret is for SEV-SNP evidence from the attestation agent; "
+                    f"the {self.overlay} overlay's evidence is {OVERLAYS[self.overlay].evidence}"
+                )
 
     @property
     def profile(self) -> OverlayProfile:
@@ -385,6 +398,15 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
             mounts.append(
                 {"name": "publish-token", "mountPath": PUBLISH_TOKEN_DIR, "readOnly": True}
             )
+    if spec.endorsement_secret is not None:
+        args += ["--endorsement-bundle", f"{ENDORSEMENT_DIR}/{ENDORSEMENT_KEY}"]
+        volumes.append(
+            {
+                "name": "endorsement",
+                "secret": {"secretName": spec.endorsement_secret, "defaultMode": 0o440},
+            }
+        )
+        mounts.append({"name": "endorsement", "mountPath": ENDORSEMENT_DIR, "readOnly": True})
     quantity = {"cpu": str(spec.cpu), "memory": spec.memory}
     pod: dict[str, Any] = {
         "restartPolicy": "Never",

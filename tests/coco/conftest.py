@@ -44,6 +44,7 @@ def replay_spec(**changes: Any) -> ReplaySpec:
 
 SPECS: dict[str, dict[str, Any]] = {
     "snp-url-publish": {},
+    "snp-endorsement": {"endorsement_secret": "vcek-bundle"},
     "peer-pods-volume": {
         "overlay": "peer-pods",
         "corpus": CorpusVolume("corpora", "acme/run-7"),

@@ -130,7 +130,7 @@ class ReplayPod:
             volume = volumes[mount["name"]]
             root = self.shared_path(self.replay_id, mount["mountPath"].rpartition("/")[2])
             if "secret" in volume:
-                copies += secret_tree(root, ["token"])
+                copies += secret_tree(root, [SECRET_KEYS[mount["name"]]])
             elif "persistentVolumeClaim" in volume:
                 copies += [
                     copy_file(root, "Directory"),
@@ -338,6 +338,8 @@ class ReplayPod:
 
 
 CORPUS_FILES: Final = ("cases.jsonl", "marks.json", "plan.json", "runs.jsonl")
+#: The one key of each Secret volume of the Job (runner/k8s/job.py).
+SECRET_KEYS: Final = {"publish-token": "token", "endorsement": "endorsement.pem"}
 UPDATE_INTERFACE: Final = {
     "interface": {
         "device": "eth0",

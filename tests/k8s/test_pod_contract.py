@@ -21,8 +21,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from attestation.envelope.model import Envelope
 from runner.cli import build_parser
 from runner.commands import run as run_command
+from runner.errors import UsageError
 from runner.k8s.job import (
     CORPUS_MOUNT,
+    ENDORSEMENT_DIR,
+    ENDORSEMENT_KEY,
     ENVELOPE_PATH,
     OVERLAYS,
     PUBLISH_TOKEN_DIR,
@@ -105,6 +108,43 @@ def test_builder_args_are_accepted_by_the_real_run_parser(
     assert args.publish_token_file == (Path(PUBLISH_TOKEN_DIR) / "token" if publish else None)
     assert args.nonce is None
     assert args.omit_result is False
+
+
+@pytest.mark.parametrize("overlay", ["snp", "peer-pods"])
+def test_the_endorsement_bundle_is_mounted_and_passed_to_run(overlay: str) -> None:
+    spec = ReplaySpec(
+        tenant="acme",
+        run_id="Run_2026.11.29",
+        corpus=URL_CORPUS,
+        checksum=CHECKSUM,
+        image="registry.example/attested-replay@" + IMAGE_DIGEST,
+        overlay=overlay,  # type: ignore[arg-type]  # parametrised with the overlay names
+        endorsement_secret="vcek-bundle",
+    )
+    job = build_job(spec)
+    args = parse_pod_command(job)
+    assert args.endorsement_bundle == Path(ENDORSEMENT_DIR) / ENDORSEMENT_KEY
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "endorsement", "mountPath": ENDORSEMENT_DIR, "readOnly": True} in container_of(
+        job
+    )["volumeMounts"]
+    assert {
+        "name": "endorsement",
+        "secret": {"secretName": "vcek-bundle", "defaultMode": 0o440},
+    } in pod["volumes"]
+
+
+def test_an_endorsement_bundle_with_simulated_evidence_is_refused() -> None:
+    with pytest.raises(UsageError, match="the coco-dev overlay's evidence is simulated"):
+        ReplaySpec(
+            tenant="acme",
+            run_id="r",
+            corpus=URL_CORPUS,
+            checksum=CHECKSUM,
+            image="registry.example/attested-replay@" + IMAGE_DIGEST,
+            overlay="coco-dev",
+            endorsement_secret="vcek-bundle",
+        )
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
