@@ -41,16 +41,3 @@ def kustomize(root: Path) -> list[dict[str, Any]]:
     if result.returncode != 0:
         pytest.fail(f"kubectl kustomize {root} failed: {result.stderr.strip()}", pytrace=False)
     return [document for document in yaml.safe_load_all(result.stdout) if document is not None]
-
-
-def kustomize_error(root: Path) -> str:
-    """The error ``kubectl kustomize ROOT`` stops with (the build must fail)."""
-    result = subprocess.run(
-        [kubectl(), "kustomize", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert result.returncode != 0, f"kubectl kustomize {root} unexpectedly succeeded"
-    return result.stderr

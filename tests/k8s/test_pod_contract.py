@@ -65,6 +65,17 @@ def container_of(job: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
+def replay_spec(overlay: str, **changes: Any) -> ReplaySpec:
+    return ReplaySpec(
+        tenant="acme",
+        run_id="Run_2026.11.29",
+        checksum=CHECKSUM,
+        image="registry.example/attested-replay@" + IMAGE_DIGEST,
+        overlay=overlay,  # type: ignore[arg-type]  # parametrised with the overlay names
+        **{"corpus": URL_CORPUS, **changes},
+    )
+
+
 def parse_pod_command(job: dict[str, Any]) -> argparse.Namespace:
     """The container's command line as the runner image's ``attested-replay`` parses it."""
     container = container_of(job)
@@ -78,13 +89,9 @@ def parse_pod_command(job: dict[str, Any]) -> argparse.Namespace:
 def test_builder_args_are_accepted_by_the_real_run_parser(
     overlay: str, corpus: CorpusSource, publish: bool
 ) -> None:
-    spec = ReplaySpec(
-        tenant="acme",
-        run_id="Run_2026.11.29",
+    spec = replay_spec(
+        overlay,
         corpus=corpus,
-        checksum=CHECKSUM,
-        image="registry.example/attested-replay@" + IMAGE_DIGEST,
-        overlay=overlay,  # type: ignore[arg-type]  # parametrised with the overlay names
         publish_url="https://publish.example" if publish else None,
         publish_token_secret="acme-publish" if publish else None,
     )
@@ -112,16 +119,7 @@ def test_builder_args_are_accepted_by_the_real_run_parser(
 
 @pytest.mark.parametrize("overlay", ["snp", "peer-pods"])
 def test_the_endorsement_bundle_is_mounted_and_passed_to_run(overlay: str) -> None:
-    spec = ReplaySpec(
-        tenant="acme",
-        run_id="Run_2026.11.29",
-        corpus=URL_CORPUS,
-        checksum=CHECKSUM,
-        image="registry.example/attested-replay@" + IMAGE_DIGEST,
-        overlay=overlay,  # type: ignore[arg-type]  # parametrised with the overlay names
-        endorsement_secret="vcek-bundle",
-    )
-    job = build_job(spec)
+    job = build_job(replay_spec(overlay, endorsement_secret="vcek-bundle"))
     args = parse_pod_command(job)
     assert args.endorsement_bundle == Path(ENDORSEMENT_DIR) / ENDORSEMENT_KEY
     pod = job["spec"]["template"]["spec"]
@@ -136,15 +134,7 @@ def test_the_endorsement_bundle_is_mounted_and_passed_to_run(overlay: str) -> No
 
 def test_an_endorsement_bundle_with_simulated_evidence_is_refused() -> None:
     with pytest.raises(UsageError, match="the coco-dev overlay's evidence is simulated"):
-        ReplaySpec(
-            tenant="acme",
-            run_id="r",
-            corpus=URL_CORPUS,
-            checksum=CHECKSUM,
-            image="registry.example/attested-replay@" + IMAGE_DIGEST,
-            overlay="coco-dev",
-            endorsement_secret="vcek-bundle",
-        )
+        replay_spec("coco-dev", endorsement_secret="vcek-bundle")
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
