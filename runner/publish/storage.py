@@ -249,7 +249,7 @@ class PostgresStorage:
     transaction lock serializes appends to one tenant's log."""
 
     def __init__(self, dsn: str, *, pool_size: int = 16) -> None:
-        self._dsn = dsn
+        self.dsn = dsn
         self._idle: queue.LifoQueue[psycopg.Connection[tuple[object, ...]]] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(pool_size)
 
@@ -259,7 +259,7 @@ class PostgresStorage:
             try:
                 connection = self._idle.get_nowait()
             except queue.Empty:
-                connection = psycopg.connect(self._dsn)
+                connection = psycopg.connect(self.dsn)
             healthy = False
             try:
                 with connection.transaction():

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -146,13 +147,23 @@ def _postgres_dsn() -> str:
     return dsn
 
 
-def fresh_postgres() -> PostgresStorage:
+@contextmanager
+def postgres_schema(prefix: str = "publish") -> Iterator[str]:
+    """A DSN whose connections use a new, empty schema of their own, dropped afterwards.
+
+    The PostgreSQL cluster of ``.ci/services.sh`` is shared by every test run on the machine
+    (several engineers, several sessions): a run must never touch another run's tables.
+    """
     dsn = _postgres_dsn()
+    schema = f"{prefix}_{uuid.uuid4().hex}"
     with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute("DROP TABLE IF EXISTS tokens, envelopes, log_entries, runs")
-    storage = PostgresStorage(dsn, pool_size=24)
-    storage.initialize()
-    return storage
+        connection.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in dsn else "?"
+    try:
+        yield f"{dsn}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -160,10 +171,16 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]
     if request.param == "sqlite":
         store: Storage = SqliteStorage(tmp_path / "publish.sqlite3")
         store.initialize()
-    else:
-        store = fresh_postgres()
-    yield store
-    store.close()
+        yield store
+        store.close()
+        return
+    with postgres_schema() as dsn:
+        store = PostgresStorage(dsn, pool_size=24)
+        store.initialize()
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 @pytest.fixture
@@ -269,6 +286,7 @@ def served_process(storage: Storage, tmp_path: Path) -> Iterator[Service]:
     if isinstance(storage, SqliteStorage):
         database = str(storage.path)
     else:
-        database = os.environ[PG_DSN_VARIABLE]
+        assert isinstance(storage, PostgresStorage)
+        database = storage.dsn
     with subprocess_service(storage, database, tmp_path / "server-state") as running:
         yield running

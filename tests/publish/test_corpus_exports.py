@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import requests
 
@@ -45,20 +43,9 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextmanager
 def _corpus_store(storage: Storage, tmp_path: Path) -> Iterator[CorpusStore]:
-    dsn = getattr(storage, "_dsn", None)
-    if dsn is None:
-        yield open_corpus_store(str(tmp_path / "publish.sqlite3"))
-        return
-    # A schema of this test's own: the cluster is shared by parallel test runs.
-    schema = f"corpus_{uuid.uuid4().hex}"
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in dsn else "?"
-    try:
-        yield open_corpus_store(f"{dsn}{separator}options=-csearch_path%3D{schema}")
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA {schema} CASCADE")
+    # The PostgreSQL storage fixture already lives in a schema of this test's own.
+    dsn = getattr(storage, "dsn", None)
+    yield open_corpus_store(str(tmp_path / "publish.sqlite3") if dsn is None else dsn)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def _sql(storage: Storage, statement: str, params: tuple[Any, ...] = ()) -> list
         with sqlite3.connect(storage.path) as db:
             return db.execute(statement, params).fetchall()
     assert isinstance(storage, PostgresStorage)
-    with psycopg.connect(storage._dsn) as db:
+    with psycopg.connect(storage.dsn) as db:
         cursor = db.execute(statement.replace("?", "%s"), params)
         return cursor.fetchall() if cursor.description else []
 
