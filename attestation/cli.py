@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, NoReturn
 
+from attestation import __version__
 from attestation.contracts import (
     MAX_CERTIFICATE_BYTES,
     MAX_CRL_BYTES,
@@ -46,7 +47,8 @@ from attestation.endorsement.trust import TrustStore
 from attestation.envelope.expected import load_expected
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError, FailureClass, MalformedError, UsageError
-from attestation.exit_codes import EXIT_CODES, exit_code_for
+from attestation.exit_codes import EXIT_CODES, MEANINGS, exit_code_for
+from attestation.help_format import HelpFormatter, exit_code_epilog
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.policy import Policy, load_policy
 from attestation.verify.verifier import Verifier
@@ -69,36 +71,68 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UsageError(reason.strip())
 
 
+_DESCRIPTION: Final = """\
+Verify AMD SEV-SNP attestation evidence offline, trusting only AMD's roots.
+
+Raw-report mode: --report R.bin --endorsement VCEK.pem [--policy POLICY.json]
+[--simulated-root ROOT.pem]. Envelope mode: --envelope ENVELOPE.json --expected
+EXPECTED.json (every raw-report check, then the binding, then the expectations; the policy
+and any accepted simulated roots come from the expected-values file). The first line of the
+output is the verdict; a verdict that rests on a simulated root says so."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog=PROG,
-        description="Verify AMD SEV-SNP attestation evidence offline, trusting only AMD's roots.",
+        description=_DESCRIPTION,
+        epilog=exit_code_epilog(MEANINGS.items()),
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {__version__}",
+        help="print the version (exits 9: nothing was verified)",
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--report", type=Path, help="raw 1184-byte SNP attestation report")
-    mode.add_argument("--envelope", type=Path, help="attestation envelope (JSON) of a replay")
+    mode.add_argument(
+        "--report", type=Path, metavar="FILE", help="raw 1184-byte SNP attestation report"
+    )
+    mode.add_argument(
+        "--envelope", type=Path, metavar="FILE", help="attestation envelope (JSON) of a replay"
+    )
     parser.add_argument(
         "--expected",
         type=Path,
+        metavar="FILE",
         help="the tenant's expected-values file (envelope mode; docs/envelope.md)",
     )
     parser.add_argument(
         "--endorsement",
         type=Path,
+        metavar="FILE",
         help="VCEK/VLEK certificate (PEM, DER, or PEM bundle with the leaf first)",
     )
     parser.add_argument(
-        "--policy", type=Path, help="verification policy JSON (default: {} = secure defaults)"
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="verification policy JSON (default: {}, the secure defaults)",
     )
     parser.add_argument(
-        "--now", help="RFC 3339 time at which certificates must be valid (default: current time)"
+        "--now",
+        metavar="RFC3339",
+        help="time at which certificates must be valid (default: the current time)",
     )
-    parser.add_argument("--crl", type=Path, help="AMD CRL (DER, signed by the ARK) to check")
+    parser.add_argument(
+        "--crl", type=Path, metavar="FILE", help="AMD CRL (DER, signed by the ARK) to check"
+    )
     parser.add_argument(
         "--simulated-root",
         type=Path,
-        help="trust this simulated ARK (PEM/DER) in addition to AMD's roots",
+        metavar="FILE",
+        help="trust this simulated ARK (PEM/DER) in addition to AMD's roots (raw-report mode)",
     )
     parser.add_argument("--json", action="store_true", help="print every check as JSON")
     return parser
@@ -131,7 +165,10 @@ def parse_now(value: str | None) -> datetime:
         raise UsageError(f"--now {value!r} is not an RFC 3339 timestamp") from None
     if moment.tzinfo is None:
         raise UsageError(f"--now {value!r} needs a UTC offset (e.g. 2026-01-01T00:00:00Z)")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise UsageError(f"--now {value!r} is out of range in UTC") from None
 
 
 def trust_store(args: argparse.Namespace) -> TrustStore:
@@ -193,6 +230,10 @@ def _input_failure(error: AttestationError) -> VerificationResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (never calls ``sys.exit``)."""
+    if sys.stdout is None or sys.stderr is None:
+        # Started with stdout or stderr closed: no verdict could be delivered, and a failure
+        # could not even be reported. Nothing is verified (9), whatever the input.
+        return EXIT_CODES[FailureClass.USAGE]
     want_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
         with warnings.catch_warnings():

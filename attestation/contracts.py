@@ -72,6 +72,8 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
@@ -95,6 +97,18 @@ Sha256Digest = Annotated[str, StringConstraints(pattern=SHA256_DIGEST_PATTERN)]
 #: A tenant-chosen nonce bound into REPORT_DATA with the run.
 Nonce = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
+#: Each identifier's rule in words, for messages: a user reads these, not regular expressions.
+IDENTIFIER_RULES: Final = MappingProxyType(
+    {
+        RUN_ID_PATTERN: "1 to 128 letters, digits, '.', '_' or '-'",
+        TENANT_ID_PATTERN: (
+            "a DNS label: 1 to 63 lowercase letters, digits or '-', starting and ending with a "
+            "letter or digit"
+        ),
+        SHA256_DIGEST_PATTERN: "'sha256:' followed by 64 lowercase hex digits",
+    }
+)
+
 _RUN_ID: Final = re.compile(RUN_ID_PATTERN)
 _TENANT_ID: Final = re.compile(TENANT_ID_PATTERN)
 _SHA256_DIGEST: Final = re.compile(SHA256_DIGEST_PATTERN)
@@ -113,6 +127,30 @@ def is_tenant_id(text: str) -> bool:
 def is_sha256_digest(text: str) -> bool:
     """Whether ``text`` is ``sha256:`` followed by 64 lowercase hex digits."""
     return _SHA256_DIGEST.fullmatch(text) is not None
+
+
+_HEX_PATTERN: Final = re.compile(r"\^\[0-9a-f\]\{(\d+)\}\$")
+
+
+def explain_problem(problem: Mapping[str, Any]) -> str:
+    """One pydantic validation problem in words: an identifier's rule instead of its regular
+    expression, the allowed values of a choice, "unknown key" for a forbidden extra key."""
+    kind = problem.get("type")
+    context = problem.get("ctx") or {}
+    if kind == "string_pattern_mismatch":
+        pattern = str(context.get("pattern"))
+        if pattern in IDENTIFIER_RULES:
+            return f"must be {IDENTIFIER_RULES[pattern]}"
+        hex_digits = _HEX_PATTERN.fullmatch(pattern)
+        if hex_digits is not None:
+            return f"must be {hex_digits[1]} lowercase hex digits"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required, missing"
+    if kind == "literal_error":
+        return f"must be one of {context.get('expected')}"
+    return str(problem.get("msg", "invalid")).removeprefix("Value error, ")
 
 
 # -- limits (bytes) ---------------------------------------------------------------------------

@@ -12,12 +12,11 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
 
 import structlog
 
-from runner import __version__
-from runner.errors import RunnerError, UsageError
+from runner.commands.parsing import DEFAULT_LOG_LEVEL, ArgumentParser, check_paths
+from runner.errors import RunnerError
 from runner.exit_codes import INTERNAL, exit_code_for
 from runner.log import configure_logging
 from tenant.errors import TenantError
@@ -43,24 +42,19 @@ Handler = Callable[[argparse.Namespace], int]
 SIGPIPE_EXIT = 141
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse exits 2 on bad usage; we raise instead so usage maps to exit 9."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+_EPILOG = """\
+Every command accepts --log-level and --version, before or after its name. Its --help lists
+its options with their defaults and the exit codes of its family (replay, reference values,
+cluster, publication); a number means the same thing in every family, and 9 is always a usage
+error: a bad option value, a missing input path or an output that cannot be written, found
+before any work."""
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="attested-replay",
         description="Run backtest replays bound into SEV-SNP attestation reports.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="structlog level (JSON on stderr when it is not a terminal)",
+        epilog=_EPILOG,
     )
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=ArgumentParser
@@ -72,18 +66,22 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None or sys.stderr is None:
+        # Started with stdout or stderr closed: no result and no error could be reported.
+        return INTERNAL
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except UsageError as exc:
+    except (RunnerError, TenantError) as exc:  # bad usage, or a path checked while parsing
         print(f"error: {exc}", file=sys.stderr)
         return exit_code_for(exc)
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0) if isinstance(exc.code, int) else 0
-    configure_logging(level=args.log_level)
+    configure_logging(level=getattr(args, "log_level", DEFAULT_LOG_LEVEL))
     log = structlog.get_logger("attested-replay")
     handler: Handler = args.handler
     try:
+        check_paths(args)
         return handler(args)
     except (RunnerError, TenantError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,6 +43,50 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
     """:func:`atomic_write` for UTF-8 text."""
     atomic_write(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_all(files: Sequence[tuple[Path, bytes]], *, mode: int = 0o644) -> None:
+    """Write several files as one output: every temporary file is written and fsynced before
+    the first rename, so a failure (a full disk) leaves none of them; the renames follow in
+    order (put the file whose presence signals completion last)."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files:
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            tmp = Path(tmp_name)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            tmp.chmod(mode)
+        for tmp, path in staged:
+            tmp.replace(path)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        raise
+    for directory in dict.fromkeys(path.parent for _, path in staged):
+        _fsync_directory(directory)
+
+
+@contextlib.contextmanager
+def staged_directory(target: Path) -> Iterator[Path]:
+    """Build a directory output in a sibling temporary directory and rename it to ``target``
+    (absent, or an empty directory) only when the block succeeds; on any failure nothing is
+    left behind."""
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield work
+        work.chmod(0o755)  # mkdtemp's 0700 is for the work in progress, not the result
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        work.rename(target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    _fsync_directory(target.parent)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -1,11 +1,5 @@
-"""``attested-replay contract``: what a tenant can verify, with what, trusting whom.
-
-Prints the verification contract: each claim, the artifact that proves it, the command that
-checks it, who can run it and what it assumes; what is not verifiable and when to revisit it;
-self-host vs hosted; what the trust panel cannot check. ``--json`` prints the same contract as
-JSON, the form the trust panel reads (``GET /v1/contract``). docs/verification-contract.md is
-generated from the same source.
-"""
+"""``attested-replay contract``: what a tenant can verify, with what, trusting whom
+(see :data:`DESCRIPTION`)."""
 
 from __future__ import annotations
 
@@ -13,18 +7,28 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from runner.commands.parsing import add_command
+from runner.exit_codes import Family
 from tenant.contract import CONTRACT, render_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
 
 
+DESCRIPTION = """\
+Each claim, the artifact that proves it, the command that checks it, who can run it and what
+it assumes; what is not verifiable and when to revisit it; self-host vs hosted; what the trust
+panel cannot check. --json prints the same contract as JSON, the form the trust panel reads
+(GET /v1/contract). docs/verification-contract.md is generated from the same source."""
+
+
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "contract",
-        help="print the verification contract (what a tenant can verify, and how)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="print the verification contract (what a tenant can verify, and how)",
+        description=DESCRIPTION,
+        family=Family.DOCUMENTS,
     )
     parser.add_argument(
         "--json", action="store_true", help="print the contract as JSON (the panel's form)"

@@ -1,26 +1,28 @@
-"""``attested-replay corpus``: checksum, frozen-set manifest and normalization of a corpus.
-
-checksum   print sha256: over the RFC 8785 form of every case, in case_id order
-manifest   write the frozen-set manifest (per-case input and label digests, checksum)
-normalize  rewrite a corpus canonically and sorted (external merge sort past the budget)
-export     write the corpus as a deterministic .tar.gz with a checksummed manifest
-"""
+"""``attested-replay corpus``: checksum, frozen-set manifest, normalization and export of a
+corpus."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attestation.encoding.canonical import canonicalize
 from runner.commands import corpus_export
+from runner.commands.parsing import (
+    add_actions,
+    add_command,
+    input_dir,
+    output_dir,
+    output_file,
+)
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
 from runner.errors import UsageError
-from tenant.fsutil import atomic_write
+from runner.exit_codes import Family
+from tenant.fsutil import atomic_write, staged_directory
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -38,35 +40,82 @@ def parse_size(text: str) -> int:
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "corpus",
-        help="checksum, manifest, normalize, export or upload a corpus",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="check, checksum, describe, normalize, export or upload a corpus",
+        description="A corpus directory holds cases.jsonl, runs.jsonl, marks.json and plan.json\n"
+        "(docs/replay.md documents every field).",
+        family=Family.REPLAY,
     )
-    actions = parser.add_subparsers(dest="corpus_command", metavar="ACTION")
-    actions.required = True
+    actions = add_actions(parser)
 
-    checksum = actions.add_parser("checksum", help="print the corpus checksum")
-    checksum.add_argument("corpus", type=Path, metavar="DIR")
+    checksum = add_command(
+        actions,
+        "checksum",
+        summary="print the corpus checksum",
+        description="sha256: over the RFC 8785 form of every case of cases.jsonl, in case_id\n"
+        "order (validating every case).",
+        family=Family.REPLAY,
+    )
+    checksum.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
     checksum.set_defaults(handler=handle_checksum)
 
-    manifest = actions.add_parser("manifest", help="write the frozen-set manifest")
-    manifest.add_argument("corpus", type=Path, metavar="DIR")
-    manifest.add_argument("--out", type=Path, help="write here instead of standard output")
-    manifest.add_argument("--set-id", help="default: set-<first 16 hex digits of the checksum>")
-    manifest.add_argument("--frozen-at", help="YYYY-MM-DD (default: today, UTC)")
-    manifest.add_argument("--generator-ref", default="not recorded", help="generator or source")
+    manifest = add_command(
+        actions,
+        "manifest",
+        summary="write the frozen-set manifest",
+        description="Per case: the digests of its input and label, its split and group; and\n"
+        "the corpus checksum.",
+        family=Family.REPLAY,
+    )
+    manifest.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
+    manifest.add_argument(
+        "--out",
+        type=output_file("--out"),
+        metavar="FILE",
+        help="write the manifest here instead of standard output",
+    )
+    manifest.add_argument(
+        "--set-id", help="set identifier (default: set-<first 16 hex digits of the checksum>)"
+    )
+    manifest.add_argument(
+        "--frozen-at", metavar="YYYY-MM-DD", help="freezing date (default: today, UTC)"
+    )
+    manifest.add_argument(
+        "--generator-ref",
+        default="not recorded",
+        metavar="TEXT",
+        help="the generator or source of the cases",
+    )
     manifest.set_defaults(handler=handle_manifest)
 
-    normalize = actions.add_parser("normalize", help="rewrite the corpus canonically and sorted")
-    normalize.add_argument("corpus", type=Path, metavar="DIR")
-    normalize.add_argument("--out", type=Path, required=True, metavar="DIR2")
+    normalize = add_command(
+        actions,
+        "normalize",
+        summary="rewrite a corpus canonically and sorted",
+        description="Every file in RFC 8785 form, cases sorted by case_id and runs by\n"
+        "(arm_id, run_index); cases beyond --memory-budget are sorted by an external merge.\n"
+        "The new corpus appears only when complete.",
+        family=Family.REPLAY,
+    )
+    normalize.add_argument(
+        "corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory to read"
+    )
+    normalize.add_argument(
+        "--out",
+        type=output_dir("--out", create=True, empty=True),
+        required=True,
+        metavar="DIR2",
+        help="new corpus directory (absent or empty; its parent must exist)",
+    )
     normalize.add_argument(
         "--memory-budget",
         type=parse_size,
         default=DEFAULT_MEMORY_BUDGET,
-        help="bytes of cases sorted in memory before spilling to disk (default 256M)",
+        metavar="SIZE",
+        help="bytes of cases sorted in memory before spilling to disk, e.g. 512K or 2G "
+        "(default: 256M)",
     )
     normalize.set_defaults(handler=handle_normalize)
 
@@ -100,7 +149,10 @@ def handle_manifest(args: argparse.Namespace) -> int:
 
 
 def handle_normalize(args: argparse.Namespace) -> int:
-    result = normalize_corpus(args.corpus, args.out, memory_budget=args.memory_budget)
+    if args.out.resolve() == args.corpus.resolve():
+        raise UsageError(f"--out {args.out}: must differ from the source corpus DIR")
+    with staged_directory(args.out) as work:
+        result = normalize_corpus(args.corpus, work, memory_budget=args.memory_budget)
     how = (
         f"by external merge of {result.spill_files} spilled runs"
         if result.spill_files

@@ -10,11 +10,13 @@ import argparse
 import hashlib
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attestation.contracts import is_tenant_id, sha256_digest
+from runner.commands.parsing import add_command, input_dir, input_file, output_file
 from runner.corpus.checksum import scan_cases
 from runner.errors import InputError, PublishError, UsageError
+from runner.exit_codes import Family
 from tenant.corpus_export import (
     ExportError,
     ExportManifest,
@@ -28,37 +30,60 @@ from tenant.http import HttpClient, HttpError, Limits, check_url, read_token
 #: The service's answer to an upload is a small JSON receipt; the upload itself may take long.
 UPLOAD_ANSWER = Limits(max_bytes=64 * 1024, deadline=1800.0)
 
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
+
 _CHUNK = 1024 * 1024
 
 
-def register_actions(actions: Any) -> None:  # noqa: ANN401  # argparse's private subparsers type
-    export = actions.add_parser(
+DESCRIPTION = """\
+DIR's four corpus files, byte for byte, in a deterministic .tar.gz whose first member,
+corpus-export.json, carries the corpus checksum and each file's size and SHA-256. The same
+files always give the same archive. Tenants check it with
+attested-replay tenant reproduce --corpus ARCHIVE (docs/reproduce.md)."""
+
+
+def register_actions(actions: Subparsers) -> None:
+    export = add_command(
+        actions,
         "export",
-        help="write the corpus as a deterministic .tar.gz with a checksummed manifest",
-        description="Write DIR's four corpus files, byte for byte, into a deterministic "
-        ".tar.gz whose first member, corpus-export.json, carries the corpus checksum and each "
-        "file's size and SHA-256. The same files always give the same archive. Tenants check "
-        "it with `attested-replay tenant reproduce --corpus ARCHIVE` (docs/reproduce.md).",
+        summary="write the corpus as a deterministic .tar.gz with a checksummed manifest",
+        description=DESCRIPTION,
+        family=Family.REPLAY,
     )
-    export.add_argument("corpus", type=Path, metavar="DIR", help="corpus directory")
+    export.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
     export.add_argument(
-        "--out", type=Path, required=True, metavar="ARCHIVE", help="archive to write (.tar.gz)"
+        "--out",
+        type=output_file("--out"),
+        required=True,
+        metavar="ARCHIVE",
+        help="archive to write (.tar.gz)",
     )
     export.set_defaults(handler=handle_export)
 
-    upload = actions.add_parser(
+    upload = add_command(
+        actions,
         "upload",
-        help="store a corpus export in the publication service for its tenant",
-        description="PUT ARCHIVE (a corpus export) to the publication service under its "
-        "SHA-256, for TENANT, with an operator token. The service checks the digest, its size "
-        "cap and the manifest; the tenant downloads and checks it with `attested-replay tenant "
-        "fetch --corpus` (docs/publishing.md).",
+        summary="store a corpus export in the publication service for its tenant",
+        description="""\
+PUT ARCHIVE (a corpus export) to the publication service under its SHA-256, for TENANT, with
+an operator token. The service checks the digest, its size cap and the manifest; the tenant
+downloads and checks it with attested-replay tenant fetch --corpus (docs/publishing.md).""",
+        family=Family.PUBLICATION,
     )
-    upload.add_argument("archive", type=Path, metavar="ARCHIVE", help="corpus export (.tar.gz)")
-    upload.add_argument("--server", required=True, help="https://HOST of the service")
+    upload.add_argument(
+        "archive", type=input_file("ARCHIVE"), metavar="ARCHIVE", help="corpus export (.tar.gz)"
+    )
+    upload.add_argument(
+        "--server", required=True, metavar="URL", help="https://HOST of the service"
+    )
     upload.add_argument("--tenant", required=True, help="tenant the corpus belongs to")
     upload.add_argument(
-        "--token-file", required=True, type=Path, help="file holding the operator token"
+        "--token-file",
+        required=True,
+        type=input_file("--token-file"),
+        metavar="FILE",
+        help="file holding the operator token",
     )
     upload.set_defaults(handler=handle_upload)
 

@@ -1,13 +1,6 @@
-"""``attested-replay demo``: the main job end to end on its embedded default.
-
-1. a simulated attested replay of the bundled example corpus (what ``attested-replay run``
-   does, through the same library object, ``runner.pipeline.run``),
-2. the tenant's expected-values file (what ``attested-replay expected`` writes),
-3. offline verification of the envelope (what ``verify-attested-run`` does): exit 0,
-4. a tampered copy of the envelope (one metric of the result changed): the verifier rejects it
-   with the binding class (exit 7); and the genuine envelope without the simulated root pinned:
-   rejected as an untrusted chain (exit 2).
-"""
+"""``attested-replay demo``: the main job end to end on its embedded default (see
+:data:`DESCRIPTION`); the replay goes through the same library object as ``run``,
+``runner.pipeline.run``."""
 
 from __future__ import annotations
 
@@ -23,8 +16,10 @@ from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
+from runner.commands.parsing import add_command, add_state_dir_argument, output_dir
 from runner.errors import UsageError, VerificationFailedError
 from runner.evidence.simulated import load_or_create_simulated_amd
+from runner.exit_codes import Family
 from runner.pipeline import RunRequest, run
 from runner.workload import current_workload
 from tenant.fsutil import atomic_write_text
@@ -34,29 +29,40 @@ if TYPE_CHECKING:
 
 DEMO_RUN_ID: Final = "demo-example-1"
 DEMO_TENANT: Final = "demo"
+DESCRIPTION: Final = """\
+1. a simulated attested replay of the bundled example corpus (what `run` does),
+2. the tenant's expected-values file (what `expected` writes),
+3. offline verification of the envelope (what verify-attested-run does): exit 0,
+4. a tampered copy of the envelope (one metric of the result changed): rejected with the
+   binding class (exit 7),
+5. the genuine envelope without the simulated root pinned: rejected as an untrusted chain
+   (exit 2).
+The demo exits 0 only when the three verdicts are exactly these."""
 
 
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "demo",
-        help="simulated attested replay of the bundled example, verified, then tampered",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="simulated attested replay of the bundled example, verified, then tampered",
+        description=DESCRIPTION,
+        family=Family.REPLAY,
     )
     parser.add_argument(
         "--out-dir",
-        type=Path,
+        type=output_dir("--out-dir", create=True),
         default=Path("attested-replay-demo"),
-        help="where the envelope, result and expected-values files go (default: %(default)s)",
+        metavar="DIR",
+        help="where the envelope, result and expected-values files go (created if absent)",
     )
-    parser.add_argument("--state-dir", type=Path, help="state directory of the simulated PKI")
+    add_state_dir_argument(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     out_dir: Path = args.out_dir
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir.mkdir(exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out-dir {out_dir}: cannot create the directory: {exc}") from exc
     with resources.as_file(resources.files("runner") / "examples" / "corpus") as corpus_dir:

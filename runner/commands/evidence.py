@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attestation.abi.product import ProductLine
 from runner.commands.job_params import add_job_arguments, replay_spec
-from runner.errors import InputError
+from runner.commands.parsing import (
+    add_actions,
+    add_command,
+    input_file,
+    output_dir,
+    output_file,
+)
+from runner.errors import UsageError
 from runner.evidence.kds import (
     DEFAULT_MAX_WAIT,
     DEFAULT_TIMEOUT,
@@ -23,6 +29,7 @@ from runner.evidence.kds import (
     KdsClient,
     fetch_vcek,
 )
+from runner.exit_codes import Family
 from runner.k8s.job import build_replay
 from runner.reference.initdata import ANNOTATION
 from runner.reference.measure import (
@@ -45,8 +52,7 @@ pod adds through annotations: {AGENT_REST_PARAMETER} (required for --evidence co
 and the dm-verity parameters of the guest image. --vcpus is the number of vCPUs the VM boots
 with: with Kata's static sandbox sizing, default_vcpus plus the pod's CPU limits rounded up
 (default_vcpus=1 and limits.cpu=2 give 3). Read the real values from the QEMU command line Kata
-logs (journalctl -t kata: -bios, -kernel, -initrd, -append, -smp). See docs/operator.md.
-"""
+logs (journalctl -t kata: -bios, -kernel, -initrd, -append, -smp). See docs/operator.md."""
 
 
 def register(subparsers: Subparsers) -> None:
@@ -56,59 +62,109 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _register_vcek(subparsers: Subparsers) -> None:
-    vcek = subparsers.add_parser("vcek", help="VCEK certificates from AMD KDS")
-    actions = vcek.add_subparsers(dest="vcek_command", metavar="ACTION")
-    actions.required = True
-    fetch = actions.add_parser(
-        "fetch",
-        help="download, verify and cache the VCEK for a report",
-        description="Fetch the VCEK that signed REPORT from AMD KDS, check it against AMD's "
-        "pinned roots, the report's REPORTED_TCB, CHIP_ID and signature, and write a PEM "
-        "bundle (VCEK, ASK, ARK) for `run --endorsement-bundle`.",
+    vcek = add_command(
+        subparsers,
+        "vcek",
+        summary="VCEK certificates from AMD KDS",
+        description="Current Kata hosts return no certificates with a report; the VCEK comes "
+        "from AMD's Key\\nDistribution Service.",
+        family=Family.REFERENCE,
     )
-    fetch.add_argument("--report", type=Path, required=True, help="raw 1184-byte report")
+    actions = add_actions(vcek)
+    fetch = add_command(
+        actions,
+        "fetch",
+        summary="download, verify and cache the VCEK for a report",
+        description="Fetch the VCEK that signed REPORT from AMD KDS, check it against AMD's "
+        "pinned roots,\\nthe report's REPORTED_TCB, CHIP_ID and signature, and write a PEM "
+        "bundle (VCEK, ASK,\\nARK) for run --endorsement-bundle.",
+        family=Family.REFERENCE,
+    )
+    fetch.add_argument(
+        "--report",
+        type=input_file("--report"),
+        required=True,
+        metavar="FILE",
+        help="raw 1184-byte report",
+    )
     fetch.add_argument(
         "--product",
         choices=[p.value for p in ProductLine],
         help="product line (required for version 2 reports, which carry no CPUID)",
     )
-    fetch.add_argument("--kds-url", default=KDS_BASE_URL, help="KDS base URL")
-    fetch.add_argument("--cache-dir", type=Path, help="reuse and keep verified VCEKs here")
-    fetch.add_argument("--out", type=Path, help="write the PEM bundle here (default: stdout)")
+    fetch.add_argument("--kds-url", default=KDS_BASE_URL, metavar="URL", help="KDS base URL")
     fetch.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per HTTP request"
+        "--cache-dir",
+        type=output_dir("--cache-dir", create=True),
+        metavar="DIR",
+        help="reuse and keep verified VCEKs here",
+    )
+    fetch.add_argument(
+        "--out",
+        type=output_file("--out"),
+        metavar="FILE",
+        help="write the PEM bundle here instead of standard output",
+    )
+    fetch.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds per HTTP request",
     )
     fetch.add_argument(
         "--max-wait",
         type=float,
         default=DEFAULT_MAX_WAIT,
-        help="longest Retry-After (seconds) to honour on HTTP 429 before giving up",
+        metavar="SECONDS",
+        help="longest Retry-After to honour on HTTP 429 before giving up",
     )
     fetch.set_defaults(handler=handle_vcek_fetch)
 
 
 def _register_measure(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "measure",
-        help="expected launch MEASUREMENT (sev-snp-measure)",
-        description="Compute the SEV-SNP launch MEASUREMENT a genuine pod VM must report.",
+        summary="compute the launch MEASUREMENT a genuine pod VM must report",
+        description="Uses sev-snp-measure on the guest firmware, kernel, initrd and command line.",
         epilog=MEASURE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        family=Family.REFERENCE,
     )
-    parser.add_argument("--ovmf", type=Path, required=True, help="OVMF firmware (Kata: AMDSEV.fd)")
-    parser.add_argument("--kernel", type=Path, help="guest kernel (measured direct boot)")
-    parser.add_argument("--initrd", type=Path, help="guest initrd, if any")
-    parser.add_argument("--append", help="the exact kernel command line (see below)")
+    parser.add_argument(
+        "--ovmf",
+        type=input_file("--ovmf"),
+        required=True,
+        metavar="FILE",
+        help="OVMF firmware (Kata: AMDSEV.fd)",
+    )
+    parser.add_argument(
+        "--kernel",
+        type=input_file("--kernel"),
+        metavar="FILE",
+        help="guest kernel (measured direct boot)",
+    )
+    parser.add_argument(
+        "--initrd", type=input_file("--initrd"), metavar="FILE", help="guest initrd, if any"
+    )
+    parser.add_argument("--append", metavar="CMDLINE", help="the exact kernel command line")
     parser.add_argument("--vcpus", type=int, required=True, help="vCPUs the VM boots with")
-    parser.add_argument("--vcpu-type", default="EPYC-v4", choices=VCPU_TYPES, metavar="TYPE")
+    parser.add_argument(
+        "--vcpu-type", default="EPYC-v4", choices=VCPU_TYPES, metavar="TYPE", help="vCPU model"
+    )
     parser.add_argument(
         "--guest-features",
         type=lambda text: int(text, 0),
         default=0x1,
-        help="VMSA SEV_FEATURES (default 0x1; 0x21 for host kernels 6.6-6.7)",
+        metavar="N",
+        help="VMSA SEV_FEATURES (default: 0x1; 0x21 for host kernels 6.6-6.7)",
     )
-    parser.add_argument("--vmm-type", default="QEMU", choices=VMM_NAMES)
-    parser.add_argument("--ovmf-hash", help="precomputed OVMF digest (hex)")
+    parser.add_argument(
+        "--vmm-type", default="QEMU", choices=VMM_NAMES, help="the VMM that launches the guest"
+    )
+    parser.add_argument(
+        "--ovmf-hash", metavar="HEX", help="precomputed OVMF digest instead of hashing --ovmf"
+    )
     parser.add_argument(
         "--emit-expected",
         action="store_true",
@@ -118,19 +174,30 @@ def _register_measure(subparsers: Subparsers) -> None:
 
 
 def _register_initdata(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "init-data",
-        help="the CoCo init-data of a replay Job, its HOST_DATA and the pod annotation",
-        description="Write the init-data that `submit` puts into the Job with the same run "
-        "parameters: an agent policy that admits exactly that Job's replay container, the "
-        "attestation-agent config and a CDH config whose image policy admits only --image. "
-        f"Prints its HOST_DATA and the value of the {ANNOTATION} annotation.",
+        summary="the CoCo init-data of a replay Job, its HOST_DATA and the pod annotation",
+        description=f"""\
+Write the init-data that `submit` puts into the Job with the same run parameters: an agent
+policy that admits exactly that Job's replay container, the attestation-agent config and a
+CDH config whose image policy admits only --image. Prints its HOST_DATA and the value of the
+{ANNOTATION} annotation.""",
+        family=Family.REFERENCE,
     )
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--tenant", required=True)
-    parser.add_argument("--checksum", required=True, help="expected corpus checksum sha256:...")
+    parser.add_argument("--run-id", required=True, help="run identifier")
+    parser.add_argument("--tenant", required=True, help="tenant identifier (a DNS label)")
+    parser.add_argument(
+        "--checksum", required=True, metavar="sha256:HEX", help="expected corpus checksum"
+    )
     add_job_arguments(parser)
-    parser.add_argument("--out", type=Path, required=True, help="init-data TOML to write")
+    parser.add_argument(
+        "--out",
+        type=output_file("--out"),
+        required=True,
+        metavar="FILE",
+        help="init-data TOML to write",
+    )
     parser.add_argument(
         "--emit-expected",
         action="store_true",
@@ -143,7 +210,7 @@ def handle_vcek_fetch(args: argparse.Namespace) -> int:
     try:
         report = args.report.read_bytes()
     except OSError as exc:
-        raise InputError(f"--report {args.report}: {exc}") from exc
+        raise UsageError(f"--report {args.report}: {exc.strerror or exc}") from exc
     client = KdsClient(args.kds_url, timeout=args.timeout, max_wait=args.max_wait)
     fetched = fetch_vcek(
         report,

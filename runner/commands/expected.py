@@ -1,22 +1,29 @@
-"""``attested-replay expected``: write a tenant's expected-values file from a run's parameters.
-
-The tenant states what a genuine envelope for its run must say: run ID and corpus checksum
-(required), optionally tenant, workload, result and evaluation digests, the verification policy
-(``--policy``, merged key by key) and the simulated roots it accepts. See docs/envelope.md.
-"""
+"""``attested-replay expected``: write a tenant's expected-values file from a run's parameters."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
-from attestation.envelope.expected import ExpectedValues, load_expected
+from pydantic import ValidationError
+
+from attestation.contracts import explain_problem
+from attestation.envelope.expected import ExpectedValues
 from attestation.errors import AttestationError
 from attestation.verify.policy import load_policy
 from runner.commands.job_params import add_job_arguments, replay_spec
+from runner.commands.parsing import (
+    add_command,
+    add_state_dir_argument,
+    input_dir,
+    input_file,
+    output_file,
+)
 from runner.errors import InputError, UsageError
+from runner.exit_codes import Family
 from runner.k8s.job import build_replay
 from runner.pipeline.replay import compute_checksum
 from runner.workload import current_workload
@@ -26,21 +33,47 @@ if TYPE_CHECKING:
     from runner.commands import Subparsers
 
 
+DESCRIPTION = """\
+The tenant states what a genuine envelope for its run must say: run ID and corpus checksum
+(required); optionally tenant, workload, result and evaluation digests, image digest, the
+verification policy (--policy, merged key by key), allowed MEASUREMENT and HOST_DATA values and
+the simulated roots it accepts. verify-attested-run --expected reads the file
+(docs/envelope.md lists every key)."""
+
+
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "expected",
-        help="write an expected-values file for verify-attested-run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="write an expected-values file for verify-attested-run",
+        description=DESCRIPTION,
+        family=Family.REPLAY,
     )
-    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--run-id", required=True, help="the run ID the envelope must carry")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--corpus", type=Path, help="compute the checksum of this corpus directory")
-    source.add_argument("--corpus-checksum", help="the expected corpus checksum (sha256:...)")
-    parser.add_argument("--tenant")
-    parser.add_argument("--result-digest")
-    parser.add_argument("--evaluation-digest")
-    parser.add_argument("--image-digest", help="the container image digest the run must bind")
+    source.add_argument(
+        "--corpus",
+        type=input_dir("--corpus"),
+        metavar="DIR",
+        help="compute the expected corpus checksum from this corpus directory",
+    )
+    source.add_argument(
+        "--corpus-checksum", metavar="sha256:HEX", help="the expected corpus checksum"
+    )
+    parser.add_argument("--tenant", help="the tenant the envelope must name")
+    parser.add_argument(
+        "--result-digest", metavar="sha256:HEX", help="the result digest the envelope must bind"
+    )
+    parser.add_argument(
+        "--evaluation-digest",
+        metavar="sha256:HEX",
+        help="the evaluation digest (plan, marks, runs) the envelope must bind",
+    )
+    parser.add_argument(
+        "--image-digest",
+        metavar="sha256:HEX",
+        help="the container image digest the run must bind",
+    )
     parser.add_argument(
         "--shard-count",
         type=int,
@@ -48,7 +81,11 @@ def register(subparsers: Subparsers) -> None:
         help="the run must be split into N shards (1: unsharded); any count when omitted",
     )
     workload = parser.add_mutually_exclusive_group()
-    workload.add_argument("--workload-digest", help="sha256: of the canonical workload object")
+    workload.add_argument(
+        "--workload-digest",
+        metavar="sha256:HEX",
+        help="sha256: of the canonical workload object (name, version, code digest)",
+    )
     workload.add_argument(
         "--this-workload",
         action="store_true",
@@ -67,10 +104,27 @@ def register(subparsers: Subparsers) -> None:
         action="store_true",
         help="accept the simulated root kept in this machine's state directory",
     )
-    parser.add_argument("--state-dir", type=Path, help="state directory of the simulated PKI")
-    parser.add_argument("--policy", type=Path, help="policy JSON whose keys are merged in")
-    parser.add_argument("--measurement", action="append", default=[], help="allowed MEASUREMENT")
-    parser.add_argument("--host-data", action="append", default=[], help="allowed HOST_DATA")
+    add_state_dir_argument(parser, existing=True)
+    parser.add_argument(
+        "--policy",
+        type=input_file("--policy"),
+        metavar="FILE",
+        help="verification policy JSON whose keys are merged in",
+    )
+    parser.add_argument(
+        "--measurement",
+        action="append",
+        default=[],
+        metavar="HEX",
+        help="an allowed launch MEASUREMENT (96 hex digits); repeatable",
+    )
+    parser.add_argument(
+        "--host-data",
+        action="append",
+        default=[],
+        metavar="HEX",
+        help="an allowed HOST_DATA (64 hex digits); repeatable",
+    )
     job = parser.add_argument_group(
         "the replay Job (pins HOST_DATA and the image digest)",
         "The run parameters given to `submit`: the HOST_DATA of the init-data `submit` builds "
@@ -79,7 +133,13 @@ def register(subparsers: Subparsers) -> None:
         "--corpus.",
     )
     add_job_arguments(job, corpus_flag="--corpus-source", required=False)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--out",
+        type=output_file("--out"),
+        required=True,
+        metavar="FILE",
+        help="the expected-values file to write",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -114,18 +174,33 @@ def _pinned_by_the_job(
     return {"hostData": [host_data.hex()], "imageDigest": spec.image_digest}
 
 
+#: The option behind each key of the expected-values file (keys from --policy are that file's).
+_OPTION_OF_KEY: Final = MappingProxyType(
+    {
+        "runId": "--run-id",
+        "corpusChecksum": "--corpus-checksum",
+        "tenant": "--tenant",
+        "resultDigest": "--result-digest",
+        "evaluationDigest": "--evaluation-digest",
+        "imageDigest": "--image-digest",
+        "workloadDigest": "--workload-digest",
+        "measurements": "--measurement",
+        "hostData": "--host-data",
+        "simulatedRoots": "--simulated-root",
+        "shardCount": "--shard-count",
+    }
+)
+#: Stands for the checksum of --corpus while the other options are checked (before the
+#: corpus is read, which can take long).
+_PENDING_CHECKSUM: Final = "sha256:" + "0" * 64
+
+
 def build_expected(args: argparse.Namespace) -> ExpectedValues:
+    """The expected values of the options; every option is checked before --corpus is read."""
     document: dict[str, Any] = {}
     if args.policy:
-        try:
-            policy = load_policy(args.policy.read_bytes())
-        except OSError as exc:
-            raise UsageError(f"cannot read --policy {args.policy}: {exc}") from exc
-        except AttestationError as exc:
-            raise InputError(f"--policy {args.policy}: {exc}") from exc
-        document.update(policy.to_json_dict())
-    checksum = compute_checksum(args.corpus) if args.corpus else args.corpus_checksum
-    document.update({"runId": args.run_id, "corpusChecksum": checksum})
+        document.update(_policy_keys(args.policy))
+    document.update({"runId": args.run_id, "corpusChecksum": args.corpus_checksum})
     optional = {
         "tenant": args.tenant,
         "resultDigest": args.result_digest,
@@ -139,16 +214,47 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         document["measurements"] = [value.lower() for value in args.measurement]
     if args.host_data:
         document["hostData"] = [value.lower() for value in args.host_data]
-    if args.image is not None:
-        document.update(_pinned_by_the_job(args, checksum, document))
     roots = list(args.simulated_root)
     if args.trust_local_simulated_root:
-        from runner.evidence.simulated import load_or_create_simulated_amd
+        from runner.evidence.simulated import load_simulated_amd
 
-        roots.append(load_or_create_simulated_amd(args.state_dir).root_fingerprint)
+        roots.append(load_simulated_amd(args.state_dir).root_fingerprint)
     if roots:
         document["simulatedRoots"] = roots
+    checksum = args.corpus_checksum or _PENDING_CHECKSUM
+    _validate({**document, "corpusChecksum": checksum}, args)  # every option, before any work
+    if args.corpus is not None:
+        checksum = compute_checksum(args.corpus)
+    document["corpusChecksum"] = checksum
+    if args.image is not None:
+        document.update(_pinned_by_the_job(args, checksum, document))
+    return _validate(document, args)
+
+
+def _policy_keys(path: Path) -> dict[str, Any]:
     try:
-        return load_expected(json.dumps(document).encode())
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--policy {path}: {exc.strerror or exc}") from exc
+    try:
+        return load_policy(data).to_json_dict()
     except AttestationError as exc:
-        raise InputError(str(exc)) from exc
+        raise InputError(f"--policy {path}: {exc}") from exc
+
+
+def _validate(document: dict[str, Any], args: argparse.Namespace) -> ExpectedValues:
+    try:
+        return ExpectedValues.model_validate(document, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        key = str(problem["loc"][0]) if problem["loc"] else ""
+        option = _OPTION_OF_KEY.get(key)
+        if option is None:  # a key that came from the --policy file
+            where = ".".join(str(part) for part in problem["loc"])
+            raise InputError(
+                f"--policy {args.policy}: {where}: {explain_problem(problem)}"
+            ) from None
+        value = problem["input"]
+        shown = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise UsageError(f"{option} {shown!r}: {explain_problem(problem)}") from None

@@ -1,13 +1,5 @@
-"""``attested-replay export in-toto ENVELOPE``: the envelope as an in-toto Statement v1.
-
-Writes an in-toto Statement v1 (https://in-toto.io/Statement/v1) whose subjects are the
-result and the corpus, by their SHA-256 digests (the envelope's binding), and whose predicate
-(type https://attested-replay.dev/attestations/replay/v1, docs/in-toto.md) names the envelope
-by digest and carries its binding, platform and measurement. The statement is unsigned: it
-lets tools that consume attestations index the run beside SLSA provenance; trust comes from
-verifying the envelope it names with verify-attested-run. Output: RFC 8785 JSON and a
-newline (one JSON Lines record), on standard output or --out.
-"""
+"""``attested-replay export in-toto ENVELOPE``: the envelope as an in-toto Statement v1
+(see :data:`DESCRIPTION`)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,9 @@ from typing import TYPE_CHECKING
 
 from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.errors import MalformedError
+from runner.commands.parsing import add_actions, add_command, input_file, output_file
 from runner.errors import InputError, UsageError
+from runner.exit_codes import Family
 from tenant.fsutil import atomic_write
 from tenant.intoto import statement_bytes
 
@@ -25,23 +19,41 @@ if TYPE_CHECKING:
     from runner.commands import Subparsers
 
 
+DESCRIPTION = """\
+The in-toto Statement v1 (https://in-toto.io/Statement/v1) has the result and the corpus as
+subjects, by their SHA-256 digests (the envelope's binding); its predicate (type
+https://attested-replay.dev/attestations/replay/v1, docs/in-toto.md) names the envelope by
+digest and carries its binding, platform and measurement. The statement is unsigned: it lets
+tools that consume attestations index the run beside SLSA provenance; trust comes from
+verifying the envelope it names with verify-attested-run. Output: RFC 8785 JSON and a newline
+(one JSON Lines record)."""
+
+
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "export",
-        help="export an envelope in another attestation format (in-toto)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="export an envelope in another attestation format (in-toto)",
+        description="FORMAT is the format to write; in-toto is the only one.",
+        family=Family.DOCUMENTS,
     )
-    formats = parser.add_subparsers(dest="export_format", metavar="FORMAT")
-    formats.required = True
-    intoto = formats.add_parser(
+    formats = add_actions(parser, metavar="FORMAT")
+    intoto = add_command(
+        formats,
         "in-toto",
-        help="write an in-toto Statement v1 for an envelope",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="write an in-toto Statement v1 for an envelope",
+        description=DESCRIPTION,
+        family=Family.DOCUMENTS,
     )
-    intoto.add_argument("envelope", type=Path, metavar="ENVELOPE", help="envelope JSON file")
-    intoto.add_argument("--out", type=Path, help="write here instead of standard output")
+    intoto.add_argument(
+        "envelope", type=input_file("ENVELOPE"), metavar="ENVELOPE", help="envelope JSON file"
+    )
+    intoto.add_argument(
+        "--out",
+        type=output_file("--out"),
+        metavar="FILE",
+        help="write the statement here instead of standard output",
+    )
     intoto.set_defaults(handler=handle_intoto)
 
 

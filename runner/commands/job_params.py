@@ -26,19 +26,29 @@ def add_job_arguments(
         metavar="URL_OR_PATH",
         help="https:// URL of the corpus .tar.gz, or a directory inside --corpus-claim",
     )
-    parser.add_argument("--corpus-claim", help="PersistentVolumeClaim holding the corpus path")
+    parser.add_argument(
+        "--corpus-claim", metavar="CLAIM", help="PersistentVolumeClaim holding the corpus path"
+    )
     parser.add_argument(
         "--image",
         required=required,
+        metavar="IMAGE",
         help="runner image, registry.host/repository@sha256:<64 hex>",
     )
-    parser.add_argument("--overlay", required=required, choices=sorted(OVERLAYS))
+    parser.add_argument(
+        "--overlay",
+        required=required,
+        choices=sorted(OVERLAYS),
+        help="the manifests' overlay (runtime class and node selection)",
+    )
     parser.add_argument(
         "--publish-url",
+        metavar="URL",
         help="publication endpoint the pod publishes to (https://; needs --publish-token-secret)",
     )
     parser.add_argument(
         "--publish-token-secret",
+        metavar="SECRET",
         help="Secret (key 'token', an operator token) the pod reads its publish token from",
     )
     parser.add_argument(

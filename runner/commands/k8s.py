@@ -23,7 +23,15 @@ from runner.commands.job_params import (
     add_job_arguments,
     replay_spec,
 )
+from runner.commands.parsing import (
+    add_command,
+    input_file,
+    input_file_or_dir,
+    output_dir,
+    output_file,
+)
 from runner.errors import SubmitError, UsageError
+from runner.exit_codes import Family
 from runner.extras import extra_required
 from runner.k8s.job import (
     DEFAULT_ACTIVE_DEADLINE_SECONDS,
@@ -54,27 +62,41 @@ def load_verifier(expected_path: Path) -> Callable[[bytes], None]:
 
 
 def register(subparsers: Subparsers) -> None:
-    submit = subparsers.add_parser(
+    submit = add_command(
+        subparsers,
         "submit",
-        help="submit a replay Job to Kubernetes",
-        description="Build the replay Job and its init-data (whose agent policy admits only this "
-        "Job's replay container) and create it; --dry-run prints the Job instead.",
+        summary="submit a replay Job to Kubernetes",
+        description="""\
+Build the replay Job and its init-data (whose agent policy admits only this Job's replay
+container) and create it; --dry-run prints the Job instead. With --wait it waits for the run,
+collects the envelope and verifies it against --expected before reporting success.""",
+        family=Family.CLUSTER,
     )
     _cluster_arguments(submit)
-    submit.add_argument("--checksum", required=True, help="expected corpus checksum sha256:...")
-    submit.add_argument("--run-id", required=True)
-    submit.add_argument("--tenant", required=True)
+    submit.add_argument(
+        "--checksum", required=True, metavar="sha256:HEX", help="expected corpus checksum"
+    )
+    submit.add_argument("--run-id", required=True, help="run identifier")
+    submit.add_argument("--tenant", required=True, help="tenant identifier (a DNS label)")
     add_job_arguments(submit)
     submit.add_argument(
         "--dry-run",
         action="store_true",
         help="print the Job (JSON, with its init-data annotation) and contact no cluster",
     )
-    submit.add_argument("--runtime-class", help="override the overlay's runtime class")
-    submit.add_argument("--cpu", default="2", help="whole vCPUs (part of the launch measurement)")
-    submit.add_argument("--memory", default="4Gi")
     submit.add_argument(
-        "--active-deadline", type=int, default=DEFAULT_ACTIVE_DEADLINE_SECONDS, metavar="SECONDS"
+        "--runtime-class", metavar="NAME", help="override the overlay's runtime class"
+    )
+    submit.add_argument(
+        "--cpu", default="2", metavar="N", help="whole vCPUs (part of the launch measurement)"
+    )
+    submit.add_argument("--memory", default="4Gi", metavar="QUANTITY", help="memory limit")
+    submit.add_argument(
+        "--active-deadline",
+        type=int,
+        default=DEFAULT_ACTIVE_DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help="activeDeadlineSeconds of the Job",
     )
     submit.add_argument(
         "--ttl",
@@ -83,66 +105,137 @@ def register(subparsers: Subparsers) -> None:
         metavar="SECONDS",
         help="ttlSecondsAfterFinished: collect before it expires",
     )
-    submit.add_argument("--backoff-limit", type=int, default=2)
+    submit.add_argument(
+        "--backoff-limit", type=int, default=2, metavar="N", help="backoffLimit of the Job"
+    )
     submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
     _collect_arguments(submit)
     submit.set_defaults(handler=handle_submit)
 
-    status = subparsers.add_parser("status", help="phase of a submitted run")
+    status = add_command(
+        subparsers,
+        "status",
+        summary="print the phase of a submitted run",
+        description="One JSON object: the Job, its pods and the run's phase.",
+        family=Family.CLUSTER,
+    )
     _cluster_arguments(status)
     _run_arguments(status, several=False)
     status.set_defaults(handler=handle_status)
 
-    collect = subparsers.add_parser("collect", help="collect and verify envelopes of runs")
+    collect = add_command(
+        subparsers,
+        "collect",
+        summary="collect and verify the envelopes of finished runs",
+        description="""\
+For each run: read the envelope (publication service, or the framed line of the pod log),
+check it against the pod's termination message and verify it against --expected (a file, or a
+directory of <run-id>.json files). One JSON line per run.""",
+        family=Family.CLUSTER,
+    )
     _cluster_arguments(collect)
     _run_arguments(collect, several=True)
     collect.add_argument("--wait", action="store_true", help="wait for the runs to finish first")
-    collect.add_argument("--publish-url", help="collect from this publication endpoint")
+    collect.add_argument(
+        "--publish-url", metavar="URL", help="collect from this publication endpoint"
+    )
     _collect_arguments(collect)
-    collect.add_argument("--out-dir", type=Path, help="write <run-id>.envelope.json files here")
+    collect.add_argument(
+        "--out-dir",
+        type=output_dir("--out-dir", create=False),
+        metavar="DIR",
+        help="write <run-id>.envelope.json files here (an existing directory)",
+    )
     collect.set_defaults(handler=handle_collect)
 
-    cancel = subparsers.add_parser("cancel", help="delete a run's Job and its pods")
+    cancel = add_command(
+        subparsers,
+        "cancel",
+        summary="delete a run's Job and its pods",
+        description="The Job is deleted with its pods (foreground propagation).",
+        family=Family.CLUSTER,
+    )
     _cluster_arguments(cancel)
     _run_arguments(cancel, several=False)
     cancel.set_defaults(handler=handle_cancel)
 
-    listing = subparsers.add_parser("list", help="list runs in the namespace")
+    listing = add_command(
+        subparsers,
+        "list",
+        summary="list the runs in the namespace",
+        description="One JSON line per run Job, as status prints it.",
+        family=Family.CLUSTER,
+    )
     _cluster_arguments(listing)
     listing.set_defaults(handler=handle_list)
 
 
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+        "--kubeconfig",
+        type=input_file("--kubeconfig"),
+        metavar="FILE",
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster)",
     )
-    parser.add_argument("--context", help="kubeconfig context")
-    parser.add_argument("--namespace", help="namespace (default: context's, else attested-replay)")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
     parser.add_argument(
-        "--watch-timeout", type=int, default=60, metavar="S", help="server-side watch timeout"
+        "--namespace",
+        metavar="NAME",
+        help="namespace (default: the context's, else attested-replay)",
     )
     parser.add_argument(
-        "--api-retries", type=int, default=6, metavar="N", help="attempts per API call (5xx, drops)"
+        "--watch-timeout",
+        type=int,
+        default=60,
+        metavar="SECONDS",
+        help="server-side timeout of each watch request",
     )
     parser.add_argument(
-        "--api-retry-delay", type=float, default=0.25, metavar="S", help="first retry delay"
+        "--api-retries",
+        type=int,
+        default=6,
+        metavar="N",
+        help="attempts per API call (5xx, dropped connections)",
+    )
+    parser.add_argument(
+        "--api-retry-delay",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="delay before the first retry (doubling after)",
     )
 
 
 def _run_arguments(parser: argparse.ArgumentParser, *, several: bool) -> None:
-    parser.add_argument("run", nargs="+" if several else None, metavar="RUN", help="run ID")
-    parser.add_argument("--tenant", required=True)
+    parser.add_argument(
+        "run", nargs="+" if several else None, metavar="RUN", help="run ID" + ("s" * several)
+    )
+    parser.add_argument("--tenant", required=True, help="the runs' tenant")
 
 
 def _collect_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, help="seconds to wait (default: deadline + 300)")
     parser.add_argument(
-        "--expected", type=Path, help="expected-values file, or a directory of <run-id>.json files"
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long to wait (default: the Job's deadline + 300)",
     )
-    parser.add_argument("--out", type=Path, help="write the verified envelope here")
+    parser.add_argument(
+        "--expected",
+        type=input_file_or_dir("--expected"),
+        metavar="FILE|DIR",
+        help="expected-values file, or a directory of <run-id>.json files",
+    )
+    parser.add_argument(
+        "--out",
+        type=output_file("--out"),
+        metavar="FILE",
+        help="write the verified envelope here",
+    )
     parser.add_argument(
         "--publish-token-file",
-        type=Path,
+        type=input_file("--publish-token-file"),
+        metavar="FILE",
         help="bearer token for reading from the publication endpoint",
     )
 
@@ -266,7 +359,8 @@ def _submitter(args: argparse.Namespace) -> Submitter:
         from runner.k8s.retry import KUBERNETES_RETRY
         from runner.k8s.submit import Submitter
 
-    connection = connect(args.kubeconfig, args.context)
+    kubeconfig = None if args.kubeconfig is None else str(args.kubeconfig)
+    connection = connect(kubeconfig, args.context)
     namespace = str(args.namespace or connection.namespace or DEFAULT_NAMESPACE)
     token_file = getattr(args, "publish_token_file", None)
     # Same rules as the publisher's token files: an empty or multi-token file is refused here,

@@ -1,20 +1,14 @@
-"""``attested-replay merge``: join a sharded replay's shard envelopes into one merged envelope.
-
-Each shard of a replay split N ways (``run --shard-count N``, or ``submit --shards N``) writes
-an envelope whose binding says which shard it is and whose result is that shard's exact
-partials. ``merge`` checks the N envelopes are shards 0..N-1 of one replay, rebuilds the
-evaluation report from them (byte for byte what an unsharded ``run`` reports) and writes a
-merged envelope holding every shard's evidence and the merged report, after verifying it as
-a tenant would (``verify-attested-run --envelope MERGED``).
-"""
+"""``attested-replay merge``: join a sharded replay's shard envelopes into one merged envelope
+(see :data:`DESCRIPTION`)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.commands.parsing import add_command, add_state_dir_argument, input_file, output_file
 from runner.evidence.simulated import load_or_create_simulated_amd
+from runner.exit_codes import Family
 from runner.pipeline.merge import merge_shards
 from runner.pipeline.verification import load_expected_file
 
@@ -22,19 +16,42 @@ if TYPE_CHECKING:
     from runner.commands import Subparsers
 
 
+DESCRIPTION = """\
+Each shard of a replay split N ways (run --shard-count N, or submit --shards N) writes an
+envelope whose binding says which shard it is and whose result is that shard's exact
+partials. merge checks the N envelopes are shards 0..N-1 of one replay, rebuilds the
+evaluation report from them (byte for byte what an unsharded run reports) and writes a merged
+envelope holding every shard's evidence and the merged report, after verifying it as a tenant
+would (verify-attested-run --envelope MERGED)."""
+
+
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "merge",
-        help="merge the shard envelopes of a sharded replay into one envelope",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="merge the shard envelopes of a sharded replay into one envelope",
+        description=DESCRIPTION,
+        family=Family.REPLAY,
     )
     parser.add_argument(
-        "shards", nargs="+", type=Path, metavar="SHARD_ENVELOPE", help="one file per shard"
+        "shards",
+        nargs="+",
+        type=input_file("SHARD_ENVELOPE"),
+        metavar="SHARD_ENVELOPE",
+        help="one file per shard",
     )
-    parser.add_argument("--out", required=True, type=Path, help="merged envelope output file")
     parser.add_argument(
-        "--result-out", type=Path, help="merged report file (default: <out>.result.json)"
+        "--out",
+        required=True,
+        type=output_file("--out"),
+        metavar="FILE",
+        help="merged envelope output file",
+    )
+    parser.add_argument(
+        "--result-out",
+        type=output_file("--result-out"),
+        metavar="FILE",
+        help="merged report file (default: <out>.result.json)",
     )
     parser.add_argument(
         "--omit-result",
@@ -43,7 +60,8 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--expected",
-        type=Path,
+        type=input_file("--expected"),
+        metavar="FILE",
         help="verify the merged envelope against this expected-values file (default: the "
         "crypto-only policy and the envelope's own values)",
     )
@@ -53,7 +71,7 @@ def register(subparsers: Subparsers) -> None:
         help="accept this machine's simulated root in the check (shards run here with "
         "--evidence simulated)",
     )
-    parser.add_argument("--state-dir", type=Path, help="state directory of the simulated PKI")
+    add_state_dir_argument(parser)
     parser.set_defaults(handler=handle)
 
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_tenant_id
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
+from runner.commands.parsing import (
+    add_actions,
+    add_command,
+    input_file,
+    output_dir,
+)
 from runner.errors import InputError, PublishError, UsageError
+from runner.exit_codes import Family
 from runner.extras import extra_required
 from tenant.http import read_token
 
@@ -25,70 +32,189 @@ def register(subparsers: Subparsers) -> None:
     _register_tenant(subparsers)
 
 
-def _register_publish(subparsers: Any) -> None:  # noqa: ANN401  # as above
-    parser = subparsers.add_parser(
+def _register_publish(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
         "publish",
-        help="publish an envelope to a dir:// or https:// target, or flush the spool",
+        summary="publish an envelope to a dir:// or https:// target, or flush the spool",
+        description="""\
+An envelope that cannot be delivered is kept in the spool; --flush delivers the spool later
+(to each envelope's recorded target, or to --target) and removes an envelope only once its
+target confirmed it. https:// targets need an operator token (--token-file).""",
+        family=Family.PUBLICATION,
     )
-    parser.add_argument("envelope", nargs="?", type=Path, help="envelope JSON file")
-    parser.add_argument("--target", help="dir://PATH or https://HOST (with --flush: override)")
-    parser.add_argument("--tenant", help="tenant id the envelope is published for")
-    parser.add_argument("--run-id", help="run id (default: the envelope's runId)")
-    parser.add_argument("--token-file", type=Path, help="file holding the operator token")
-    parser.add_argument("--spool-dir", type=Path, help="spool directory (default: see docs)")
+    parser.add_argument(
+        "envelope",
+        nargs="?",
+        type=input_file("ENVELOPE"),
+        metavar="ENVELOPE",
+        help="envelope JSON file (omit with --flush)",
+    )
+    parser.add_argument(
+        "--target",
+        metavar="URL",
+        help="dir://PATH or https://HOST[/PREFIX] (with --flush: overrides recorded targets)",
+    )
+    parser.add_argument("--tenant", help="tenant the envelope is published for")
+    parser.add_argument("--run-id", help="run ID (default: the envelope's runId)")
+    parser.add_argument(
+        "--token-file",
+        type=input_file("--token-file"),
+        metavar="FILE",
+        help="file holding the operator token (needed for https:// targets)",
+    )
+    parser.add_argument(
+        "--spool-dir",
+        type=output_dir("--spool-dir", create=True),
+        metavar="DIR",
+        help="spool directory (default: spool/ in the runner's state directory; with --flush "
+        "it must exist)",
+    )
     parser.add_argument("--flush", action="store_true", help="deliver every spooled envelope")
     parser.set_defaults(handler=_publish)
 
 
-def _register_serve(subparsers: Any) -> None:  # noqa: ANN401  # as above
-    parser = subparsers.add_parser("serve", help="run the publication service")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--state-dir", type=Path, help="keys and SQLite database live here")
-    parser.add_argument("--db", help="SQLite file or postgresql:// DSN (default: in state dir)")
-    parser.add_argument("--log-signing-key", type=Path, help="Ed25519 PKCS#8 PEM key file")
-    parser.add_argument("--log-name", help="log and key name (checkpoint origin prefix)")
+def _register_serve(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
+        "serve",
+        summary="run the publication service",
+        description="""\
+Serves the per-tenant transparency logs: operators publish envelopes with their token,
+tenants read their own log and envelopes with theirs. The database and the log signing key
+live in the state directory unless --db and --log-signing-key say otherwise.""",
+        family=Family.PUBLICATION,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8443, help="port to listen on")
+    parser.add_argument(
+        "--state-dir",
+        type=output_dir("--state-dir", create=True),
+        metavar="DIR",
+        help="keys and the SQLite database live here (default: $ATTESTED_REPLAY_STATE_DIR/"
+        "server, else $XDG_DATA_HOME/attested-replay/server, else "
+        "~/.local/share/attested-replay/server)",
+    )
+    parser.add_argument(
+        "--db",
+        metavar="LOCATION",
+        help="SQLite file or postgresql:// DSN (default: publish.sqlite3 in the state directory)",
+    )
+    parser.add_argument(
+        "--log-signing-key",
+        type=input_file("--log-signing-key"),
+        metavar="FILE",
+        help="Ed25519 PKCS#8 PEM key file (default: made in the state directory on first start)",
+    )
+    parser.add_argument(
+        "--log-name",
+        metavar="NAME",
+        help="log and key name, the checkpoint origin prefix (default: $ATTESTED_REPLAY_LOG_NAME,"
+        " else attested-replay.local)",
+    )
     parser.add_argument(
         "--sqlite-synchronous",
         choices=["full", "normal"],
         default="full",
-        help="full (default): every acknowledged envelope survives power loss; normal: "
-        "survives process crashes only, for disposable stores",
+        help="full: every acknowledged envelope survives power loss; normal: survives process "
+        "crashes only, for disposable stores",
+    )
+    parser.add_argument(
+        "--tls-cert",
+        type=input_file("--tls-cert"),
+        metavar="FILE",
+        help="TLS certificate chain (PEM), with --tls-key",
+    )
+    parser.add_argument(
+        "--tls-key",
+        type=input_file("--tls-key"),
+        metavar="FILE",
+        help="TLS private key (PEM), with --tls-cert",
     )
     parser.add_argument(
         "--max-corpus-export-bytes",
         type=parse_size,
         default=DEFAULT_MAX_CORPUS_EXPORT_BYTES,
         metavar="SIZE",
-        help="largest corpus export accepted, e.g. 256M or 2G (default 256M)",
+        help="largest corpus export accepted, e.g. 256M or 2G (default: 256M)",
     )
-    parser.add_argument("--tls-cert", type=Path)
-    parser.add_argument("--tls-key", type=Path)
     parser.set_defaults(handler=_serve)
 
 
-def _register_token(subparsers: Any) -> None:  # noqa: ANN401  # as above
-    parser = subparsers.add_parser("token", help="manage publication-service tokens")
-    actions = parser.add_subparsers(dest="token_action", metavar="ACTION")
-    actions.required = True
-    create = actions.add_parser("create", help="create a token and print it once")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--role", required=True, choices=["operator", "tenant"])
-    create.add_argument("--db", required=True, help="SQLite file or postgresql:// DSN")
+def _register_token(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
+        "token",
+        summary="manage publication-service tokens",
+        description="Tokens are stored as SHA-256 hashes; each names a tenant and a role.",
+        family=Family.PUBLICATION,
+    )
+    actions = add_actions(parser)
+    create = add_command(
+        actions,
+        "create",
+        summary="create a token and print it once",
+        description="An operator token publishes envelopes for its tenant; a tenant token "
+        "reads that tenant's\nlog and envelopes.",
+        family=Family.PUBLICATION,
+    )
+    create.add_argument("--tenant", required=True, help="tenant identifier (a DNS label)")
+    create.add_argument(
+        "--role", required=True, choices=["operator", "tenant"], help="what the token may do"
+    )
+    create.add_argument(
+        "--db",
+        required=True,
+        metavar="LOCATION",
+        help="the service's SQLite file or postgresql:// DSN",
+    )
     create.set_defaults(handler=_token_create)
 
 
-def _register_tenant(subparsers: Any) -> None:  # noqa: ANN401  # as above
-    parser = subparsers.add_parser("tenant", help="tenant-side commands")
-    actions = parser.add_subparsers(dest="tenant_action", metavar="ACTION")
-    actions.required = True
-    fetch = actions.add_parser("fetch", help="fetch new envelopes and verify the log")
-    fetch.add_argument("--server", required=True, help="https://HOST of the service")
-    fetch.add_argument("--token-file", required=True, type=Path)
-    fetch.add_argument("--tenant", required=True)
-    fetch.add_argument("--out", required=True, type=Path, help="local store directory")
-    fetch.add_argument("--log-key", help="pinned verifier key (text or file)")
-    fetch.add_argument("--checkpoint", help="a checkpoint file to check consistency against")
+def _register_tenant(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
+        "tenant",
+        summary="tenant-side commands",
+        description="What a tenant runs against the publication service.",
+        family=Family.PUBLICATION,
+    )
+    actions = add_actions(parser)
+    fetch = add_command(
+        actions,
+        "fetch",
+        summary="fetch new envelopes and verify the log",
+        description="""\
+Downloads the tenant's signed checkpoint, checks it extends the one kept in --out
+(consistency proof), downloads the new envelopes with their inclusion proofs, and keeps
+them under --out/envelopes.""",
+        family=Family.PUBLICATION,
+    )
+    fetch.add_argument("--server", required=True, metavar="URL", help="https://HOST of the service")
+    fetch.add_argument(
+        "--token-file",
+        required=True,
+        type=input_file("--token-file"),
+        metavar="FILE",
+        help="file holding the tenant token",
+    )
+    fetch.add_argument("--tenant", required=True, help="tenant identifier (a DNS label)")
+    fetch.add_argument(
+        "--out",
+        required=True,
+        type=output_dir("--out", create=True),
+        metavar="DIR",
+        help="local store directory (created if absent; its parent must exist)",
+    )
+    fetch.add_argument(
+        "--log-key", metavar="KEY|FILE", help="pinned log verifier key (the text, or a file)"
+    )
+    fetch.add_argument(
+        "--checkpoint",
+        type=input_file("--checkpoint"),
+        metavar="FILE",
+        help="a checkpoint to check consistency against (default: the one kept in --out)",
+    )
     fetch.add_argument(
         "--corpus",
         action="store_true",
@@ -99,7 +225,7 @@ def _register_tenant(subparsers: Any) -> None:  # noqa: ANN401  # as above
         type=parse_size,
         default=DEFAULT_MAX_CORPUS_EXPORT_BYTES,
         metavar="SIZE",
-        help="largest corpus export downloaded, e.g. 256M or 2G (default 256M)",
+        help="largest corpus export downloaded, e.g. 256M or 2G (default: 256M)",
     )
     fetch.set_defaults(handler=_tenant_fetch)
 
@@ -112,7 +238,9 @@ def _publish(args: argparse.Namespace) -> int:
     token = read_token(args.token_file) if args.token_file else None
     if args.flush:
         if args.envelope is not None:
-            raise UsageError("publish --flush takes no envelope file")
+            raise UsageError(f"ENVELOPE {args.envelope}: --flush takes no envelope file")
+        if args.spool_dir is not None and not args.spool_dir.is_dir():
+            raise UsageError(f"--spool-dir {args.spool_dir}: no such directory (nothing to flush)")
         report = flush_spool(spool_dir=args.spool_dir, target=args.target, token=token)
         for outcome in report.delivered:
             print(f"delivered {outcome.digest} ({outcome.status}) to {outcome.target}")
@@ -126,7 +254,7 @@ def _publish(args: argparse.Namespace) -> int:
     try:
         data = args.envelope.read_bytes()
     except OSError as exc:
-        raise InputError(f"cannot read envelope {args.envelope}: {exc}") from exc
+        raise UsageError(f"ENVELOPE {args.envelope}: {exc.strerror or exc}") from exc
     run_id = args.run_id or _run_id_of(data, args.envelope)
     outcome = publish_envelope(
         args.target,
@@ -220,7 +348,7 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         tenant=args.tenant,
         out_dir=args.out,
         log_key=load_verifier_key(args.log_key) if args.log_key else None,
-        last_checkpoint=args.checkpoint,
+        last_checkpoint=None if args.checkpoint is None else str(args.checkpoint),
     )
     print(
         f"verified log of {report.size} entries (was {report.previous_size}); "

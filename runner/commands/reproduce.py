@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attestation.exit_codes import EXIT_CODES, VERIFIED
+from runner.commands.parsing import add_command, input_file, input_file_or_dir
+from runner.exit_codes import Family
 from runner.pipeline.reproduce import TRUST_STATEMENT, read_envelope_file, reproduce
+
+if TYPE_CHECKING:
+    from runner.commands import Subparsers
 
 DESCRIPTION = """\
 Re-derive a run's result from a corpus without trusting any hardware: check the corpus
@@ -23,29 +27,35 @@ and compare the evaluation and result digests.
 --corpus takes a corpus directory or a corpus export (`attested-replay corpus export`,
 `tenant fetch --corpus`); an export is checked against its manifest first.
 
-Exit codes (the verifier's classes):
+The exit code is one of the verifier's classes:
   0  reproduced: the corpus, evaluation and result the envelope binds follow from this corpus
   1  malformed: the envelope, the corpus or the archive cannot be read as one
   7  binding: the bound result is not what the envelope's own scoring code computes from
      this corpus, or the envelope's result does not match its binding
   8  expectation: another corpus or evaluation than the envelope's, or other scoring code
      with another result (both code digests are named)
-  9  usage: bad arguments, unreadable files
-"""
+  9  usage: bad arguments, unreadable files"""
 
 
-def register_action(actions: Any) -> None:  # noqa: ANN401  # argparse's private subparsers type
-    parser = actions.add_parser(
+def register_action(actions: Subparsers) -> None:
+    parser = add_command(
+        actions,
         "reproduce",
-        help="re-derive a run's result from a corpus (trusts no hardware)",
+        summary="re-derive a run's result from a corpus (trusts no hardware)",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        family=Family.VERIFICATION,
     )
-    parser.add_argument("--envelope", required=True, type=Path, help="the run's envelope file")
+    parser.add_argument(
+        "--envelope",
+        required=True,
+        type=input_file("--envelope"),
+        metavar="FILE",
+        help="the run's envelope file",
+    )
     parser.add_argument(
         "--corpus",
         required=True,
-        type=Path,
+        type=input_file_or_dir("--corpus"),
         metavar="DIR|ARCHIVE",
         help="corpus directory or corpus export (.tar.gz)",
     )

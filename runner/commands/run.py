@@ -1,9 +1,7 @@
 """``attested-replay run``: the main job (and the container entrypoint).
 
-Validate and checksum the corpus, refuse an unexpected checksum, score, digest, bind, obtain
-evidence over REPORT_DATA, verify the envelope with the tenant's own verifier, then write the
-result and the envelope atomically (and optionally publish them). The job itself is
-:func:`runner.pipeline.run`; this module maps the options to a ``RunRequest`` and prints.
+The job itself is :func:`runner.pipeline.run`; this module maps the options to a
+``RunRequest`` and prints.
 """
 
 from __future__ import annotations
@@ -14,14 +12,28 @@ import re
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from pydantic import ValidationError
 
-from attestation.contracts import FRAME_PREFIX, MAX_SHARD_COUNT, RUN_ID_GRAMMAR, frame_envelope
+from attestation.contracts import (
+    FRAME_PREFIX,
+    MAX_SHARD_COUNT,
+    RUN_ID_GRAMMAR,
+    explain_problem,
+    frame_envelope,
+)
+from runner.commands.parsing import (
+    add_command,
+    add_state_dir_argument,
+    input_file,
+    interface_path,
+    output_file,
+)
 from runner.errors import UsageError
 from runner.evidence import AGENT_ENCODINGS, EVIDENCE_CHOICES
+from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
+from runner.exit_codes import Family
 from runner.pipeline import RunRequest, RunResult, run
 from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE
 from runner.pipeline.replay import Progress
@@ -34,12 +46,21 @@ INDEX_VARIABLE: Final = "JOB_COMPLETION_INDEX"
 _INDEX_TEXT: Final = re.compile(r"^(0|[1-9][0-9]{0,5})$")
 
 
+DESCRIPTION = """\
+Validate and checksum the corpus, refuse an unexpected checksum, score every run record,
+bind the digests into REPORT_DATA, obtain attestation evidence over them, verify the envelope
+with the tenant's own verifier, and only then write the result and the envelope (atomically)
+and publish them. Parameters, paths, the publication target and the evidence interface are
+checked before any work; on any failure nothing is written."""
+
+
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "run",
-        help="replay a corpus and write its attestation envelope",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="replay a corpus and write its attestation envelope",
+        description=DESCRIPTION,
+        family=Family.REPLAY,
     )
     add_run_arguments(parser)
     parser.set_defaults(handler=handle)
@@ -58,7 +79,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ca-bundle",
-        type=Path,
+        type=input_file("--ca-bundle"),
         metavar="FILE",
         help="CA certificates for https:// downloads and publishing (default: certifi's "
         "bundle; REQUESTS_CA_BUNDLE, SSL_CERT_FILE, proxy and netrc variables are never used)",
@@ -71,9 +92,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         choices=EVIDENCE_CHOICES,
         help="evidence provider; 'simulated' only when asked for by name (never a fallback)",
     )
-    parser.add_argument("--out", required=True, type=Path, help="envelope output file")
     parser.add_argument(
-        "--result-out", type=Path, help="evaluation result file (default: <out>.result.json)"
+        "--out",
+        required=True,
+        type=output_file("--out"),
+        metavar="FILE",
+        help="envelope output file (its directory must exist)",
+    )
+    parser.add_argument(
+        "--result-out",
+        type=output_file("--result-out"),
+        metavar="FILE",
+        help="evaluation result file (default: <out>.result.json)",
     )
     parser.add_argument(
         "--expect-checksum", help="refuse a corpus whose checksum differs (sha256:...)"
@@ -82,10 +112,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-digest", help="container image digest to bind (sha256:...)")
     parser.add_argument(
         "--endorsement-bundle",
-        type=Path,
+        type=input_file("--endorsement-bundle"),
+        metavar="FILE",
         help="PEM bundle (VCEK or VLEK, ASK or ASVK, ARK) when the platform returns none",
     )
-    parser.add_argument("--state-dir", type=Path, help="state directory of the simulated PKI")
+    add_state_dir_argument(parser)
     parser.add_argument(
         "--trust-simulated-root",
         action="store_true",
@@ -93,13 +124,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "implied by --evidence simulated. The envelope still says platform 'simulated'",
     )
     parser.add_argument(
-        "--agent-url", default="http://127.0.0.1:8006", help="attestation-agent base URL (coco-aa)"
+        "--agent-url", default=DEFAULT_BASE_URL, help="attestation-agent base URL (coco-aa)"
     )
     parser.add_argument(
         "--agent-timeout",
         type=float,
-        default=30.0,
-        help="seconds to wait for the attestation agent (coco-aa, default %(default)s)",
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds to wait for the attestation agent (coco-aa)",
     )
     parser.add_argument(
         "--agent-wait",
@@ -109,11 +141,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--configfs-root",
-        type=Path,
-        help="configfs-tsm report directory (default /sys/kernel/config/tsm/report)",
+        type=interface_path("--configfs-root"),
+        metavar="DIR",
+        help="configfs-tsm report directory (default: /sys/kernel/config/tsm/report)",
     )
     parser.add_argument(
-        "--sev-guest-device", type=Path, help="SEV-SNP guest device (default /dev/sev-guest)"
+        "--sev-guest-device",
+        type=interface_path("--sev-guest-device"),
+        metavar="PATH",
+        help="SEV-SNP guest device (default: /dev/sev-guest)",
     )
     parser.add_argument(
         "--agent-encoding",
@@ -126,10 +162,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="put only the result digest in the envelope (the result file is still written)",
     )
-    parser.add_argument("--publish", metavar="URL", help="publish the envelope (dir://, https://)")
-    parser.add_argument("--publish-token-file", type=Path, help="bearer token for --publish")
     parser.add_argument(
-        "--termination-log", type=Path, help="write the digests here (e.g. /dev/termination-log)"
+        "--publish", metavar="URL", help="publish the envelope to dir://PATH or https://HOST"
+    )
+    parser.add_argument(
+        "--publish-token-file",
+        type=input_file("--publish-token-file"),
+        metavar="FILE",
+        help="file holding the bearer token for --publish (https:// targets need one)",
+    )
+    parser.add_argument(
+        "--termination-log",
+        type=output_file("--termination-log", in_place=True),
+        metavar="FILE",
+        help="write the digests here (e.g. /dev/termination-log)",
     )
     parser.add_argument(
         "--frame-envelope",
@@ -178,7 +224,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         option = "--" + name.replace("_", "-")
         value = str(values.get(name))
         shown = value if len(value) <= 80 else value[:77] + "..."
-        raise UsageError(f"{option} {shown!r}: {message}") from None
+        raise UsageError(f"{option} {shown!r}: {explain_problem(problem)}") from None
 
 
 def shard_index_from_environment(environ: Mapping[str, str]) -> int:

@@ -1,10 +1,4 @@
-"""``attested-replay score FILE|DIR``: exact-match scoring without evidence.
-
-FILE is the evaluation-design pack's worked-example shape (cases, runs with predictions and
-cost_usd, pass_marks, positive_label; an ``expected`` key is ignored); the output is
-``{"metrics": {run_id: {...}}, "marks": {id: result}}``. DIR is a corpus directory; the
-output is its full evaluation report. Output is deterministic JSON (sorted keys).
-"""
+"""``attested-replay score FILE|DIR``: exact-match scoring without evidence."""
 
 from __future__ import annotations
 
@@ -13,7 +7,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.commands.parsing import add_command, input_file_or_dir
 from runner.corpus.jsonio import read_small_json
+from runner.exit_codes import Family
 from runner.pipeline.replay import replay_corpus
 from runner.scoring.worked_example import score_worked_example
 
@@ -21,14 +17,27 @@ if TYPE_CHECKING:
     from runner.commands import Subparsers
 
 
+DESCRIPTION = """\
+FILE is the evaluation-design pack's worked-example shape (cases, runs with predictions and
+cost_usd, pass_marks, positive_label; an "expected" key is ignored); the output is
+{"metrics": {run_id: {...}}, "marks": {id: result}}. DIR is a corpus directory; the output
+is its full evaluation report. Output is deterministic JSON (sorted keys); no evidence."""
+
+
 def register(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "score",
-        help="score a worked-example file or a corpus directory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="score a worked-example file or a corpus directory",
+        description=DESCRIPTION,
+        family=Family.REPLAY,
     )
-    parser.add_argument("source", type=Path, metavar="FILE|DIR")
+    parser.add_argument(
+        "source",
+        type=input_file_or_dir("FILE|DIR"),
+        metavar="FILE|DIR",
+        help="worked-example JSON file, or corpus directory",
+    )
     parser.set_defaults(handler=handle)
 
 

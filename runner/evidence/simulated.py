@@ -58,6 +58,27 @@ def load_or_create_simulated_amd(
         ) from exc
 
 
+def load_simulated_amd(state_dir: Path | None = None) -> SimulatedAmd:
+    """The simulated AMD of this state dir, which must exist already: for commands that pin
+    or show its root, where creating a new one would trust a root that signed nothing.
+
+    Raises:
+        UsageError: there is no simulated PKI in the state directory.
+        InputError: the state exists but is incomplete or corrupt.
+    """
+    directory = simulated_amd_dir(state_dir)
+    if not directory.is_dir():
+        where = "the default state directory" if state_dir is None else f"--state-dir {state_dir}"
+        raise UsageError(
+            f"{where}: no simulated PKI in {directory.parent} (a simulated run or "
+            "`attested-replay simulate root` creates one)"
+        )
+    try:
+        return simulated_state.load(directory)
+    except simulated_state.StateError as exc:
+        raise InputError(str(exc)) from exc
+
+
 def simulated_root_fingerprint(state_dir: Path | None = None) -> str:
     """``sha256:<hex>`` of the simulated ARK of this state dir (created on first use)."""
     return load_or_create_simulated_amd(state_dir).root_fingerprint

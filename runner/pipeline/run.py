@@ -50,8 +50,9 @@ from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, re
 from runner.pipeline.verification import self_verify
 from runner.publish.client import PublishOutcome, check_target, publish_envelope
 from runner.workload import current_workload
-from tenant.fsutil import atomic_write
+from tenant.fsutil import atomic_write_all
 from tenant.http import HttpClient, HttpEnvironment, http_environment, read_token
+from tenant.paths import check_output_file
 
 log = structlog.get_logger("attested-replay.run")
 
@@ -175,8 +176,7 @@ def run(request: RunRequest, *, progress: Progress | None = None) -> RunResult:
         RunnerError: a subclass naming what failed (``runner.exit_codes`` maps each to the
             exit code of ``attested-replay run``).
     """
-    if request.result_path.resolve() == request.out.resolve():
-        raise UsageError(f"--result-out {request.result_path} is the envelope's own path (--out)")
+    _check_paths(request)
     publish_token = _publish_token(request)
     # Every log event of the run carries its run ID and tenant (and only this run's).
     with structlog.contextvars.bound_contextvars(run_id=request.run_id, tenant=request.tenant):
@@ -227,8 +227,10 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         envelope_bytes, binding=binding, simulated_root=simulated_root, shard=request.shard
     )
 
-    atomic_write(request.result_path, canonicalize(outcome.result) + b"\n")
-    atomic_write(request.out, envelope_bytes)
+    # Both files or neither; the envelope, whose presence means "done", is renamed last.
+    atomic_write_all(
+        [(request.result_path, canonicalize(outcome.result) + b"\n"), (request.out, envelope_bytes)]
+    )
     envelope_digest = sha256_digest(envelope_bytes)
     log.info("envelope_written", path=str(request.out), envelope_digest=envelope_digest)
     termination = TerminationMessage(
@@ -255,6 +257,20 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         http_environment=http_env,
         publication=publication,
     )
+
+
+def _check_paths(request: RunRequest) -> None:
+    """A corpus directory must exist and every output path must be writable before any work: a
+    typo found after a long replay would waste it (``attested-replay run`` checks its path
+    options while parsing too)."""
+    if not is_url(request.corpus) and not Path(request.corpus).is_dir():
+        raise UsageError(f"--corpus {request.corpus}: not a directory or an https:// URL")
+    if request.result_path.resolve() == request.out.resolve():
+        raise UsageError(f"--result-out {request.result_path}: is the envelope's own path (--out)")
+    check_output_file(request.out, "--out")
+    check_output_file(request.result_path, "--result-out")
+    if request.termination_log is not None:
+        check_output_file(request.termination_log, "--termination-log", in_place=True)
 
 
 def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:

@@ -155,8 +155,9 @@ def test_measure_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         MeasureInputs(ovmf=tmp_path, vcpus=1, append="x")
     with pytest.raises(UsageError, match="at least 1"):
         MeasureInputs(ovmf=tmp_path, vcpus=0)
-    assert main(["measure", "--ovmf", str(tmp_path / "missing.fd"), "--vcpus", "1"]) == 1
-    assert "no such file" in capsys.readouterr().err
+    missing = tmp_path / "missing.fd"
+    assert main(["measure", "--ovmf", str(missing), "--vcpus", "1"]) == 9
+    assert f"error: --ovmf {missing}: no such file" in capsys.readouterr().err
 
 
 def test_fixture_is_the_published_one() -> None:

@@ -152,6 +152,7 @@ def test_simulated_agent_evidence_is_refused_without_opt_in(
     httpserver.expect_request("/info").respond_with_handler(agent.info)
     httpserver.expect_request("/aa/evidence").respond_with_handler(agent.evidence)
     out = tmp_path / "out"
+    out.mkdir()
     code = runner_main(
         [
             *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "r-1", "--tenant", "acme"),
@@ -160,4 +161,4 @@ def test_simulated_agent_evidence_is_refused_without_opt_in(
         ]
     )
     assert code == 4
-    assert not out.exists()
+    assert list(out.iterdir()) == []

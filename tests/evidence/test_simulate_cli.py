@@ -28,9 +28,11 @@ def state_dir(simulated_amd: SimulatedAmd, tmp_path: Path) -> Path:
 
 
 def test_root_prints_the_simulated_ark(
-    simulated_amd: SimulatedAmd, state_dir: Path, capsys: pytest.CaptureFixture[str]
+    simulated_amd: SimulatedAmd, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["simulate", "root", "--state-dir", str(state_dir)]) == 0
+    assert capsys.readouterr().out == simulated_amd.root_fingerprint + "\n"
+    assert main(["simulate", "root", "--state-dir", str(state_dir), "--pem"]) == 0
     out = capsys.readouterr().out
     assert out == simulated_amd.ark_pem
     assert (
@@ -38,8 +40,10 @@ def test_root_prints_the_simulated_ark(
         .subject.rfc4514_string()
         .startswith("CN=ARK-Simulated (NOT AMD),O=SIMULATED - not AMD")
     )
-    assert main(["simulate", "root", "--state-dir", str(state_dir), "--fingerprint"]) == 0
+    pem = tmp_path / "root.pem"
+    assert main(["simulate", "root", "--state-dir", str(state_dir), "--out", str(pem)]) == 0
     assert capsys.readouterr().out == simulated_amd.root_fingerprint + "\n"
+    assert pem.read_text() == simulated_amd.ark_pem
 
 
 def test_root_creates_the_state_on_first_use(
@@ -56,9 +60,9 @@ def test_root_creates_the_state_on_first_use(
 
     monkeypatch.setattr(SimulatedAmd, "generate", generate)
     state = tmp_path / "fresh"
-    assert main(["simulate", "root", "--state-dir", str(state), "--fingerprint"]) == 0
+    assert main(["simulate", "root", "--state-dir", str(state)]) == 0
     first = capsys.readouterr().out
-    assert main(["simulate", "root", "--state-dir", str(state), "--fingerprint"]) == 0
+    assert main(["simulate", "root", "--state-dir", str(state)]) == 0
     assert capsys.readouterr().out == first
     assert first == simulated_amd.root_fingerprint + "\n"
     assert len(generated) == 1
@@ -121,8 +125,8 @@ def test_the_verifier_accepts_the_report_only_with_the_root_pinned(
         "--out", str(out), "--endorsement-out", str(cert),
     ]  # fmt: skip
     assert main(argv) == 0
-    assert main(["simulate", "root", "--state-dir", str(state_dir)]) == 0
-    root.write_text(capsys.readouterr().out)
+    assert main(["simulate", "root", "--state-dir", str(state_dir), "--out", str(root)]) == 0
+    capsys.readouterr()
     unpinned = verifier_cli.main(["--report", str(out), "--endorsement", str(cert)])
     assert unpinned == 2
     assert "simulated root" in capsys.readouterr().out
@@ -135,11 +139,12 @@ def test_the_verifier_accepts_the_report_only_with_the_root_pinned(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--report-data", "zz"], "--report-data is not hex"),
-        (["--report-data", "00" * 65], "--report-data must be at most 64 bytes, got 65"),
-        (["--report-data", "00", "--measurement", "00"], "--measurement must be exactly 48"),
-        (["--report-data", "00", "--product", "Venus"], "unknown product 'Venus'"),
-        (["--report-data", "00", "--vmpl", "4"], "--vmpl must be 0..3, got 4"),
+        (["--report-data", "zz"], "error: --report-data: 'zz' is not hex"),
+        (["--report-data", "00" * 65], "error: --report-data: must be at most 64 bytes, got 65"),
+        (["--report-data", "00", "--measurement", "00"], "--measurement: must be exactly 48"),
+        (["--report-data", "00", "--product", "Venus"], "--product: unknown product 'Venus'"),
+        (["--report-data", "00", "--vmpl", "4"], "error: --vmpl 4: must be 0 to 3"),
+        (["--report-data", "00", "--vmpl", "x"], "error: --vmpl: 'x' is not an integer"),
         (["--report-data", "00", "--policy", "0x0"], "cannot build that report"),
         (["--report-data", "00", "--signer", "ask"], "invalid choice: 'ask'"),
         (["--report-data", "00", "--report-version", "6"], "cannot build that report"),

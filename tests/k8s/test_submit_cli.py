@@ -450,7 +450,10 @@ def test_wait_without_expected_values_is_refused(
 
 @pytest.mark.parametrize(
     ("content", "code", "fragment"),
-    [(None, 9, "does not exist"), (b'{"runId": 1}', 1, "expected-values file is invalid")],
+    [
+        (None, 9, "expected.json: no such file"),
+        (b'{"runId": 1}', 1, "expected-values file is invalid"),
+    ],
     ids=["missing", "malformed"],
 )
 def test_expected_values_are_read_before_anything_is_submitted(  # noqa: PLR0917 - fixtures

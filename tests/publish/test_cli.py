@@ -68,4 +68,6 @@ def test_serve_refuses_a_missing_given_key(
         str(tmp_path / "absent.pem"),
     ]
     assert main(argv) == 9
-    assert "absent.pem does not exist" in capsys.readouterr().err
+    assert f"error: --log-signing-key {tmp_path / 'absent.pem'}: no such file" in (
+        capsys.readouterr().err
+    )

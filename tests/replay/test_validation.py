@@ -270,8 +270,8 @@ def test_bad_usage_exits_9(run_cli: Callable[..., tuple[int, str, str]], tmp_pat
 def test_missing_directory(tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]) -> None:
     missing = tmp_path / "nowhere"
     code, out, err = run_cli("corpus", "checksum", str(missing))
-    assert (code, out) == (1, "")
-    assert err == f"error: {missing}: not a corpus directory (it does not exist or is a file)\n"
+    assert (code, out) == (9, "")
+    assert err == f"error: DIR {missing}: no such directory\n"
     with pytest.raises(CorpusError, match="not a corpus directory") as caught:
         replay_corpus(missing)
     assert type(caught.value) is CorpusError
