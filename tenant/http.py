@@ -65,6 +65,7 @@ from urllib3.exceptions import NewConnectionError
 
 from attestation.encoding.json_document import parse_strict_json
 from attestation.errors import MalformedError
+from attestation.files import read_regular
 from tenant.errors import ServiceUnavailableError, TenantError, TenantUsageError
 
 USER_AGENT: Final = "attested-replay/1"
@@ -72,6 +73,8 @@ USER_AGENT: Final = "attested-replay/1"
 TRANSIENT_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 #: How much of an error answer is read (and at most 200 characters of it shown).
 MAX_ERROR_BODY_BYTES: Final = 16 * 1024
+#: A bearer-token file holds one token (ours are 47 characters).
+MAX_TOKEN_FILE_BYTES: Final = 4096
 #: How deep a server's JSON may nest (the publication service's nests at most four levels).
 MAX_JSON_DEPTH: Final = 32
 #: Variables through which other HTTP stacks let the environment redirect trust. This module
@@ -296,8 +299,9 @@ def read_token(path: Path) -> str:
         TenantUsageError: the file is unreadable, empty or holds more than one token.
     """
     try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
+        # A regular file (a mounted Secret's key is a symbolic link to one), never a FIFO.
+        token = read_regular(path, MAX_TOKEN_FILE_BYTES).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
         raise TenantUsageError(f"cannot read token file {path}: {exc}") from exc
     if not token or any(c.isspace() for c in token):
         raise TenantUsageError(f"token file {path} must hold exactly one token")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from attestation.files import UTF8_BOM, FileTooLargeError, open_regular, read_regular
 from runner.corpus.errors import CorpusError
 from runner.corpus.numbers import NumberRangeError, parse_float, parse_int
 
@@ -111,18 +112,28 @@ def parse_line_with_number_check(
 
 
 def read_small_file(path: Path) -> bytes:
-    """The bytes of ``plan.json`` / ``marks.json``, refused past the size cap."""
+    """The bytes of ``plan.json`` / ``marks.json``: a regular file (never a FIFO or device,
+    which would block or never end), refused past the size cap or with a byte order mark."""
     file = path.name
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SMALL_FILE_BYTES + 1)
+        data = read_regular(path, MAX_SMALL_FILE_BYTES)
     except FileNotFoundError as exc:
         raise CorpusError(file, "file is missing") from exc
+    except FileTooLargeError as exc:
+        raise CorpusError(file, f"file larger than {MAX_SMALL_FILE_BYTES} bytes") from exc
     except OSError as exc:
         raise CorpusError(file, f"cannot read: {exc.strerror}") from exc
-    if len(data) > MAX_SMALL_FILE_BYTES:
-        raise CorpusError(file, f"file larger than {MAX_SMALL_FILE_BYTES} bytes")
+    _refuse_bom(data, file)
     return data
+
+
+def _refuse_bom(start: bytes, file: str) -> None:
+    if start.startswith(UTF8_BOM):
+        raise CorpusError(
+            file,
+            "starts with a UTF-8 byte order mark; corpus files are plain UTF-8 without one",
+            line=1,
+        )
 
 
 def read_small_json(path: Path) -> dict[str, Any]:
@@ -149,9 +160,19 @@ def require_corpus_dir(corpus_dir: Path) -> None:
 
 
 def open_corpus_file(path: Path) -> BinaryIO:
+    """A corpus file opened for reading: a regular file (a symbolic link to one is fine; a
+    FIFO, device, socket or directory is refused without blocking), not starting with a
+    byte order mark."""
     try:
-        return path.open("rb")
+        handle = open_regular(path)
     except FileNotFoundError as exc:
         raise CorpusError(path.name, "file is missing") from exc
     except OSError as exc:
         raise CorpusError(path.name, f"cannot read: {exc.strerror}") from exc
+    try:
+        _refuse_bom(handle.read(len(UTF8_BOM)), path.name)
+        handle.seek(0)
+    except BaseException:
+        handle.close()
+        raise
+    return handle

@@ -15,6 +15,7 @@ from typing import Final
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from attestation.files import FileTooLargeError, read_regular
 from runner.errors import EvidenceError, InputError
 
 _PEM_BEGIN: Final = b"-----BEGIN "
@@ -57,10 +58,12 @@ def parse_endorsement_bundle(data: bytes, *, source: str = "bundle") -> tuple[by
 def load_endorsement_bundle(path: Path) -> tuple[bytes, ...]:
     """Read ``path`` (PEM: VCEK or VLEK, ASK or ASVK, ARK) into DER certificates, signer first."""
     try:
-        size = path.stat().st_size
-        if size > MAX_BUNDLE_BYTES:
-            raise InputError(f"endorsement bundle {path} is {size} bytes; a bundle is a few KB")
-        data = path.read_bytes()
+        data = read_regular(path, MAX_BUNDLE_BYTES)
+    except FileTooLargeError as exc:
+        raise InputError(
+            f"endorsement bundle {path} is larger than {MAX_BUNDLE_BYTES} bytes; "
+            "a bundle is a few KB"
+        ) from exc
     except OSError as exc:
         raise InputError(f"cannot read endorsement bundle {path}: {exc}") from exc
     return parse_endorsement_bundle(data, source=str(path))

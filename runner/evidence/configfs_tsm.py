@@ -8,6 +8,13 @@ over someone else's data: we retry with a new entry, then give up. The entry is 
 
 All filesystem access goes through :class:`ConfigfsAccess` so tests can run the provider on a
 temporary directory whose emulator reacts to writes the way the kernel does.
+
+Every attribute is the kernel's regular file: it is opened without following symbolic links
+and without blocking, checked to be a regular file, and read with a cap, so an entry whose
+``outblob`` points at ``/dev/zero`` or whose ``generation`` is a FIFO is refused, not read
+forever. The caps are the kernel's own: ``outblob`` and ``auxblob`` are configfs binary
+attributes of at most ``TSM_OUTBLOB_MAX`` (``SZ_32K``, include/linux/tsm.h, Linux 6.7;
+``TSM_REPORT_OUTBLOB_MAX`` later), the others text attributes of at most a page.
 """
 
 from __future__ import annotations
@@ -15,12 +22,14 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Final
 
 import structlog
 
 from attestation.envelope.binding import report_data_from_canonical
+from attestation.files import read_regular
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.base import Evidence
 from runner.evidence.certtable import CertTableError, chain_from_table, parse_cert_table
@@ -29,6 +38,11 @@ from runner.evidence.common import check_report
 DEFAULT_ROOT: Final = Path("/sys/kernel/config/tsm/report")
 EXPECTED_PROVIDER: Final = "sev_guest"
 DEFAULT_ATTEMPTS: Final = 3
+#: ``TSM_OUTBLOB_MAX``: the kernel never returns a larger ``outblob`` or ``auxblob``.
+MAX_BLOB_BYTES: Final = 32 * 1024
+#: configfs text attributes (``provider``, ``generation``) fit in one page.
+MAX_TEXT_ATTRIBUTE_BYTES: Final = 4096
+_BLOBS: Final = frozenset({"outblob", "auxblob", "manifestblob"})
 _log = structlog.get_logger(__name__)
 
 
@@ -41,9 +55,15 @@ class ConfigfsAccess:
         return path
 
     def write(self, path: Path, data: bytes) -> None:
-        # One write(2) call: configfs binary attributes take the whole blob at once.
-        fd = os.open(path, os.O_WRONLY)
+        # Not blocking on a FIFO (ENXIO without a reader), not following a link, and only
+        # into a regular file; then one write(2) call: configfs binary attributes take the
+        # whole blob at once.
+        flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+        fd = os.open(path, flags)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(path))
+            os.set_blocking(fd, True)
             written = os.write(fd, data)
         finally:
             os.close(fd)
@@ -51,7 +71,8 @@ class ConfigfsAccess:
             raise OSError(errno.EIO, f"short write to {path}: {written} of {len(data)} bytes")
 
     def read(self, path: Path) -> bytes:
-        return path.read_bytes()
+        limit = MAX_BLOB_BYTES if path.name in _BLOBS else MAX_TEXT_ATTRIBUTE_BYTES
+        return read_regular(path, limit, follow_symlinks=False)
 
     def remove_entry(self, path: Path) -> None:
         path.rmdir()
@@ -147,7 +168,9 @@ class ConfigfsTsmProvider:
         try:
             return self.access.read(path)
         except OSError as exc:
-            raise EvidenceError(f"configfs-tsm: reading {path.name} failed: {exc}") from exc
+            raise EvidenceError(
+                f"configfs-tsm: reading {path.name} failed: {exc.strerror or exc}"
+            ) from exc
 
     def _read_optional(self, path: Path) -> bytes:
         """An attribute older kernels may lack (``auxblob``): absent means empty."""
@@ -156,7 +179,9 @@ class ConfigfsTsmProvider:
         except FileNotFoundError:
             return b""
         except OSError as exc:
-            raise EvidenceError(f"configfs-tsm: reading {path.name} failed: {exc}") from exc
+            raise EvidenceError(
+                f"configfs-tsm: reading {path.name} failed: {exc.strerror or exc}"
+            ) from exc
 
     def _chain(self, aux: bytes) -> tuple[bytes, ...]:
         try:

@@ -35,6 +35,7 @@ from attestation.endorsement.certificate import load_endorsement
 from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.errors import AttestationError
+from attestation.files import read_regular
 from attestation.verify.verifier import endorsement_checks
 from runner.errors import EvidenceError, InputError, UsageError
 from runner.evidence.bundle import certificates_to_pem
@@ -251,7 +252,7 @@ def _verified_cache_entry(
     """A cached VCEK that still verifies for this report; None (fetch again) when it is
     unreadable or no longer verifies, since the cache is a convenience, never trusted."""
     try:
-        der = cached.read_bytes()
+        der = read_regular(cached, MAX_KDS_ANSWER_BYTES)
     except OSError as exc:
         _log.warning("kds_cache_entry_unreadable", path=str(cached), error=str(exc))
         return None

@@ -20,6 +20,9 @@ The fields of :class:`RunRequest` are the options of ``attested-replay run`` (``
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -302,8 +305,18 @@ def _resolve_corpus(request: RunRequest, workdir: Path) -> Path:
 
 
 def _write_termination_log(path: Path, message: TerminationMessage) -> None:
+    """Best effort (the envelope is already written): never blocking on a FIFO without a
+    reader (ENXIO), and only into a regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        path.write_text(message.to_json(), encoding="ascii")
+        fd = os.open(path, flags, 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(path))
+            os.set_blocking(fd, True)
+            os.write(fd, message.to_json().encode("ascii"))
+        finally:
+            os.close(fd)
     except OSError as exc:
         log.warning("termination_log_unwritable", path=str(path), error=str(exc))
 

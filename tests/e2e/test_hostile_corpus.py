@@ -20,6 +20,7 @@ import pytest
 from runner.cli import main as runner_main
 from tests import hostile_server as hs
 from tests.e2e.conftest import EXAMPLE_CORPUS
+from tests.fifo_guard import fifo
 
 CORPUS_FILES = ("cases.jsonl", "runs.jsonl", "marks.json", "plan.json")
 MiB = 1024 * 1024
@@ -243,3 +244,75 @@ def test_an_untrusted_corpus_server_is_refused_not_transient(
         # Named explicitly, the same server is trusted, and the run records it.
         assert _run(state_dir, server.url + "/c.tar.gz", out, "--ca-bundle", str(ca)) == 0
     assert f"CA bundle {ca} (--ca-bundle)" in capsys.readouterr().out
+
+
+# -- a corpus directory with things other than regular files in it ---------------------------
+
+
+def _corpus_copy(tmp_path: Path) -> Path:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in CORPUS_FILES:
+        (corpus / name).write_bytes((EXAMPLE_CORPUS / name).read_bytes())
+    return corpus
+
+
+@pytest.mark.parametrize("name", CORPUS_FILES)
+def test_a_fifo_in_the_corpus_is_refused_without_blocking(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    corpus = _corpus_copy(tmp_path)
+    (corpus / name).unlink()
+    out = tmp_path / "envelope.json"
+    with fifo(corpus / name):
+        assert _run(state_dir, str(corpus), out) == 1
+    assert f"{name}: cannot read: is a FIFO, not a regular file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", CORPUS_FILES)
+def test_dev_zero_in_the_corpus_is_refused_before_reading(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    corpus = _corpus_copy(tmp_path)
+    (corpus / name).unlink()
+    (corpus / name).symlink_to("/dev/zero")
+    out = tmp_path / "envelope.json"
+    tracemalloc.start()
+    try:
+        assert _run(state_dir, str(corpus), out) == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert f"{name}: cannot read: is a character device, not a regular file" in err
+    assert not out.exists()
+    assert peak < 64 * MiB
+
+
+@pytest.mark.parametrize("name", CORPUS_FILES)
+def test_a_byte_order_mark_is_refused(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """docs/replay.md: corpus files are plain UTF-8. A BOM would be skipped by some readers
+    and not others."""
+    corpus = _corpus_copy(tmp_path)
+    (corpus / name).write_bytes(b"\xef\xbb\xbf" + (EXAMPLE_CORPUS / name).read_bytes())
+    out = tmp_path / "envelope.json"
+    assert _run(state_dir, str(corpus), out) == 1
+    assert (
+        f"{name}:1: starts with a UTF-8 byte order mark; corpus files are plain UTF-8 "
+        "without one" in capsys.readouterr().err
+    )
+    assert not out.exists()
+
+
+def test_a_fifo_as_termination_log_does_not_block_the_run(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "envelope.json"
+    with fifo(tmp_path / "termination-log") as log_path:
+        code = _run(state_dir, str(EXAMPLE_CORPUS), out, "--termination-log", str(log_path))
+    assert code == 0
+    assert out.exists()  # the message is best effort; the envelope is what counts
+    assert "termination_log_unwritable" in capsys.readouterr().err

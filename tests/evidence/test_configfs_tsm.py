@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
 from runner.evidence.common import ReportDataMismatchError
-from runner.evidence.configfs_tsm import ConfigfsTsmProvider
+from runner.evidence.configfs_tsm import ConfigfsAccess, ConfigfsTsmProvider
 from runner.evidence.sev_guest import PAGE_SIZE
 from runner.exit_codes import exit_code_for
 from simulated_amd import SimulatedAmd
@@ -150,3 +152,94 @@ def test_unreadable_generation_is_an_error(
     with pytest.raises(EvidenceError, match="generation 'many' is not a number") as caught:
         _provider(tmp_path, BadGeneration(sim_amd)).obtain(binding)
     assert type(caught.value) is EvidenceError
+
+
+class _Tampered(EmulatedConfigfs):
+    """The emulated kernel, except that one attribute is swapped for something hostile just
+    before the provider reads it; the provider's own (real) read then meets it."""
+
+    target: str = ""
+    swap: Callable[[Path], None] = staticmethod(lambda _path: None)
+
+    def read(self, path: Path) -> bytes:
+        if path.name != self.target:
+            return super().read(path)
+        path.unlink()
+        self.swap(path)
+        return ConfigfsAccess.read(self, path)
+
+
+def _swap_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _swap_link_to_a_file(path: Path) -> None:
+    (path.parent / "elsewhere").write_text("sev_guest\n")
+    path.symlink_to("elsewhere")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "outblob",
+            lambda p: p.symlink_to("/dev/zero"),
+            "reading outblob failed: is a symbolic link",
+        ),
+        (
+            "outblob",
+            lambda p: p.write_bytes(b"\0" * 65536),
+            "reading outblob failed: is larger than 32768 bytes",
+        ),
+        (
+            "auxblob",
+            lambda p: p.write_bytes(b"\0" * (1 << 20)),
+            "reading auxblob failed: is larger than 32768 bytes",
+        ),
+        ("generation", _swap_fifo, "reading generation failed: is a FIFO, not a regular file"),
+        (
+            "generation",
+            lambda p: p.write_bytes(b"1" * 8192),
+            "reading generation failed: is larger than 4096 bytes",
+        ),
+        (
+            "provider",
+            _swap_link_to_a_file,
+            "reading provider failed: is a symbolic link",
+        ),
+    ],
+    ids=[
+        "outblob-dev-zero",
+        "outblob-64KiB",
+        "auxblob-1MiB",
+        "generation-fifo",
+        "generation-8KiB",
+        "provider-link",
+    ],
+)
+def test_hostile_attributes_are_refused_without_blocking_or_reading_on(
+    tmp_path: Path,
+    sim_amd: SimulatedAmd,
+    binding: bytes,
+    case: tuple[str, Callable[[Path], None], str],
+) -> None:
+    target, swap, message = case
+    fs = _Tampered(sim_amd)
+    fs.target, fs.swap = target, swap
+    with pytest.raises(EvidenceError, match=message) as caught:
+        _provider(tmp_path, fs).obtain(binding)
+    assert exit_code_for(caught.value) == 3
+    assert len(fs.removed) == 1  # the entry is removed all the same
+
+
+def test_an_inblob_fifo_is_refused_without_blocking(
+    tmp_path: Path, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    class FifoInblob(EmulatedConfigfs):
+        def write(self, path: Path, data: bytes) -> None:
+            path.unlink()
+            os.mkfifo(path)  # no reader: a blocking open for writing would wait forever
+            ConfigfsAccess.write(self, path, data)
+
+    with pytest.raises(EvidenceError, match=r"writing inblob failed: .*No such device"):
+        _provider(tmp_path, FifoInblob(sim_amd)).obtain(binding)

@@ -24,6 +24,7 @@ from runner.evidence.kds import (
     vcek_request,
 )
 from tenant.http import parse_retry_after
+from tests.fifo_guard import fifo
 
 REAL = Path(__file__).parent.parent / "assets" / "real"
 ROOTS = Path(__file__).parent.parent.parent / "attestation" / "endorsement" / "roots"
@@ -134,29 +135,20 @@ def test_corrupt_cache_entry_is_refetched(httpserver: HTTPServer, tmp_path: Path
     assert entry.read_bytes() == MILAN_VCEK.read_bytes()
 
 
-def test_unreadable_cache_entry_is_refetched(
-    httpserver: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unreadable_cache_entry_is_refetched(httpserver: HTTPServer, tmp_path: Path) -> None:
     _serve_milan(httpserver)
     report = parse_report(MILAN_REPORT.read_bytes())
     entry = tmp_path / vcek_request(report, ProductLine.MILAN).cache_name()
     entry.parent.mkdir(parents=True)
-    entry.write_bytes(MILAN_VCEK.read_bytes())
-    real_read_bytes = Path.read_bytes
-
-    def failing_read(path: Path) -> bytes:
-        if path == entry:
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_read_bytes(path)
-
-    monkeypatch.setattr(Path, "read_bytes", failing_read)  # an IO fault on the cache file only
-    fetched = fetch_vcek(
-        MILAN_REPORT.read_bytes(),
-        product=ProductLine.MILAN,
-        client=_client(httpserver),
-        cache_dir=tmp_path,
-        now=NOW,
-    )
+    # A cache entry that cannot be read (here a FIFO: a plain open would even block on it).
+    with fifo(entry):
+        fetched = fetch_vcek(
+            MILAN_REPORT.read_bytes(),
+            product=ProductLine.MILAN,
+            client=_client(httpserver),
+            cache_dir=tmp_path,
+            now=NOW,
+        )
     assert not fetched.from_cache
     assert fetched.vcek_der == MILAN_VCEK.read_bytes()
 
