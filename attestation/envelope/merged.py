@@ -11,6 +11,7 @@ nonce), so expected values written for an unsharded run apply unchanged.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Annotated, Final, Literal
 
@@ -225,3 +226,22 @@ def merge_envelopes(shards: Sequence[Envelope], *, include_result: bool = True) 
             "result": report if include_result else None,
         }
     )
+
+
+def merged_envelope_bytes(merged: MergedEnvelope) -> bytes:
+    """The bytes written and published for a merged envelope (its digest is over these).
+
+    Raises:
+        ShardMergeError: the envelope would exceed the limits every verifier applies
+            (:data:`MAX_ENVELOPE_BYTES`, :data:`MAX_ENVELOPE_JSON_ITEMS`): fewer shards fit.
+    """
+    data = (json.dumps(merged.to_json_dict(), ensure_ascii=False) + "\n").encode()
+    items = json_item_bound(data)
+    if len(data) > MAX_ENVELOPE_BYTES or items > MAX_ENVELOPE_JSON_ITEMS:
+        raise ShardMergeError(
+            f"the merged envelope of {merged.shard_count} shards is {len(data)} bytes with up "
+            f"to {items} JSON values, over the envelope limits ({MAX_ENVELOPE_BYTES} bytes, "
+            f"{MAX_ENVELOPE_JSON_ITEMS} values) every verifier applies: split the replay into "
+            "fewer shards"
+        )
+    return data

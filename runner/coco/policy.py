@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 
+from attestation.contracts import SHARD_INDEX_VARIABLE
 from runner.coco import kata
 from runner.errors import UsageError
 
@@ -52,19 +53,45 @@ def rules() -> str:
     return resources.files("runner.coco").joinpath(RULES_RESOURCE).read_text(encoding="utf-8")
 
 
-def render_policy(pod_spec: Mapping[str, Any], *, job_name: str) -> str:
-    """``policy.rego`` for the pod template ``pod_spec`` of the Job ``job_name``."""
-    data = policy_data(pod_spec, job_name=job_name)
+def render_policy(
+    pod_spec: Mapping[str, Any], *, job_name: str, shard_count: int | None = None
+) -> str:
+    """``policy.rego`` for the pod template ``pod_spec`` of the Job ``job_name`` (an Indexed
+    Job of ``shard_count`` indices when given: one policy, one init-data, for every index)."""
+    data = policy_data(pod_spec, job_name=job_name, shard_count=shard_count)
     return f"{rules()}\npolicy_data := {json.dumps(data, indent=2, sort_keys=True)}\n"
 
 
-def pod_name_pattern(job_name: str) -> str:
-    """The names the API server can give this Job's pods (and so their hostnames)."""
-    prefix = f"{job_name}-"[: kata.GENERATED_NAME_PREFIX_MAX]
-    return f"^{regex_literal(prefix)}{kata.GENERATED_NAME_SUFFIX}$"
+def pod_name_pattern(job_name: str, *, shard_count: int | None = None) -> str:
+    """The names the API server can give this Job's pods.
+
+    Unsharded: ``<job>-<5 random>`` (generateName ``<job>-``, cut to 58 characters); the pod's
+    hostname is its name. An Indexed Job's pods are ``<job>-<index>-<5 random>`` (the Job
+    controller's ``podGenerateNameWithIndex``; our Job names leave room, so nothing is cut).
+    """
+    if shard_count is None:
+        prefix = regex_literal(f"{job_name}-"[: kata.GENERATED_NAME_PREFIX_MAX])
+    else:
+        prefix = f"{regex_literal(job_name)}-{index_pattern(shard_count)}-"
+    return f"^{prefix}{kata.GENERATED_NAME_SUFFIX}$"
 
 
-def policy_data(pod_spec: Mapping[str, Any], *, job_name: str) -> dict[str, Any]:
+def hostname_pattern(job_name: str, *, shard_count: int | None = None) -> str:
+    """The pod's hostname (the container's ``HOSTNAME``): its name, or for an Indexed Job the
+    ``spec.hostname`` the Job controller sets, ``<job>-<index>``."""
+    if shard_count is None:
+        return pod_name_pattern(job_name)
+    return f"^{regex_literal(job_name)}-{index_pattern(shard_count)}$"
+
+
+def index_pattern(shard_count: int) -> str:
+    """Exactly the completion indices 0..shard_count-1, as the controller writes them."""
+    return "(" + "|".join(str(index) for index in range(shard_count)) + ")"
+
+
+def policy_data(
+    pod_spec: Mapping[str, Any], *, job_name: str, shard_count: int | None = None
+) -> dict[str, Any]:
     """The table the rules read: the replay container, its pod, the sandbox and the network."""
     container = _only_container(pod_spec)
     pod_security = _mapping(pod_spec, "securityContext")
@@ -73,8 +100,13 @@ def policy_data(pod_spec: Mapping[str, Any], *, job_name: str) -> dict[str, Any]
     fs_group = _int(pod_security, "fsGroup")
     volumes = {volume["name"]: volume for volume in _list(pod_spec, "volumes")}
     mounts, files, trees, emptydirs = _container_mounts(container, volumes)
+    env_patterns = [f"^HOSTNAME={hostname_pattern(job_name, shard_count=shard_count)[1:-1]}$"]
+    if shard_count is not None:
+        # Added to the container by the Job controller (a fieldRef to the pod's completion
+        # index label or annotation): the only thing that differs between the indices' pods.
+        env_patterns.append(f"^{SHARD_INDEX_VARIABLE}={index_pattern(shard_count)}$")
     return {
-        "pod": {"name_regex": pod_name_pattern(job_name)},
+        "pod": {"name_regex": pod_name_pattern(job_name, shard_count=shard_count)},
         "replay": {
             "name": container["name"],
             "image": container["image"],
@@ -86,10 +118,7 @@ def policy_data(pod_spec: Mapping[str, Any], *, job_name: str) -> dict[str, Any]
             "fs_group": fs_group,
             "local_storage_options": ["mode=0777", f"fsgid={fs_group}"],
             "env": [f"{item['name']}={item['value']}" for item in _env(container)],
-            "env_patterns": [
-                f"^HOSTNAME={pod_name_pattern(job_name)[1:-1]}$",
-                *KUBELET_SERVICE_ENV_PATTERNS,
-            ],
+            "env_patterns": [*env_patterns, *KUBELET_SERVICE_ENV_PATTERNS],
             "termination_message_path": container["terminationMessagePath"],
             "mounts": mounts,
             "emptydir_destinations": emptydirs,

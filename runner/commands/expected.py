@@ -74,12 +74,6 @@ def register(subparsers: Subparsers) -> None:
         metavar="sha256:HEX",
         help="the container image digest the run must bind",
     )
-    parser.add_argument(
-        "--shard-count",
-        type=int,
-        metavar="N",
-        help="the run must be split into N shards (1: unsharded); any count when omitted",
-    )
     workload = parser.add_mutually_exclusive_group()
     workload.add_argument(
         "--workload-digest",
@@ -206,7 +200,8 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         "resultDigest": args.result_digest,
         "evaluationDigest": args.evaluation_digest,
         "imageDigest": args.image_digest,
-        "shardCount": args.shard_count,
+        # --shards (a Job parameter below) also pins into how many shards the run is split.
+        "shardCount": args.shards,
         "workloadDigest": current_workload().digest if args.this_workload else args.workload_digest,
     }
     document.update({key: value for key, value in optional.items() if value is not None})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from attestation.contracts import MAX_SHARD_COUNT
 from runner.errors import UsageError
 from runner.k8s.job import OVERLAYS, CorpusSource, CorpusUrl, CorpusVolume, ReplaySpec
 
@@ -56,6 +57,13 @@ def add_job_arguments(
         help="Secret (key 'endorsement.pem': VCEK, ASK, ARK from `vcek fetch`) for platforms "
         "that send no certificates",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help=f"split the replay into N shards: an Indexed Job with one TEE per shard, merged by "
+        f"`collect` (at most {MAX_SHARD_COUNT}; the pods' agent policy admits indices 0..N-1)",
+    )
 
 
 def corpus_source(args: argparse.Namespace, *, flag: str = "--corpus") -> CorpusSource:
@@ -82,4 +90,5 @@ def replay_spec(args: argparse.Namespace, *, checksum: str, flag: str = "--corpu
         publish_url=args.publish_url,
         publish_token_secret=args.publish_token_secret,
         endorsement_secret=args.endorsement_secret,
+        shards=args.shards,
     )

@@ -106,7 +106,17 @@ collects the envelope and verifies it against --expected before reporting succes
         help="ttlSecondsAfterFinished: collect before it expires",
     )
     submit.add_argument(
-        "--backoff-limit", type=int, default=2, metavar="N", help="backoffLimit of the Job"
+        "--backoff-limit",
+        type=int,
+        default=2,
+        metavar="N",
+        help="backoffLimit of the Job (with --shards: of each index, backoffLimitPerIndex)",
+    )
+    submit.add_argument(
+        "--parallelism",
+        type=int,
+        metavar="P",
+        help="with --shards: how many indices (TEEs) run at once (default: all)",
     )
     submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
     _collect_arguments(submit)
@@ -347,6 +357,7 @@ def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
         cpu=int(cpu_text),
         memory=args.memory,
         backoff_limit=args.backoff_limit,
+        parallelism=args.parallelism,
         active_deadline_seconds=args.active_deadline,
         ttl_seconds_after_finished=args.ttl,
     )

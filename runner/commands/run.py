@@ -20,6 +20,7 @@ from attestation.contracts import (
     FRAME_PREFIX,
     MAX_SHARD_COUNT,
     RUN_ID_GRAMMAR,
+    SHARD_INDEX_VARIABLE,
     explain_problem,
     frame_envelope,
 )
@@ -41,8 +42,6 @@ from runner.pipeline.replay import Progress
 if TYPE_CHECKING:
     from runner.commands import Subparsers
 
-#: The Kubernetes Job controller gives each pod of an Indexed Job its completion index here.
-INDEX_VARIABLE: Final = "JOB_COMPLETION_INDEX"
 _INDEX_TEXT: Final = re.compile(r"^(0|[1-9][0-9]{0,5})$")
 
 
@@ -193,7 +192,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--shard-index",
         type=int,
         metavar="I",
-        help=f"which shard, from 0 (default: ${INDEX_VARIABLE}, set by an Indexed Job)",
+        help=f"which shard, from 0 (default: ${SHARD_INDEX_VARIABLE}, set by an Indexed Job)",
     )
 
 
@@ -233,14 +232,16 @@ def shard_index_from_environment(environ: Mapping[str, str]) -> int:
     The operator controls the pod's environment, so the value is only trusted to be a
     position: it is bound into the envelope, and the merge accepts each position once.
     """
-    text = environ.get(INDEX_VARIABLE)
+    text = environ.get(SHARD_INDEX_VARIABLE)
     if text is None:
         raise UsageError(
-            f"--shard-count needs --shard-index, or ${INDEX_VARIABLE} (set by a Kubernetes "
+            f"--shard-count needs --shard-index, or ${SHARD_INDEX_VARIABLE} (set by a Kubernetes "
             "Indexed Job)"
         )
     if _INDEX_TEXT.fullmatch(text) is None:
-        raise UsageError(f"${INDEX_VARIABLE} {text[:40]!r} is not a shard index (0, 1, 2, ...)")
+        raise UsageError(
+            f"${SHARD_INDEX_VARIABLE} {text[:40]!r} is not a shard index (0, 1, 2, ...)"
+        )
     return int(text)
 
 

@@ -27,17 +27,21 @@ from attestation.contracts import (
     FRAME_PREFIX,
     MAX_ENVELOPE_BYTES,
     MAX_POD_LOG_BYTES,
+    MAX_SHARD_COUNT,
     POD_LOG_TAIL_LINES,
     TerminationMessage,
     framed_payloads,
     sha256_digest,
     unframe_envelope,
 )
+from attestation.envelope.merged import merge_envelopes, merged_envelope_bytes
 from attestation.envelope.model import Envelope, parse_envelope
-from attestation.errors import MalformedError
+from attestation.errors import AttestationError, MalformedError
+from attestation.exit_codes import EXIT_CODES
 from runner.errors import VerificationFailedError
 from runner.k8s import retry
 from runner.k8s.errors import EnvelopeMismatchError, EnvelopeMissingError
+from runner.k8s.indexes import pod_index
 from runner.k8s.job import (
     ANNOTATION_CORPUS,
     ANNOTATION_PUBLISH_URL,
@@ -70,11 +74,14 @@ class CollectedEnvelope:
     result_digest: str
     source: Source
     #: The pod's termination message was there and agreed (kata >= 3.29 with the agent
-    #: policy allowing GetDiagnosticData); False: there was none.
+    #: policy allowing GetDiagnosticData); False: there was none (for a sharded run: not for
+    #: every shard).
     corroborated: bool
+    #: A sharded run: the number of shards merged into ``envelope`` (a merged envelope).
+    shards: int | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "job": self.name,
             "runId": self.run_id,
             "tenant": self.tenant,
@@ -84,6 +91,9 @@ class CollectedEnvelope:
             "terminationMessage": "matched" if self.corroborated else "absent",
             "verified": True,
         }
+        if self.shards is not None:
+            document["shards"] = self.shards
+        return document
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +150,12 @@ class Collector:
         if outcome is None or outcome.state != "succeeded":
             state = "still running" if outcome is None else outcome.explain()
             raise EnvelopeMissingError(f"Job {name} has not completed: {state}")
-        pod = self._succeeded_pod(name)
         base_url = publish_url or annotations.get(ANNOTATION_PUBLISH_URL)
+        if (job.get("spec") or {}).get("completionMode") == "Indexed":
+            return self._collect_shards(
+                job, run_id, tenant, checksum, verify_envelope=verify_envelope, base_url=base_url
+            )
+        pod = self._succeeded_pod(name)
         source: Source
         if base_url:
             envelope, source = self._from_publication(base_url, tenant, run_id), "publication"
@@ -177,9 +191,80 @@ class Collector:
             corroborated,
         )
 
-    def _succeeded_pod(self, name: str) -> _SucceededPod:
-        """The pod whose ``replay`` container exited 0 (exit codes reach the host through the
-        agent's WaitProcess, so they exist under CoCo, unlike the termination message)."""
+    def _collect_shards(
+        self,
+        job: dict[str, Any],
+        run_id: str,
+        tenant: str,
+        checksum: str,
+        *,
+        verify_envelope: VerifyEnvelope,
+        base_url: str | None,
+    ) -> CollectedEnvelope:
+        """A sharded run: every index's envelope, checked, merged, and the merged envelope
+        verified with the tenant's verifier (which verifies every shard in it)."""
+        name = str(job["metadata"]["name"])
+        count = int((job.get("spec") or {}).get("completions") or 0)
+        if not 1 <= count <= MAX_SHARD_COUNT:
+            raise EnvelopeMismatchError(f"Job {name}: {count} completions is not a shard count")
+        if base_url:
+            raise EnvelopeMissingError(
+                f"Job {name} is sharded: collecting shard envelopes from a publication "
+                "endpoint is not supported yet; collect from the pods' logs (omit "
+                "--publish-url)"
+            )
+        succeeded = self._succeeded_pods(name)
+        shards = []
+        corroborated = True
+        for index in range(count):
+            pod = succeeded.get(index)
+            if pod is None:
+                raise EnvelopeMissingError(
+                    f"Job {name}: shard {index} of {count} has no succeeded pod (it may have "
+                    "been removed by its TTL)"
+                )
+            envelope = self._from_pod_log(pod.name)
+            parsed = _parse(envelope, name)
+            where = f"{name} shard {index}"
+            _expect(where, "envelope runId", parsed.run_id, run_id)
+            _expect(where, "envelope tenant", parsed.tenant, tenant)
+            _expect(
+                where, "envelope binding.corpusChecksum", parsed.binding.corpus_checksum, checksum
+            )
+            position = parsed.binding.shard
+            bound = (
+                "no shard" if position is None else f"shard {position.index} of {position.count}"
+            )
+            _expect(where, "envelope binding.shard", bound, f"shard {index} of {count}")
+            if pod.termination_message:
+                _corroborate(where, pod, parsed, sha256_digest(envelope))
+            else:
+                corroborated = False
+            shards.append(parsed)
+        try:
+            merged = merge_envelopes(shards)
+            envelope = merged_envelope_bytes(merged)
+        except AttestationError as exc:
+            raise VerificationFailedError(
+                f"Job {name}: the shard envelopes do not merge: {exc}",
+                verifier_exit_code=EXIT_CODES[exc.failure_class],
+            ) from exc
+        verify_envelope(envelope)
+        digest = sha256_digest(envelope)
+        log.info("k8s_shards_collected", job=name, shards=count, envelope=digest)
+        return CollectedEnvelope(
+            name,
+            run_id,
+            tenant,
+            envelope,
+            digest,
+            merged.result_digest,
+            "pod-log",
+            corroborated,
+            shards=count,
+        )
+
+    def _pods(self, name: str) -> list[dict[str, Any]]:
         pods = read_json(
             retry.call(
                 self._retry,
@@ -190,19 +275,38 @@ class Collector:
                 _preload_content=False,
             )
         )
-        for pod in pods.get("items") or []:
+        items: list[dict[str, Any]] = pods.get("items") or []
+        return items
+
+    def _succeeded_pods(self, name: str) -> dict[int | None, _SucceededPod]:
+        """The pods whose ``replay`` container exited 0 (exit codes reach the host through the
+        agent's WaitProcess, so they exist under CoCo, unlike the termination message), by
+        completion index (None for an unsharded Job); the first by name when one index has
+        several (a shard's result does not depend on which of its pods computed it)."""
+        found: dict[int | None, _SucceededPod] = {}
+        for pod in sorted(self._pods(name), key=lambda p: str(p["metadata"]["name"])):
             if (pod.get("status") or {}).get("phase") != "Succeeded":
                 continue
             for container in (pod.get("status") or {}).get("containerStatuses") or []:
                 terminated = (container.get("state") or {}).get("terminated") or {}
                 if container.get("name") == CONTAINER_NAME and terminated.get("exitCode") == 0:
                     message = terminated.get("message")
-                    return _SucceededPod(
-                        str(pod["metadata"]["name"]), str(message) if message else None
+                    found.setdefault(
+                        pod_index(pod),
+                        _SucceededPod(
+                            str(pod["metadata"]["name"]), str(message) if message else None
+                        ),
                     )
-        raise EnvelopeMissingError(
-            f"Job {name} has no succeeded pod (it may have been removed by its TTL)"
-        )
+        return found
+
+    def _succeeded_pod(self, name: str) -> _SucceededPod:
+        """The succeeded pod of an unsharded Job."""
+        pods = self._succeeded_pods(name)
+        if not pods:
+            raise EnvelopeMissingError(
+                f"Job {name} has no succeeded pod (it may have been removed by its TTL)"
+            )
+        return next(iter(pods.values()))
 
     def _from_pod_log(self, pod: str) -> bytes:
         # The kubelet applies tailLines first, then limitBytes from there (cri-client logs.go):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from attestation.contracts import (
+    MAX_SHARD_COUNT,
     RUN_ID_GRAMMAR,
     is_run_id,
     is_sha256_digest,
@@ -119,12 +120,19 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _RUNTIME_CLASS = _DNS_SUBDOMAIN
 _CLAIM_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 
-MAX_NAME: Final = 63
+#: A Job name leaves room for what the Job controller appends for an Indexed Job: the pod
+#: hostname ``<job>-<index>`` must be a DNS label (<= 63, checked by the API server at create:
+#: ``pkg/apis/batch/validation`` ``ValidateJob``) and the pod generateName ``<job>-<index>-``
+#: must fit the 58 characters the name generator keeps (``podGenerateNameWithIndex``), so the
+#: pod names stay predictable for the agent policy. With at most 3 index digits: 53. Sharded
+#: or not, a run ID keeps one name, so one run ID stays one Job.
+MAX_NAME: Final = 58 - len(f"-{MAX_SHARD_COUNT - 1}-")
 _HASH_CHARS: Final = 10
 
 
 def job_name(tenant: str, run_id: str) -> str:
-    """``<tenant>-<run id, sanitised>-<10 hex of sha256(tenant/run_id)>``, at most 63 chars.
+    """``<tenant>-<run id, sanitised>-<10 hex of sha256(tenant/run_id)>``, at most
+    :data:`MAX_NAME` chars.
 
     The hash is always present: sanitising (``A.b`` and ``a-b``) and joining (tenant ``a-b``
     run ``c`` versus tenant ``a`` run ``b-c``) both lose information, so the readable part
@@ -190,6 +198,11 @@ class ReplaySpec:
     publish_token_secret: str | None = None
     endorsement_secret: str | None = None
     service_account: str = "attested-replay-job"
+    #: Split the replay into this many shards: one Indexed Job, one pod (one TEE) per index.
+    #: None: an ordinary one-pod Job (whose spec, init-data and HOST_DATA are unchanged).
+    shards: int | None = None
+    #: How many indices run at once (default: all of them). Not part of the pod or its policy.
+    parallelism: int | None = None
 
     def __post_init__(self) -> None:
         _check_tenant(self.tenant)
@@ -242,6 +255,26 @@ class ReplaySpec:
                     f"an endorsement secret is for SEV-SNP evidence from the attestation agent; "
                     f"the {self.overlay} overlay's evidence is {OVERLAYS[self.overlay].evidence}"
                 )
+        if self.shards is not None and (
+            type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARD_COUNT
+        ):
+            raise UsageError(
+                f"shards must be a whole number from 1 to {MAX_SHARD_COUNT}, got {self.shards!r}"
+            )
+        if self.shards is not None and self.publish_url is not None:
+            raise UsageError(
+                "a sharded run cannot publish its shard envelopes yet (the publication service "
+                "keeps one envelope per run ID): drop the publish URL; collect merges the "
+                "shards from the pods' logs"
+            )
+        if self.parallelism is not None:
+            if self.shards is None:
+                raise UsageError("parallelism needs shards (an unsharded Job runs one pod)")
+            if type(self.parallelism) is not int or not 1 <= self.parallelism <= self.shards:
+                raise UsageError(
+                    f"parallelism must be a whole number from 1 to the {self.shards} shards, "
+                    f"got {self.parallelism!r}"
+                )
 
     @property
     def profile(self) -> OverlayProfile:
@@ -281,7 +314,8 @@ def build_replay(spec: ReplaySpec) -> BuiltReplay:
     profile = spec.profile
     pod_spec = _pod_spec(spec, profile)
     init_data = render_initdata(
-        image=spec.image, policy_rego=render_policy(pod_spec, job_name=name)
+        image=spec.image,
+        policy_rego=render_policy(pod_spec, job_name=name, shard_count=spec.shards),
     )
     pod_annotations = {KATA_INIT_DATA: init_data.annotation_value}
     if profile.aa_rest_api:
@@ -295,16 +329,16 @@ def build_replay(spec: ReplaySpec) -> BuiltReplay:
         LABEL_TENANT: spec.tenant,
     }
     job_spec: dict[str, Any] = {
-        "backoffLimit": spec.backoff_limit,
-        "completions": 1,
-        "parallelism": 1,
+        **_completion(spec),
         "activeDeadlineSeconds": spec.active_deadline_seconds,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": {
             "rules": [
                 {
-                    "action": "FailJob",
+                    # Sharded: the index fails (no retry of the same failure), and with
+                    # maxFailedIndexes 0 the Job with it, stopping the other TEEs.
+                    "action": "FailJob" if spec.shards is None else "FailIndex",
                     "onExitCodes": {
                         "containerName": CONTAINER_NAME,
                         "operator": "In",
@@ -344,6 +378,26 @@ def build_replay(spec: ReplaySpec) -> BuiltReplay:
     return BuiltReplay(job, init_data)
 
 
+def _completion(spec: ReplaySpec) -> dict[str, Any]:
+    """How many pods, and the retry budget: one pod, or one Indexed pod per shard.
+
+    Sharded (an Indexed Job, Kubernetes >= 1.29 with the gates on by default, GA 1.33):
+    ``backoffLimitPerIndex`` gives every index the retries an unsharded run gets, and
+    ``maxFailedIndexes: 0`` fails the Job as soon as one index fails for good (a merge needs
+    every shard, so the other TEEs are stopped). ``backoffLimit`` is left to the server's
+    default for per-index Jobs (MaxInt32): the per-index limits bound the pods.
+    """
+    if spec.shards is None:
+        return {"backoffLimit": spec.backoff_limit, "completions": 1, "parallelism": 1}
+    return {
+        "completionMode": "Indexed",
+        "completions": spec.shards,
+        "parallelism": spec.parallelism or spec.shards,
+        "backoffLimitPerIndex": spec.backoff_limit,
+        "maxFailedIndexes": 0,
+    }
+
+
 def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
     args = [
         "run",
@@ -369,6 +423,10 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
         "/dev/termination-log",
         "--frame-envelope",
     ]
+    if spec.shards is not None:
+        # The same for every index: each pod's index is JOB_COMPLETION_INDEX, which the Job
+        # controller adds to the container (the agent policy admits exactly 0..shards-1).
+        args += ["--shard-count", str(spec.shards)]
     volumes: list[dict[str, Any]] = [
         {"name": "out", "emptyDir": {"sizeLimit": "256Mi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from runner.k8s.errors import PodCannotRunError, RunDeletedError, RunFailedError, WaitTimeoutError
+from runner.k8s.indexes import IndexProgress
 from runner.k8s.job import ANNOTATION_RUN_ID, ANNOTATION_TENANT
 
 State = Literal["succeeded", "failed", "cannot-run", "deleted", "timeout"]
@@ -42,6 +43,9 @@ _HINTS: Final = {
     "DeadlineExceeded": "the Job ran longer than activeDeadlineSeconds",
     "BackoffLimitExceeded": "every retry failed; read the pod's termination message",
     "PodFailurePolicy": "the replay exited with a deterministic failure code; retrying cannot help",
+    "MaxFailedIndexesExceeded": "a shard failed for good and a merge needs every shard, so the "
+    "Job stopped the others; `status` shows which index and why",
+    "FailedIndexes": "some shards failed for good; `status` shows which indices and why",
 }
 
 
@@ -72,9 +76,12 @@ class RunStatus:
     phase: Phase
     reason: str
     created: str
+    #: A sharded run's indices (``status`` reads the pods for them; None for ``list`` and for
+    #: unsharded runs).
+    shards: tuple[IndexProgress, ...] | None = None
 
-    def to_json_dict(self) -> dict[str, str]:
-        return {
+    def to_json_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
             "job": self.name,
             "runId": self.run_id,
             "tenant": self.tenant,
@@ -82,6 +89,9 @@ class RunStatus:
             "reason": self.reason,
             "created": self.created,
         }
+        if self.shards is not None:
+            document["shards"] = [shard.to_json_dict() for shard in self.shards]
+        return document
 
 
 def _true_condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:

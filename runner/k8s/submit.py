@@ -8,6 +8,7 @@ Job's ``spec-digest`` annotation decides: equal means attach to it, different me
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,10 @@ from runner.k8s.errors import (
     RunFailedError,
     RunNotFoundError,
 )
+from runner.k8s.indexes import IndexListError, index_progress
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
+    INSTANCE_LABEL,
     TRACKING_SELECTOR,
     ReplaySpec,
     build_job,
@@ -205,7 +208,26 @@ class Submitter:
     # -- status, list, cancel -------------------------------------------------------------
 
     def status(self, name: str) -> RunStatus:
-        return job_status(self._read_job(name))
+        """The run's phase; for a sharded run also every index's (one pod list more)."""
+        job = self._read_job(name)
+        status = job_status(job)
+        if (job.get("spec") or {}).get("completionMode") != "Indexed":
+            return status
+        pods = read_json(
+            retry.call(
+                self._retry,
+                "list pods",
+                self._core.list_namespaced_pod,
+                self.namespace,
+                label_selector=f"{INSTANCE_LABEL}={name}",
+                _preload_content=False,
+            )
+        )
+        try:
+            shards = index_progress(job, pods.get("items") or [])
+        except IndexListError as exc:
+            raise RunFailedError(f"Job {name}: {exc}", reason="ApiError") from exc
+        return dataclasses.replace(status, shards=tuple(shards))
 
     def list_runs(self) -> list[RunStatus]:
         listing = read_json(

@@ -10,7 +10,6 @@ root, as ``run`` does).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,11 +18,10 @@ from pathlib import Path
 import structlog
 from pydantic import JsonValue
 
-from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_ITEMS, sha256_digest
+from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
 from attestation.encoding.canonical import canonicalize
-from attestation.encoding.json_document import json_item_bound
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.merged import MergedEnvelope, merge_envelopes
+from attestation.envelope.merged import MergedEnvelope, merge_envelopes, merged_envelope_bytes
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
@@ -85,26 +83,16 @@ def merge_shards(
     report = merged.result
     if omit_result:
         merged = merged.model_copy(update={"result": None})
-    envelope_bytes = merged_json_bytes(merged)
-    items = json_item_bound(envelope_bytes)
-    if len(envelope_bytes) > MAX_ENVELOPE_BYTES or items > MAX_ENVELOPE_JSON_ITEMS:
-        raise InputError(
-            f"the merged envelope of {merged.shard_count} shards is {len(envelope_bytes)} bytes "
-            f"with up to {items} JSON values, over the envelope limits ({MAX_ENVELOPE_BYTES} "
-            f"bytes, {MAX_ENVELOPE_JSON_ITEMS} values) every verifier applies: split the replay "
-            "into fewer shards"
-        )
+    try:
+        envelope_bytes = merged_envelope_bytes(merged)
+    except AttestationError as exc:
+        raise InputError(str(exc)) from exc
     verification = _verify(envelope_bytes, merged, expected, simulated_root, now)
     atomic_write(result_path, canonicalize(report) + b"\n")
     atomic_write(out, envelope_bytes)
     digest = sha256_digest(envelope_bytes)
     log.info("merged_envelope_written", path=str(out), envelope_digest=digest)
     return MergeResult(merged, envelope_bytes, digest, out, result_path, report, verification)
-
-
-def merged_json_bytes(merged: MergedEnvelope) -> bytes:
-    """The bytes written and published for a merged envelope (its digest is over these)."""
-    return (json.dumps(merged.to_json_dict(), ensure_ascii=False) + "\n").encode()
 
 
 def _read_shard(path: Path) -> Envelope:

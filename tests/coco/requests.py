@@ -102,11 +102,23 @@ def container_id(seed: str) -> str:
 class ReplayPod:
     """One pod of a replay Job as the agent sees it: its IDs, copies and containers."""
 
-    def __init__(self, job: Mapping[str, Any], *, pod_suffix: str = "x7k2q") -> None:
+    def __init__(
+        self, job: Mapping[str, Any], *, pod_suffix: str = "x7k2q", index: int | None = None
+    ) -> None:
         self.job = job
         self.pod_spec: Mapping[str, Any] = job["spec"]["template"]["spec"]
         self.container: Mapping[str, Any] = self.pod_spec["containers"][0]
-        self.pod_name = f"{job['metadata']['name']}-"[:58] + pod_suffix
+        name = job["metadata"]["name"]
+        #: The completion index of a pod of an Indexed Job: the Job controller names it
+        #: ``<job>-<index>-<random>``, sets ``spec.hostname`` to ``<job>-<index>`` (kubelet's
+        #: sandbox hostname, hence HOSTNAME) and adds ``JOB_COMPLETION_INDEX`` to the container.
+        self.index = index
+        if index is None:
+            self.pod_name = f"{name}-"[:58] + pod_suffix
+            self.hostname = self.pod_name
+        else:
+            self.pod_name = f"{name}-{index}-{pod_suffix}"
+            self.hostname = f"{name}-{index}"
         self.namespace = job["metadata"]["namespace"]
         self.sandbox_id = container_id(f"{self.pod_name}/sandbox")
         self.replay_id = container_id(f"{self.pod_name}/replay")
@@ -143,7 +155,7 @@ class ReplayPod:
 
     def create_sandbox(self) -> dict[str, Any]:
         return {
-            "hostname": self.pod_name,
+            "hostname": self.hostname,
             "dns": ["nameserver 10.96.0.10", "search attested-replay.svc.cluster.local"],
             "storages": [
                 {
@@ -194,7 +206,7 @@ class ReplayPod:
             cid,
             mounts,
             annotations,
-            hostname=self.pod_name,
+            hostname=self.hostname,
         )
         return _request(cid, oci, [_guest_pull(cid, "pause", "sandbox")])
 
@@ -203,9 +215,11 @@ class ReplayPod:
         container = self.container
         security = self.pod_spec["securityContext"]
         pinned = [f"{item['name']}={item['value']}" for item in container.get("env", [])]
+        if self.index is not None:
+            pinned.append(f"JOB_COMPLETION_INDEX={self.index}")
         # containerd: its default PATH, HOSTNAME, then the image's and the container's
         # variables replacing by name; kubelet's service variables come with the container's.
-        env = [CONTAINERD_PATH, f"HOSTNAME={self.pod_name}"]
+        env = [CONTAINERD_PATH, f"HOSTNAME={self.hostname}"]
         for entry in pinned:
             name = entry.partition("=")[0]
             replaced = [i for i, old in enumerate(env) if old.partition("=")[0] == name]

@@ -223,13 +223,22 @@ class Store:
         uid = self.new_uid(kind)
         if kind == "jobs":
             default_job(obj, uid)
+        kind_name = f"{KINDS[kind][1]}.{KINDS[kind][2]}".rstrip(".")
         if self.validate or kind != "jobs":
             try:
                 kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
             except kubernetes_validate.ValidationError as exc:
-                kind_name = f"{KINDS[kind][1]}.{KINDS[kind][2]}".rstrip(".")
                 return Answer(
                     422, status(422, "Invalid", f'{kind_name} "{name}" is invalid: {exc}')
+                )
+        if kind == "jobs":
+            problems = job_validation_problems(obj)
+            if problems:
+                return Answer(
+                    422,
+                    status(
+                        422, "Invalid", f'{kind_name} "{name}" is invalid: {"; ".join(problems)}'
+                    ),
                 )
         with self.cond:
             if (namespace, name) in self.store[kind]:
@@ -366,12 +375,79 @@ def default_job(job: dict[str, Any], uid: str) -> None:
         {CONTROLLER_UID_LABEL: uid, JOB_NAME_LABEL: name, "controller-uid": uid, "job-name": name}
     )
     spec.setdefault("selector", {"matchLabels": {CONTROLLER_UID_LABEL: uid}})
-    spec.setdefault("completions", 1)
+    if "completions" not in spec and "parallelism" not in spec:
+        spec.update(completions=1, parallelism=1)
     spec.setdefault("parallelism", 1)
-    spec.setdefault("backoffLimit", 6)
+    # MaxInt32 with a per-index backoff limit, else 6
+    spec.setdefault("backoffLimit", 2**31 - 1 if "backoffLimitPerIndex" in spec else 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    spec.setdefault(
+        "podReplacementPolicy",
+        "Failed" if spec.get("podFailurePolicy") is not None else "TerminatingOrFailed",
+    )
+
+
+#: ``pkg/apis/batch/validation/validation.go`` (1.33): limits of Indexed Jobs.
+MAX_PARALLELISM_FOR_INDEXED_JOB = 100_000
+MAX_FAILED_INDEXES_FOR_INDEXED_JOB = 100_000
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def job_validation_problems(job: dict[str, Any]) -> list[str]:
+    """The server-side Job validation our Jobs depend on, beyond the OpenAPI schema
+    (``ValidateJob`` / ``validateJobSpec`` / ``validatePodFailurePolicyRule``, 1.33): field
+    paths and messages as the real server writes them."""
+    problems = []
+    spec = job["spec"]
+    name = job["metadata"]["name"]
+    indexed = spec.get("completionMode") == "Indexed"
+    completions = spec.get("completions")
+    if indexed and completions is not None and completions > 0:
+        # The controller appends "-<index>" to the pod hostname (a DNS label).
+        hostname = f"{name}-{completions - 1}"
+        if len(hostname) > 63 or not _DNS_LABEL.fullmatch(hostname):
+            problems.append(
+                f"metadata.name: Invalid value: {name!r}: will not able to create pod with "
+                f"invalid DNS label: {hostname}"
+            )
+    if indexed and completions is None:
+        problems.append("spec.completions: Required value: when completion mode is Indexed")
+    if indexed and spec.get("parallelism", 0) > MAX_PARALLELISM_FOR_INDEXED_JOB:
+        problems.append(
+            f"spec.parallelism: Invalid value: {spec['parallelism']}: must be less than or "
+            f"equal to {MAX_PARALLELISM_FOR_INDEXED_JOB} when completion mode is Indexed"
+        )
+    failed_max = spec.get("maxFailedIndexes")
+    if failed_max is not None:
+        if spec.get("backoffLimitPerIndex") is None:
+            problems.append(
+                "spec.backoffLimitPerIndex: Required value: when maxFailedIndexes is specified"
+            )
+        if indexed and completions is not None and failed_max > completions:
+            problems.append(
+                f"spec.maxFailedIndexes: Invalid value: {failed_max}: must be less than or "
+                "equal to completions"
+            )
+    if not indexed:
+        problems.extend(
+            f"spec.{key}: Invalid value: {spec[key]}: requires indexed completion mode"
+            for key in ("backoffLimitPerIndex", "maxFailedIndexes")
+            if spec.get(key) is not None
+        )
+    policy = spec.get("podFailurePolicy")
+    for index, rule in enumerate((policy or {}).get("rules") or []):
+        if rule.get("action") == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+            problems.append(
+                f'spec.podFailurePolicy.rules[{index}].action: Invalid value: "FailIndex": '
+                "requires the backoffLimitPerIndex to be set"
+            )
+    if policy is not None and spec.get("podReplacementPolicy") not in (None, "Failed"):
+        problems.append(
+            f'spec.podReplacementPolicy: Unsupported value: "{spec["podReplacementPolicy"]}": '
+            'supported values: "Failed"'
+        )
+    return problems
 
 
 def now_rfc3339() -> str:

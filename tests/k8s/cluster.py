@@ -36,6 +36,13 @@ AGGREGATE_MAX_EVENTS: Final = 10
 #: containerd CRI ``errorStartReason``/``errorStartExitCode`` for a container that failed to start.
 START_ERROR_REASON: Final = "StartError"
 START_ERROR_EXIT_CODE: Final = 128
+#: batch/v1 (1.33): a pod's completion index (annotation, and label with PodIndexLabel), the
+#: failures of its index so far, the variable the controller adds to each container, and the
+#: apiserver name generator's prefix limit.
+INDEX_ANNOTATION: Final = "batch.kubernetes.io/job-completion-index"
+FAILURE_COUNT_ANNOTATION: Final = "batch.kubernetes.io/job-index-failure-count"
+INDEX_ENV: Final = "JOB_COMPLETION_INDEX"
+GENERATED_NAME_MAX: Final = 58
 
 
 @dataclass
@@ -45,29 +52,67 @@ class FakeCluster(Store):
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
     #: Similar-event counts per aggregation key (reason-level), for message combining.
     _similar: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
+    #: Counted failures per (namespace, Job, completion index) of Indexed Jobs.
+    _index_failures: dict[tuple[str, str, int], int] = field(default_factory=dict)
 
     # -- Job controller (pkg/controller/job) ---------------------------------------------
 
-    def start_pod(self, job_name: str, ns: str = NAMESPACE) -> str:
-        """The Job controller creates a pod from the template (``generateName: <job>-``)."""
+    def start_pod(self, job_name: str, ns: str = NAMESPACE, *, index: int | None = None) -> str:
+        """The Job controller creates a pod from the template (``generateName: <job>-``).
+
+        For an Indexed Job (``index`` given) as ``job_controller.go`` ``manageJob`` does
+        (1.33): the completion-index annotation and label, ``JOB_COMPLETION_INDEX`` from a
+        fieldRef to the label in every container without one, hostname ``<job>-<index>``,
+        generateName ``<job>-<index>-`` (cut to 58 characters by ``podGenerateNameWithIndex``)
+        and, with a per-index backoff limit, the index's failure count annotation.
+        """
         job = self.get("jobs", ns, job_name)
         if job is None:
             raise KeyError(f"no Job {job_name}")
         template = job["spec"]["template"]
         serial = next(self._names)
         suffix = "".join(_SUFFIX_ALPHABET[(serial // 27**i) % 27] for i in range(5))
-        pod_name = f"{job_name}-{suffix}"
+        generate_name = f"{job_name}-"
         spec = copy.deepcopy(template["spec"])
         spec.setdefault("schedulerName", "default-scheduler")
+        labels = dict(template["metadata"].get("labels") or {})
+        annotations = dict(template["metadata"].get("annotations") or {})
+        if index is not None:
+            append = f"-{index}-"
+            generate_name = f"{job_name}{append}"
+            if len(generate_name) > GENERATED_NAME_MAX:
+                generate_name = generate_name[: GENERATED_NAME_MAX - len(append)] + append
+            annotations[INDEX_ANNOTATION] = str(index)
+            labels[INDEX_ANNOTATION] = str(index)
+            if "backoffLimitPerIndex" in job["spec"]:
+                annotations[FAILURE_COUNT_ANNOTATION] = str(
+                    self._index_failures.get((ns, job_name, index), 0)
+                )
+            spec["hostname"] = f"{job_name}-{index}"
+            for container in spec["containers"]:
+                env = container.setdefault("env", [])
+                if all(item["name"] != INDEX_ENV for item in env):
+                    env.append(
+                        {
+                            "name": INDEX_ENV,
+                            "valueFrom": {
+                                "fieldRef": {
+                                    "apiVersion": "v1",
+                                    "fieldPath": f"metadata.labels['{INDEX_ANNOTATION}']",
+                                }
+                            },
+                        }
+                    )
+        pod_name = f"{generate_name}{suffix}"
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
                 "name": pod_name,
-                "generateName": f"{job_name}-",
+                "generateName": generate_name,
                 "namespace": ns,
-                "labels": dict(template["metadata"].get("labels") or {}),
-                "annotations": dict(template["metadata"].get("annotations") or {}),
+                "labels": labels,
+                "annotations": annotations,
                 "ownerReferences": [
                     {
                         "apiVersion": "batch/v1",
@@ -95,8 +140,114 @@ class FakeCluster(Store):
         self.change("jobs", ns, job_name, active)
         return pod_name
 
+    def start_indexes(self, job_name: str, ns: str = NAMESPACE) -> list[str]:
+        """An Indexed Job's controller pass: a pod for each pending index (neither completed,
+        failed nor running), lowest first, up to ``parallelism`` active pods."""
+        job = self.get("jobs", ns, job_name)
+        assert job is not None
+        assert job["spec"].get("completionMode") == "Indexed"
+        spec, status = job["spec"], job["status"]
+        busy = set(self._indices(status.get("completedIndexes")))
+        busy |= set(self._indices(status.get("failedIndexes")))
+        for (pod_ns, _), pod in list(self.pods.items()):
+            owned = pod_ns == ns and pod["metadata"]["labels"].get(JOB_NAME_LABEL) == job_name
+            if owned and pod["status"].get("phase") in ("Pending", "Running"):
+                busy.add(int(pod["metadata"]["annotations"][INDEX_ANNOTATION]))
+        room = spec["parallelism"] - status.get("active", 0)
+        started = []
+        for index in range(spec["completions"]):
+            if room <= 0:
+                break
+            if index not in busy:
+                started.append(self.start_pod(job_name, ns, index=index))
+                room -= 1
+        return started
+
+    @staticmethod
+    def _indices(text: str | None) -> list[int]:
+        indices: list[int] = []
+        for part in (text or "").split(","):
+            if part:
+                first, _, last = part.partition("-")
+                indices.extend(range(int(first), int(last or first) + 1))
+        return indices
+
     def _job_of(self, pod: dict[str, Any]) -> str:
         return str(pod["metadata"]["labels"][JOB_NAME_LABEL])
+
+    def _index_of(self, pod: dict[str, Any]) -> int | None:
+        text = (pod["metadata"].get("annotations") or {}).get(INDEX_ANNOTATION)
+        return None if text is None else int(text)
+
+    def _index_succeeded(self, ns: str, job_name: str, index: int) -> None:
+        job = self.get("jobs", ns, job_name)
+        assert job is not None
+        completed = sorted({*self._indices(job["status"].get("completedIndexes")), index})
+
+        def account(j: dict[str, Any]) -> None:
+            j["status"].update(
+                active=max(0, j["status"].get("active", 0) - 1),
+                succeeded=j["status"].get("succeeded", 0) + 1,
+                completedIndexes=format_index_list(completed),
+            )
+
+        self.change("jobs", ns, job_name, account)
+        if len(completed) < job["spec"]["completions"]:
+            self.start_indexes(job_name, ns)
+            return
+        message = "Reached expected number of succeeded pods"
+
+        def criteria(j: dict[str, Any]) -> None:
+            j["status"]["conditions"] = [
+                _condition("SuccessCriteriaMet", "CompletionsReached", message)
+            ]
+
+        def complete(j: dict[str, Any]) -> None:
+            j["status"]["completionTime"] = now_rfc3339()
+            j["status"]["conditions"].append(_condition("Complete", "CompletionsReached", message))
+
+        self.change("jobs", ns, job_name, criteria)
+        self.change("jobs", ns, job_name, complete)
+
+    def _index_failed(
+        self, ns: str, job: dict[str, Any], index: int, action: str | None, counted: bool
+    ) -> str | None:
+        """A pod of an Indexed Job with ``backoffLimitPerIndex`` failed (``job_controller.go``
+        ``getNewFinishedPods`` / ``backoff_utils``, 1.33): FailIndex, or a counted failure
+        past the index's limit, fails the index; more failed indices than
+        ``maxFailedIndexes`` fail the Job at once (``MaxFailedIndexesExceeded``), otherwise a
+        Job whose indices are all finished with some failed ends ``FailedIndexes``; an index
+        that may retry gets a replacement pod."""
+        job_name = job["metadata"]["name"]
+        key = (ns, job_name, index)
+        if counted:
+            self._index_failures[key] = self._index_failures.get(key, 0) + 1
+        index_failed = action == "FailIndex" or (
+            self._index_failures.get(key, 0) > job["spec"]["backoffLimitPerIndex"]
+        )
+        if not index_failed:
+            return self.start_pod(job_name, ns, index=index)
+        failed = sorted({*self._indices(job["status"].get("failedIndexes")), index})
+
+        def mark(j: dict[str, Any]) -> None:
+            j["status"]["failedIndexes"] = format_index_list(failed)
+
+        self.change("jobs", ns, job_name, mark)
+        limit = job["spec"].get("maxFailedIndexes")
+        if limit is not None and len(failed) > limit:
+            self.fail_job(
+                job_name,
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes",
+                ns,
+            )
+            return None
+        completed = self._indices(job["status"].get("completedIndexes"))
+        if len(completed) + len(failed) >= job["spec"]["completions"]:
+            self.fail_job(job_name, "FailedIndexes", "Job has failed indexes", ns)
+            return None
+        started = self.start_indexes(job_name, ns)
+        return started[0] if started else None
 
     def _pod_succeeded(self, ns: str, pod_name: str) -> None:
         """Success: ``SuccessCriteriaMet`` (reason CompletionsReached), then ``Complete`` once no
@@ -104,6 +255,10 @@ class FakeCluster(Store):
         pod = self.get("pods", ns, pod_name)
         assert pod is not None
         job_name = self._job_of(pod)
+        index = self._index_of(pod)
+        if index is not None:
+            self._index_succeeded(ns, job_name, index)
+            return
         message = "Reached expected number of succeeded pods"
 
         def criteria(j: dict[str, Any]) -> None:
@@ -146,12 +301,17 @@ class FakeCluster(Store):
             assert message is not None
             self.fail_job(job_name, "PodFailurePolicy", message, ns)
             return None
+        index = self._index_of(pod)
         if failed > job["spec"].get("backoffLimit", 6):
             self.fail_job(
                 job_name, "BackoffLimitExceeded", "Job has reached the specified backoff limit", ns
             )
             return None
-        return self.start_pod(job_name, ns)
+        if index is not None and "backoffLimitPerIndex" in job["spec"]:
+            job = self.get("jobs", ns, job_name)
+            assert job is not None
+            return self._index_failed(ns, job, index, action, counted)
+        return self.start_pod(job_name, ns, index=index)
 
     def fail_job(self, job_name: str, reason: str, message: str, ns: str = NAMESPACE) -> None:
         """``FailureTarget`` first, then ``Failed`` with the same reason and message once every
@@ -553,7 +713,24 @@ def _decide(action: str, message: str) -> tuple[str | None, bool, str | None]:
         return None, False, action
     if action == "FailJob":
         return message, True, action
-    return None, True, action  # Count
+    return None, True, action  # Count, FailIndex (counted; FailIndex fails the index)
+
+
+def format_index_list(indices: list[int]) -> str:
+    """``completedIndexes``/``failedIndexes`` as the controller writes them: ascending,
+    runs of three or more as ``first-last`` (batch/v1 ``JobStatus``)."""
+    parts: list[str] = []
+    start = 0
+    while start < len(indices):
+        end = start
+        while end + 1 < len(indices) and indices[end + 1] == indices[end] + 1:
+            end += 1
+        if end - start >= 2:
+            parts.append(f"{indices[start]}-{indices[end]}")
+        else:
+            parts.extend(str(index) for index in indices[start : end + 1])
+        start = end + 1
+    return ",".join(parts)
 
 
 def _terminal(job: dict[str, Any]) -> bool:
