@@ -94,6 +94,9 @@ SHA256_DIGEST_PATTERN: Final = r"^sha256:[0-9a-f]{64}$"
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]
 Sha256Digest = Annotated[str, StringConstraints(pattern=SHA256_DIGEST_PATTERN)]
+#: What produced the evidence: AMD hardware (the chain reached AMD's pinned roots) or the
+#: simulated AMD (the chain reached a simulated root a tenant pinned).
+Platform = Literal["sev-snp", "simulated"]
 #: A tenant-chosen nonce bound into REPORT_DATA with the run.
 Nonce = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 

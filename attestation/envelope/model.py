@@ -19,6 +19,7 @@ from attestation.contracts import (
     MAX_ENVELOPE_JSON_ITEMS,
     MAX_SHARD_COUNT,
     Nonce,
+    Platform,
     RunId,
     Sha256Digest,
     TenantId,
@@ -38,8 +39,6 @@ Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
 #: SHA-256(JCS(binding)), for attestation agents that pass ``runtime_data`` as raw text.
 ReportDataEncoding = Literal["sha512", "sha256-hex"]
 REPORT_DATA_ENCODINGS: Final[tuple[ReportDataEncoding, ...]] = ("sha512", "sha256-hex")
-
-Platform = Literal["sev-snp", "simulated"]
 
 
 class Workload(WireModel):

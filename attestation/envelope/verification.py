@@ -17,6 +17,7 @@ from cryptography import x509
 
 from attestation.abi.product import ProductLine
 from attestation.abi.report import AttestationReport
+from attestation.contracts import Platform
 from attestation.endorsement.certificate import endorsement_from_certificate, load_certificates
 from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore, fingerprint
@@ -25,7 +26,7 @@ from attestation.envelope.expectations import EXPECTATION_CHECKS, expectation_ch
 from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.envelope.merged_verification import verify_merged
-from attestation.envelope.model import Envelope, Platform, ShardPosition
+from attestation.envelope.model import Envelope, ShardPosition
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.verifier import LATER_STAGES, Verifier
@@ -51,9 +52,15 @@ def verify_envelope(
     trust: TrustStore | None = None,
     crl: bytes | None = None,
     shard: ShardPosition | None = None,
+    verifier: Verifier | None = None,
 ) -> VerificationResult:
     """Verify an envelope (of either kind) against the tenant's expectations. Never raises for
     a failed check.
+
+    ``verifier`` (optional) runs the raw-report stages instead of one made here from ``trust``,
+    ``crl`` and the expectations' policy and ``simulatedRoots``: a caller that has just
+    verified the same evidence with it (the run, before it builds the envelope) reuses its
+    memoized chain validation. It must hold the trust and policy the expectations name.
 
     A shard's envelope is a part of a run, never a whole one: it fails the ``expectation.shard``
     check unless the caller asks for exactly that ``shard`` (the operator's checks of one
@@ -76,11 +83,19 @@ def verify_envelope(
 
         def verify_one(part: Envelope) -> VerificationResult:
             return verify_parsed_envelope(
-                part, expected, now=now, trust=trust, crl=crl, expectations=False
+                part,
+                expected,
+                now=now,
+                trust=trust,
+                crl=crl,
+                expectations=False,
+                verifier=verifier,
             )
 
         return verify_merged(envelope, expected, verify_shard=verify_one, shard=shard)
-    return verify_parsed_envelope(envelope, expected, now=now, trust=trust, crl=crl, shard=shard)
+    return verify_parsed_envelope(
+        envelope, expected, now=now, trust=trust, crl=crl, shard=shard, verifier=verifier
+    )
 
 
 def verify_parsed_envelope(
@@ -92,6 +107,7 @@ def verify_parsed_envelope(
     crl: bytes | None = None,
     shard: ShardPosition | None = None,
     expectations: bool = True,
+    verifier: Verifier | None = None,
 ) -> VerificationResult:
     """The checks of one parsed envelope; without ``expectations`` only classes 1-7 (the
     checks of a shard inside a merged envelope, whose expectations apply to the merge)."""
@@ -117,9 +133,9 @@ def verify_parsed_envelope(
             f"{len(certificates)} certificate(s), the first is the endorsement",
         )
     )
-    store = _with_pinned_simulated_root(base, certificates, expected)
-
-    verifier = Verifier(store, policy=expected.policy(), crl=crl)
+    if verifier is None:
+        store = _with_pinned_simulated_root(base, certificates, expected)
+        verifier = Verifier(store, policy=expected.policy(), crl=crl)
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
     checks.extend(raw.checks)
     if not raw.authentic or raw.report is None or raw.chain is None:
@@ -127,7 +143,8 @@ def verify_parsed_envelope(
         return VerificationResult.from_checks(checks, raw.report, raw.product_line)
 
     # The chain that verified says which root it reached: only AMD's may be labelled sev-snp.
-    platform: Platform = "simulated" if raw.chain.simulated else "sev-snp"
+    platform = raw.result().platform
+    assert platform is not None  # the report is authentic
     binding_checks = _binding_checks(envelope, raw.report, platform=platform)
     checks.extend(binding_checks)
     if expectations and any(check.ok is False for check in binding_checks):
@@ -138,7 +155,7 @@ def verify_parsed_envelope(
     elif expectations:
         checks.extend(expectation_checks(envelope.binding, expected))
         checks.append(shard_check(envelope.binding.shard, expected, shard))
-    return VerificationResult.from_checks(checks, raw.report, raw.product_line)
+    return VerificationResult.from_checks(checks, raw.report, raw.product_line, raw.chain)
 
 
 def _with_pinned_simulated_root(

@@ -14,6 +14,8 @@ from typing import Any
 
 from attestation.abi.product import ProductLine
 from attestation.abi.report import AttestationReport
+from attestation.contracts import Platform
+from attestation.endorsement.chain import VerifiedChain
 from attestation.errors import AttestationError, FailureClass
 from attestation.exit_codes import EXIT_CODES, VERIFIED
 
@@ -55,11 +57,13 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class VerificationResult:
-    """The ordered checks of one verification and the report they were about (if it parsed)."""
+    """The ordered checks of one verification, the report they were about (if it parsed) and
+    the certificate chain that endorses it (when the chain and the signature verified)."""
 
     checks: tuple[Check, ...]
     report: AttestationReport | None = None
     product_line: ProductLine | None = None
+    chain: VerifiedChain | None = None
 
     @classmethod
     def from_checks(
@@ -67,8 +71,17 @@ class VerificationResult:
         checks: Iterable[Check],
         report: AttestationReport | None = None,
         product_line: ProductLine | None = None,
+        chain: VerifiedChain | None = None,
     ) -> VerificationResult:
-        return cls(tuple(checks), report, product_line)
+        return cls(tuple(checks), report, product_line, chain)
+
+    @property
+    def platform(self) -> Platform | None:
+        """``sev-snp`` when the chain reached AMD's pinned roots, ``simulated`` when it reached
+        a pinned simulated root; None when no chain verified."""
+        if self.chain is None:
+            return None
+        return "simulated" if self.chain.simulated else "sev-snp"
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

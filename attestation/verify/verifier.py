@@ -49,7 +49,7 @@ from attestation.endorsement.chain import VerifiedChain, verify_chain
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.verify.checks import Check, VerificationResult
-from attestation.verify.policy import Policy, evaluate_policy
+from attestation.verify.policy import CRYPTO_ONLY, Policy, evaluate_policy
 
 EndorsementInput = bytes | Sequence[x509.Certificate] | Endorsement
 
@@ -71,6 +71,8 @@ LATER_STAGES: tuple[tuple[str, FailureClass], ...] = (
     ("policy", FailureClass.PLATFORM_POLICY),
     ("workload", FailureClass.WORKLOAD_IDENTITY),
 )
+#: The classes of the stages that decide whether a certificate endorses a report.
+_ENDORSEMENT_STAGES = frozenset({_MALFORMED, _CHAIN, _SIGNATURE, _MISMATCH})
 #: Required TCB components per layout: every one must be in the certificate.
 _REQUIRED_SPLS = ("bl", "tee", "snp", "ucode")
 _TURIN_STRUCT_VERSION = 1
@@ -95,7 +97,10 @@ class ReportChecks:
     authentic: bool = False
 
     def result(self) -> VerificationResult:
-        return VerificationResult.from_checks(self.checks, self.report, self.product_line)
+        # The chain is the result's only when it endorses an authentic report.
+        return VerificationResult.from_checks(
+            self.checks, self.report, self.product_line, self.chain if self.authentic else None
+        )
 
 
 _Parsed = tuple[Endorsement, tuple[x509.Certificate, ...]]
@@ -305,6 +310,31 @@ def verify_report(
 ) -> VerificationResult:
     """Verify one raw report against its VCEK/VLEK (a one-shot :class:`Verifier`)."""
     return Verifier(trust, policy=policy, crl=crl).verify(report_bytes, endorsement, now=now)
+
+
+def verify_endorsement(
+    report_bytes: bytes,
+    endorsement: EndorsementInput,
+    *,
+    trust: TrustStore,
+    now: datetime,
+    crl: bytes | None = None,
+) -> VerificationResult:
+    """Does this certificate endorse this report? Stages 1-4 of :meth:`Verifier.check`: the
+    report and certificate parse, the certificate chains to a pinned root at ``now``, it signed
+    the report, and it describes the report (signer kind, product line, TCB, chip ID). No
+    platform or workload policy: that is the tenant's (:func:`verify_report`).
+
+    The result's ``chain`` holds the verified path (``intermediate``, ``ark``) and its
+    ``platform`` says whose root it reached.
+    """
+    raw = Verifier(trust, policy=CRYPTO_ONLY, crl=crl).check(report_bytes, endorsement, now=now)
+    return VerificationResult.from_checks(
+        (check for check in raw.checks if check.failure_class in _ENDORSEMENT_STAGES),
+        raw.report,
+        raw.product_line,
+        raw.chain if raw.authentic else None,
+    )
 
 
 def endorsement_checks(report: AttestationReport, cert: Endorsement) -> list[Check]:

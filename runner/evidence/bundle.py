@@ -16,7 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from attestation.files import FileTooLargeError, read_regular
-from runner.errors import EvidenceError, InputError
+from runner.errors import InputError
 
 _PEM_BEGIN: Final = b"-----BEGIN "
 _CERT_BEGIN: Final = b"-----BEGIN CERTIFICATE-----"
@@ -69,13 +69,6 @@ def load_endorsement_bundle(path: Path) -> tuple[bytes, ...]:
     return parse_endorsement_bundle(data, source=str(path))
 
 
-def certificates_to_pem(certificates: Sequence[bytes]) -> str:
-    """DER certificates (leaf first) as one PEM bundle."""
-    pem = []
-    for der in certificates:
-        try:
-            certificate = x509.load_der_x509_certificate(der)
-        except ValueError as exc:
-            raise EvidenceError(f"the platform returned an unparseable certificate: {exc}") from exc
-        pem.append(certificate.public_bytes(Encoding.PEM).decode("ascii"))
-    return "".join(pem)
+def pem_bundle(certificates: Sequence[x509.Certificate]) -> str:
+    """Certificates (the endorsement first) as one PEM bundle: how they are written."""
+    return "".join(c.public_bytes(Encoding.PEM).decode("ascii") for c in certificates)

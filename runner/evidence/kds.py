@@ -30,15 +30,13 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from attestation.abi.product import ProductLine, SignerKind
 from attestation.abi.report import AttestationReport, parse_report
-from attestation.abi.signature import verify_report_signature
-from attestation.endorsement.certificate import load_endorsement
-from attestation.endorsement.chain import verify_chain
+from attestation.endorsement.chain import VerifiedChain
 from attestation.endorsement.trust import TrustStore, fingerprint
-from attestation.errors import AttestationError
+from attestation.errors import AttestationError, FailureClass
 from attestation.files import read_regular
-from attestation.verify.verifier import endorsement_checks
+from attestation.verify.verifier import verify_endorsement
 from runner.errors import EvidenceError, InputError, UsageError
-from runner.evidence.bundle import certificates_to_pem
+from runner.evidence.bundle import pem_bundle
 from tenant.fsutil import atomic_write
 from tenant.http import (
     HttpClient,
@@ -192,39 +190,55 @@ class KdsClient:
 class FetchedVcek:
     """A VCEK verified for one report, with the pinned ASK and ARK it chains to."""
 
-    vcek_der: bytes
-    ask_der: bytes
-    ark_der: bytes
+    vcek: x509.Certificate
+    ask: x509.Certificate
+    ark: x509.Certificate
     url: str
     from_cache: bool
 
+    @property
+    def vcek_der(self) -> bytes:
+        return self.vcek.public_bytes(Encoding.DER)
+
+    @property
+    def ask_der(self) -> bytes:
+        return self.ask.public_bytes(Encoding.DER)
+
+    @property
+    def ark_der(self) -> bytes:
+        return self.ark.public_bytes(Encoding.DER)
+
     def bundle_pem(self) -> bytes:
         """PEM bundle VCEK, ASK, ARK (what ``--endorsement-bundle`` reads)."""
-        return certificates_to_pem((self.vcek_der, self.ask_der, self.ark_der)).encode("ascii")
+        return pem_bundle((self.vcek, self.ask, self.ark)).encode("ascii")
 
 
 def verify_vcek_for_report(
     vcek_der: bytes,
-    report: AttestationReport,
+    report_bytes: bytes,
     product: ProductLine,
     *,
     now: dt.datetime,
     trust: TrustStore,
-) -> tuple[bytes, bytes]:
-    """Check a VCEK against the pinned roots and the report; returns (ASK, ARK) DER."""
-    try:
-        endorsement = load_endorsement(vcek_der)
-        chain = verify_chain(endorsement, product, trust=trust, now=now)
-        failed = [c for c in endorsement_checks(report, endorsement) if c.ok is not True]
-        if failed:
-            raise KdsVerificationError(
-                "the VCEK does not describe this report: "
-                + "; ".join(f"{c.name}: {c.detail}" for c in failed)
-            )
-        verify_report_signature(report, endorsement.public_key)
-    except AttestationError as exc:
-        raise KdsVerificationError(f"the VCEK does not verify: {exc}") from exc
-    return chain.intermediate.public_bytes(Encoding.DER), chain.ark.public_bytes(Encoding.DER)
+) -> VerifiedChain:
+    """The verifier's own answer to "does this VCEK endorse this report?" (chain to AMD's
+    pinned roots, signature, TCB, chip ID), for ``product``; the verified chain."""
+    result = verify_endorsement(report_bytes, vcek_der, trust=trust, now=now)
+    if not result.ok or result.chain is None:
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in result.failed_checks)
+        # A VCEK that chains to AMD but is another chip's or TCB's does not describe the report;
+        # one that does not chain (or parse) does not verify at all.
+        describes = result.failure_class in (
+            FailureClass.BAD_SIGNATURE,
+            FailureClass.ENDORSEMENT_MISMATCH,
+        )
+        what = "does not describe this report" if describes else "does not verify"
+        raise KdsVerificationError(f"the VCEK {what}: {failed or result.failure_class}")
+    if result.product_line is not product:
+        raise KdsVerificationError(
+            f"the VCEK is for {result.product_line}, but the report is a {product} report"
+        )
+    return result.chain
 
 
 def check_cert_chain(pem: bytes, product: ProductLine, trust: TrustStore) -> None:
@@ -243,12 +257,12 @@ def check_cert_chain(pem: bytes, product: ProductLine, trust: TrustStore) -> Non
 
 def _verified_cache_entry(
     cached: Path,
-    report: AttestationReport,
+    report_bytes: bytes,
     line: ProductLine,
     *,
     now: dt.datetime,
     trust: TrustStore,
-) -> tuple[bytes, bytes, bytes] | None:
+) -> tuple[bytes, VerifiedChain] | None:
     """A cached VCEK that still verifies for this report; None (fetch again) when it is
     unreadable or no longer verifies, since the cache is a convenience, never trusted."""
     try:
@@ -257,11 +271,11 @@ def _verified_cache_entry(
         _log.warning("kds_cache_entry_unreadable", path=str(cached), error=str(exc))
         return None
     try:
-        ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
+        chain = verify_vcek_for_report(der, report_bytes, line, now=now, trust=trust)
     except KdsVerificationError as exc:
         _log.warning("kds_cache_entry_rejected", path=str(cached), error=str(exc))
         return None
-    return der, ask, ark
+    return der, chain
 
 
 def fetch_vcek(
@@ -286,13 +300,13 @@ def fetch_vcek(
     url = client.base_url + request.path()
     cached = cache_dir / request.cache_name() if cache_dir else None
     if cached is not None and cached.is_file():
-        hit = _verified_cache_entry(cached, report, line, now=now, trust=trust)
+        hit = _verified_cache_entry(cached, report_bytes, line, now=now, trust=trust)
         if hit is not None:
-            der, ask, ark = hit
-            return FetchedVcek(der, ask, ark, url, from_cache=True)
+            _der, chain = hit
+            return FetchedVcek(chain.leaf, chain.intermediate, chain.ark, url, from_cache=True)
     der = client.get(request.path())
-    ask, ark = verify_vcek_for_report(der, report, line, now=now, trust=trust)
+    chain = verify_vcek_for_report(der, report_bytes, line, now=now, trust=trust)
     check_cert_chain(client.get(cert_chain_path(line)), line, trust)
     if cached is not None:
         atomic_write(cached, der)
-    return FetchedVcek(der, ask, ark, url, from_cache=False)
+    return FetchedVcek(chain.leaf, chain.intermediate, chain.ark, url, from_cache=False)

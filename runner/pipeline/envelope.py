@@ -1,15 +1,26 @@
-"""Assemble an attestation envelope from a replay outcome and the evidence over its binding."""
+"""The evidence of a run, checked once, and the envelope assembled from it.
+
+:func:`endorse` parses what the provider returned (the report, and the certificates from the
+platform or the operator's endorsement bundle) and verifies it with the tenant's verifier,
+once: the verified chain says which root it reached, which is the envelope's ``platform``
+(only a chain to AMD's pinned roots is ``sev-snp``). Certificates stay ``x509.Certificate``
+objects until :func:`assemble_envelope` writes them into the envelope as PEM.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
 from cryptography import x509
 from pydantic import JsonValue
 
-from attestation.abi.report import parse_report
+from attestation.abi.report import AttestationReport, parse_report
+from attestation.endorsement.certificate import load_certificates
+from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import (
     API_VERSION,
     ENVELOPE_KIND,
@@ -17,35 +28,75 @@ from attestation.envelope.model import (
     Envelope,
     Evidence,
 )
-from attestation.envelope.verification import platform_of_chain
 from attestation.errors import AttestationError
+from attestation.verify.checks import VerificationResult
+from attestation.verify.policy import CRYPTO_ONLY
+from attestation.verify.verifier import Verifier
 from runner.errors import EvidenceError
 from runner.evidence.base import Evidence as ProviderEvidence
+from runner.evidence.bundle import pem_bundle
+from runner.pipeline.verification import raise_unless_verified
 
 
-def assemble_envelope(
-    binding: Binding,
+@dataclass(frozen=True, slots=True)
+class EndorsedEvidence:
+    """A provider's evidence, parsed and verified (crypto-only) once."""
+
+    evidence: ProviderEvidence
+    report: AttestationReport
+    certificates: tuple[x509.Certificate, ...]
+    #: The raw-report verification; its ``chain`` and ``platform`` are the verified ones.
+    verification: VerificationResult
+    #: The verifier that checked it: its chain validation is memoized for the self-check.
+    verifier: Verifier
+
+
+def endorse(
     evidence: ProviderEvidence,
+    chain: Sequence[bytes],
     *,
-    endorsement_pem: str,
-    result: dict[str, JsonValue] | None,
-) -> Envelope:
-    """The envelope for ``binding``; convenience fields are copied from the report itself,
-    and ``platform`` says ``sev-snp`` only when the endorsement chains to AMD's roots."""
+    trust: TrustStore,
+    now: datetime,
+) -> EndorsedEvidence:
+    """Parse and verify ``evidence`` with its certificate ``chain`` (DER, the endorsement
+    first), trusting ``trust``.
+
+    Raises:
+        EvidenceError: the report is malformed, or there is no (parseable) certificate.
+        VerificationFailedError: the certificate does not endorse the report.
+    """
     try:
         report = parse_report(evidence.report)
     except AttestationError as exc:
         raise EvidenceError(
             f"provider {evidence.provider} returned a malformed report: {exc}"
         ) from exc
-    if not endorsement_pem.strip():
+    if not chain:
         raise EvidenceError(
             "no endorsement: the platform returned no certificate chain; pass "
             "--endorsement-bundle (VCEK or VLEK with ASK/ASVK and ARK) or fetch one with "
             "`attested-replay vcek fetch`"
         )
-    certificates = x509.load_pem_x509_certificates(endorsement_pem.encode("ascii"))
-    platform = platform_of_chain(certificates, now=datetime.now(UTC))
+    certificates: list[x509.Certificate] = []
+    for der in chain:
+        try:
+            certificates.extend(load_certificates(der))
+        except AttestationError as exc:
+            raise EvidenceError(f"the platform returned an unparseable certificate: {exc}") from exc
+    verifier = Verifier(trust, policy=CRYPTO_ONLY)
+    verification = verifier.check(evidence.report, certificates, now=now).result()
+    raise_unless_verified(verification, "the evidence this run obtained does not verify")
+    return EndorsedEvidence(evidence, report, tuple(certificates), verification, verifier)
+
+
+def assemble_envelope(
+    binding: Binding, endorsed: EndorsedEvidence, *, result: dict[str, JsonValue] | None
+) -> Envelope:
+    """The envelope for ``binding``: convenience fields copied from the verified report, and
+    ``platform`` from the root its chain reached."""
+    report = endorsed.report
+    platform = endorsed.verification.platform
+    assert platform is not None  # endorse() returns only verified evidence
     return Envelope(
         api_version=API_VERSION,
         kind=ENVELOPE_KIND,
@@ -57,10 +108,10 @@ def assemble_envelope(
         host_data=report.host_data.hex(),
         platform=platform,
         evidence=Evidence(
-            report=base64.b64encode(evidence.report).decode("ascii"),
-            provider=evidence.provider,
-            cert_chain=endorsement_pem,
-            report_data_encoding=evidence.report_data_encoding,
+            report=base64.b64encode(endorsed.evidence.report).decode("ascii"),
+            provider=endorsed.evidence.provider,
+            cert_chain=pem_bundle(endorsed.certificates),
+            report_data_encoding=endorsed.evidence.report_data_encoding,
         ),
         result=result,
     )

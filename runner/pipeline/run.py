@@ -25,6 +25,7 @@ import os
 import stat
 import tempfile
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
@@ -40,15 +41,15 @@ from attestation.contracts import (
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
+from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.verify.checks import VerificationResult
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
-from runner.evidence.bundle import certificates_to_pem
 from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
 from runner.evidence.simulated import SIMULATED_PROVIDER, load_or_create_simulated_amd
 from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE, fetch_corpus, is_url
-from runner.pipeline.envelope import assemble_envelope, envelope_json_bytes
+from runner.pipeline.envelope import assemble_envelope, endorse, envelope_json_bytes
 from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
 from runner.pipeline.verification import self_verify
 from runner.publish.client import PublishOutcome, check_target, publish_envelope
@@ -215,19 +216,28 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
     chain = evidence.cert_chain
     if not chain and request.endorsement_bundle:
         chain = load_endorsement_bundle(request.endorsement_bundle)
-    envelope = assemble_envelope(
-        binding,
-        evidence,
-        endorsement_pem=certificates_to_pem(chain),
-        result=None if request.omit_result else outcome.result,
-    )
-    envelope_bytes = envelope_json_bytes(envelope)
-    # The tenant's own verifier runs before anything is written or published.
+    # The evidence is verified once, with this run's one `now`: the chain that verifies says
+    # whose root it reached (the envelope's platform), and the self-check reuses it.
+    now = datetime.now(UTC)
+    trust = TrustStore.amd()
     simulated_root = None
     if evidence.provider == SIMULATED_PROVIDER or request.trust_simulated_root:
-        simulated_root = load_or_create_simulated_amd(request.state_dir).root_fingerprint
+        amd = load_or_create_simulated_amd(request.state_dir)
+        trust = trust.with_simulated_root(amd.ark_certificate)
+        simulated_root = amd.root_fingerprint
+    endorsed = endorse(evidence, chain, trust=trust, now=now)
+    envelope = assemble_envelope(
+        binding, endorsed, result=None if request.omit_result else outcome.result
+    )
+    envelope_bytes = envelope_json_bytes(envelope)
+    # The tenant's own verifier runs on the envelope before anything is written or published.
     verification = self_verify(
-        envelope_bytes, binding=binding, simulated_root=simulated_root, shard=request.shard
+        envelope_bytes,
+        binding=binding,
+        simulated_root=simulated_root,
+        shard=request.shard,
+        verifier=endorsed.verifier,
+        now=now,
     )
 
     # Both files or neither; the envelope, whose presence means "done", is renamed last.

@@ -15,6 +15,7 @@ from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
 from attestation.verify.checks import VerificationResult
 from attestation.verify.policy import CRYPTO_ONLY
+from attestation.verify.verifier import Verifier
 from runner.errors import InputError, UsageError, VerificationFailedError
 
 log = structlog.get_logger(__name__)
@@ -26,12 +27,17 @@ def self_verify(
     binding: Binding,
     simulated_root: str | None,
     shard: ShardPosition | None = None,
+    verifier: Verifier | None = None,
+    now: datetime | None = None,
 ) -> VerificationResult:
     """Check a freshly built envelope exactly as a tenant would (crypto, binding, expectations).
 
     The platform policy is the tenant's decision, so only the crypto-only policy is applied
     here; simulated evidence is accepted only under ``simulated_root`` (this machine's). A
     shard's envelope is checked as that ``shard`` (a tenant verifies the merged envelope).
+    ``verifier`` is the one that already verified this evidence (``pipeline.envelope.endorse``):
+    its memoized chain validation is reused (with the same ``now``), so a run validates its
+    chain once.
     """
     roots = (simulated_root,) if simulated_root else ()
     expected = ExpectedValues.model_validate(
@@ -48,8 +54,10 @@ def self_verify(
         by_name=True,
         by_alias=False,
     )
-    result = verify_envelope(envelope_bytes, expected, now=datetime.now(UTC), shard=shard)
-    _raise_unless_verified(result, "the envelope this run built does not verify")
+    result = verify_envelope(
+        envelope_bytes, expected, now=now or datetime.now(UTC), shard=shard, verifier=verifier
+    )
+    raise_unless_verified(result, "the envelope this run built does not verify")
     log.info("envelope_self_verified", checks=len(result.checks))
     return result
 
@@ -72,12 +80,13 @@ def envelope_verifier(expected_path: Path, now: datetime | None = None) -> Calla
 
     def verify(envelope_bytes: bytes) -> None:
         result = verify_envelope(envelope_bytes, expected, now=now or datetime.now(UTC))
-        _raise_unless_verified(result, "envelope rejected")
+        raise_unless_verified(result, "envelope rejected")
 
     return verify
 
 
-def _raise_unless_verified(result: VerificationResult, what: str) -> None:
+def raise_unless_verified(result: VerificationResult, what: str) -> None:
+    """Raise :class:`VerificationFailedError` (with the verifier's exit code) unless verified."""
     if result.ok:
         return
     failed = "; ".join(f"{check.name}: {check.detail}" for check in result.failed_checks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -109,3 +110,26 @@ def test_run_refuses_before_any_work(state_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ChecksumMismatchError, match="refusing to replay"):
         run(_request(state_dir, out, expect_checksum="sha256:" + "0" * 64))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_validates_its_chain_once_and_reports_its_platform(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attestation.endorsement import chain as chain_module
+
+    calls: list[str] = []
+    real_verify_chain = chain_module.verify_chain
+
+    def counting(*args: Any, **kwargs: Any) -> chain_module.VerifiedChain:
+        calls.append("chain")
+        return real_verify_chain(*args, **kwargs)
+
+    monkeypatch.setattr("attestation.verify.verifier.verify_chain", counting)
+    monkeypatch.setattr("attestation.envelope.verification.verify_chain", counting)
+    result = run(_request(state_dir, tmp_path / "envelope.json"))
+    assert calls == ["chain"]  # the evidence's check and the envelope's self-check share it
+    assert result.verification.ok
+    assert result.verification.platform == "simulated" == result.envelope.platform
+    assert result.verification.chain is not None
+    root = load_or_create_simulated_amd(state_dir).ark_certificate
+    assert result.verification.chain.ark == root

@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -58,21 +59,21 @@ class Pods:
         """A genuine envelope for ``run_id``: same replay, new binding, new simulated report."""
         if run_id in self._cache:
             return self._cache[run_id]
-        from runner.evidence.bundle import certificates_to_pem
-        from runner.evidence.simulated import SimulatedProvider
-        from runner.pipeline.envelope import assemble_envelope, envelope_json_bytes
+        from attestation.endorsement.trust import TrustStore
+        from runner.evidence.simulated import SimulatedProvider, load_or_create_simulated_amd
+        from runner.pipeline.envelope import assemble_envelope, endorse, envelope_json_bytes
 
         base = Envelope.model_validate_json(self.base.envelope)
         binding = base.binding.model_copy(update={"run_id": run_id})
         evidence = SimulatedProvider(state_dir=self.state_dir).obtain(binding.canonical_bytes())
-        envelope = envelope_json_bytes(
-            assemble_envelope(
-                binding,
-                evidence,
-                endorsement_pem=certificates_to_pem(evidence.cert_chain),
-                result=base.result,
-            )
+        root = load_or_create_simulated_amd(self.state_dir).ark_certificate
+        endorsed = endorse(
+            evidence,
+            evidence.cert_chain,
+            trust=TrustStore.amd().with_simulated_root(root),
+            now=datetime.now(UTC),
         )
+        envelope = envelope_json_bytes(assemble_envelope(binding, endorsed, result=base.result))
         message = json.loads(self.base.termination_message)
         message["runId"] = run_id
         message["envelope"] = "sha256:" + hashlib.sha256(envelope).hexdigest()

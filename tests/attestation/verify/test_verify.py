@@ -28,7 +28,12 @@ from attestation.endorsement.trust import TrustStore
 from attestation.errors import FailureClass, MalformedError
 from attestation.exit_codes import EXIT_CODES
 from attestation.verify.policy import CRYPTO_ONLY, Policy
-from attestation.verify.verifier import Verifier, endorsement_checks, verify_report
+from attestation.verify.verifier import (
+    Verifier,
+    endorsement_checks,
+    verify_endorsement,
+    verify_report,
+)
 from simulated_amd import SimulatedAmd, sign_with_key
 
 REAL = Path(__file__).parents[2] / "assets" / "real"
@@ -496,3 +501,49 @@ def test_verifier_anchors_cannot_be_swapped_under_its_chain_memo(pinned: TrustSt
         ):
             setattr(verifier, attribute, value)
     assert verifier.trust is AMD
+
+
+def test_the_result_carries_the_chain_that_verified_and_its_platform(pinned: TrustStore) -> None:
+    result = verify_report(
+        real("oak-genoa-v5-report.bin"),
+        real("oak-genoa-v5-vcek.der"),
+        policy=Policy(),
+        trust=AMD,
+        now=NOW,
+    )
+    assert result.chain is not None
+    assert result.chain.ark is AMD.ark(ProductLine.GENOA)
+    assert result.chain.intermediate is AMD.intermediate(ProductLine.GENOA, SignerKind.VCEK)
+    assert result.platform == "sev-snp"
+    unverified = verify_report(
+        real("azure-milan-v3-report.bin"),
+        real("oak-genoa-v5-vcek.der"),
+        policy=Policy(),
+        trust=AMD,
+        now=NOW,
+    )
+    assert (unverified.chain, unverified.platform) == (None, None)
+
+
+def test_verify_endorsement_is_stages_1_to_4_only() -> None:
+    """The verifier's public "does this certificate endorse this report" (what KDS uses)."""
+    # A debug report: the secure-default policy refuses it, but its VCEK endorses it.
+    report, vcek = real("gsg-milan-v2-debug-report.bin"), real("gsg-milan-v2-debug-vcek.der")
+    assert verify_report(report, vcek, policy=Policy(), trust=AMD, now=NOW).exit_code == code(
+        "platform-policy"
+    )
+    endorsed = verify_endorsement(report, vcek, trust=AMD, now=NOW)
+    assert endorsed.ok
+    assert endorsed.exit_code == 0
+    assert {c.failure_class for c in endorsed.checks} == {
+        FailureClass.MALFORMED,
+        FailureClass.UNTRUSTED_CHAIN,
+        FailureClass.BAD_SIGNATURE,
+        FailureClass.ENDORSEMENT_MISMATCH,
+    }
+    assert endorsed.chain is not None
+    assert endorsed.chain.ark is AMD.ark(ProductLine.MILAN)
+    # Another chip's VCEK chains to AMD but did not sign this report.
+    other = verify_endorsement(report, real("azure-milan-v3-vcek.der"), trust=AMD, now=NOW)
+    assert other.failure_class is FailureClass.BAD_SIGNATURE
+    assert [c.name for c in other.failed_checks] == ["report.signature"]
