@@ -129,6 +129,11 @@ TEMPLATE_CPUID: Final[dict[ProductLine, tuple[int, int, int]]] = {
 }
 
 
+def cpuid_families(product: ProductLine) -> frozenset[int]:
+    """The CPUID families of a product line's parts (the model decides within a family)."""
+    return frozenset(family for family, _ranges, line in _CPUID_PRODUCTS if line is product)
+
+
 def product_line_from_cpuid(family: int, model: int) -> ProductLine:
     """The product line of a CPUID family/model pair.
 

@@ -4,19 +4,12 @@ The CoCo attestation agent (guest-components, virtee/sev 6.3.x serde shape) answ
 ``/aa/evidence`` with the report *parsed* into JSON, so the signed bytes have to be rebuilt
 field by field before the signature can be checked. This module is pure: no IO.
 
-Layout (ABI table 23, report versions 2..5; design/coco-runtime.md "Report layout")::
-
-    0x000 version u32        0x004 guest_svn u32      0x008 policy u64
-    0x010 family_id[16]      0x020 image_id[16]       0x030 vmpl u32
-    0x034 sig_algo u32       0x038 current_tcb u64    0x040 plat_info u64
-    0x048 key_info u32       0x050 report_data[64]    0x090 measurement[48]
-    0x0C0 host_data[32]      0x0E0 id_key_digest[48]  0x110 author_key_digest[48]
-    0x140 report_id[32]      0x160 report_id_ma[32]   0x180 reported_tcb u64
-    0x188 cpuid fam/mod/step (v3+)                    0x1A0 chip_id[64]
-    0x1E0 committed_tcb u64  0x1E8 current build/minor/major
-    0x1EC committed build/minor/major                 0x1F0 launch_tcb u64
-    0x1F8 launch_mit_vector u64 (v5)                  0x200 current_mit_vector u64 (v5)
-    0x2A0 signature r[72] s[72], then reserved up to 0x4A0
+Nothing about the report's bytes is declared here: offsets and sizes come from the one report
+layout (:data:`attestation.abi.report.LAYOUT`) and the TCB byte positions from
+:func:`attestation.abi.tcb.tcb_layout`; this module holds only the agent's key spellings
+(``sig_algo`` for ``signature_algo``, ``bootloader`` for ``bl`` ...), its value shapes and its
+order (virtee/sev 6.3 serialises the fields in ABI order). Like virtee/sev, it picks the Turin
+TCB layout by the CPUID family alone (our parser then also checks the model).
 
 Bytes that the JSON cannot carry (reserved ranges) must be zero in a report we convert to
 JSON: otherwise the round trip would silently change the signed bytes, so we refuse.
@@ -25,48 +18,15 @@ JSON: otherwise the round trip would silently change the signed bytes, so we ref
 from __future__ import annotations
 
 import json
-import struct
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from attestation.abi.report import REPORT_SIZE, SIGNATURE_COMPONENT_SIZE
-
-#: Offsets of the fields (ABI names in comments where ours differ).
-OFF_VERSION: Final = 0x000
-OFF_GUEST_SVN: Final = 0x004
-OFF_POLICY: Final = 0x008
-OFF_FAMILY_ID: Final = 0x010
-OFF_IMAGE_ID: Final = 0x020
-OFF_VMPL: Final = 0x030
-OFF_SIG_ALGO: Final = 0x034
-OFF_CURRENT_TCB: Final = 0x038
-OFF_PLAT_INFO: Final = 0x040
-OFF_KEY_INFO: Final = 0x048
-OFF_REPORT_DATA: Final = 0x050
-OFF_MEASUREMENT: Final = 0x090
-OFF_HOST_DATA: Final = 0x0C0
-OFF_ID_KEY_DIGEST: Final = 0x0E0
-OFF_AUTHOR_KEY_DIGEST: Final = 0x110
-OFF_REPORT_ID: Final = 0x140
-OFF_REPORT_ID_MA: Final = 0x160
-OFF_REPORTED_TCB: Final = 0x180
-OFF_CPUID_FAM_ID: Final = 0x188
-OFF_CPUID_MOD_ID: Final = 0x189
-OFF_CPUID_STEP: Final = 0x18A
-OFF_CHIP_ID: Final = 0x1A0
-OFF_COMMITTED_TCB: Final = 0x1E0
-OFF_CURRENT_VERSION: Final = 0x1E8
-OFF_COMMITTED_VERSION: Final = 0x1EC
-OFF_LAUNCH_TCB: Final = 0x1F0
-OFF_LAUNCH_MIT_VECTOR: Final = 0x1F8
-OFF_CURRENT_MIT_VECTOR: Final = 0x200
-OFF_SIGNATURE_R: Final = 0x2A0
-OFF_SIGNATURE_S: Final = 0x2E8
-
-#: CPUID family of Turin; its TCB_VERSION puts FMC in byte 0 (virtee/sev from_turin_bytes).
-TURIN_CPUID_FAMILY: Final = 0x1A
+from attestation.abi.product import ProductLine
+from attestation.abi.report import FIELDS as REPORT_FIELDS
+from attestation.abi.report import LAYOUT, REPORT_SIZE, SIGNATURE_COMPONENT_SIZE, cpuid_families
+from attestation.abi.tcb import TCB_SIZE, tcb_layout
 
 FieldKind = Literal["u32", "u64", "bytes", "tcb", "version", "opt_u8", "opt_u64"]
 
@@ -79,48 +39,80 @@ class _Field:
     size: int
 
 
-#: The agent's ``attestation_report`` keys, in the order virtee/sev 6.3 serialises them.
-FIELDS: Final[tuple[_Field, ...]] = (
-    _Field("version", OFF_VERSION, "u32", 4),
-    _Field("guest_svn", OFF_GUEST_SVN, "u32", 4),
-    _Field("policy", OFF_POLICY, "u64", 8),
-    _Field("family_id", OFF_FAMILY_ID, "bytes", 16),
-    _Field("image_id", OFF_IMAGE_ID, "bytes", 16),
-    _Field("vmpl", OFF_VMPL, "u32", 4),
-    _Field("sig_algo", OFF_SIG_ALGO, "u32", 4),
-    _Field("current_tcb", OFF_CURRENT_TCB, "tcb", 8),
-    _Field("plat_info", OFF_PLAT_INFO, "u64", 8),
-    _Field("key_info", OFF_KEY_INFO, "u32", 4),
-    _Field("report_data", OFF_REPORT_DATA, "bytes", 64),
-    _Field("measurement", OFF_MEASUREMENT, "bytes", 48),
-    _Field("host_data", OFF_HOST_DATA, "bytes", 32),
-    _Field("id_key_digest", OFF_ID_KEY_DIGEST, "bytes", 48),
-    _Field("author_key_digest", OFF_AUTHOR_KEY_DIGEST, "bytes", 48),
-    _Field("report_id", OFF_REPORT_ID, "bytes", 32),
-    _Field("report_id_ma", OFF_REPORT_ID_MA, "bytes", 32),
-    _Field("reported_tcb", OFF_REPORTED_TCB, "tcb", 8),
-    _Field("cpuid_fam_id", OFF_CPUID_FAM_ID, "opt_u8", 1),
-    _Field("cpuid_mod_id", OFF_CPUID_MOD_ID, "opt_u8", 1),
-    _Field("cpuid_step", OFF_CPUID_STEP, "opt_u8", 1),
-    _Field("chip_id", OFF_CHIP_ID, "bytes", 64),
-    _Field("committed_tcb", OFF_COMMITTED_TCB, "tcb", 8),
-    _Field("current", OFF_CURRENT_VERSION, "version", 3),
-    _Field("committed", OFF_COMMITTED_VERSION, "version", 3),
-    _Field("launch_tcb", OFF_LAUNCH_TCB, "tcb", 8),
-    _Field("launch_mit_vector", OFF_LAUNCH_MIT_VECTOR, "opt_u64", 8),
-    _Field("current_mit_vector", OFF_CURRENT_MIT_VECTOR, "opt_u64", 8),
-)
+def _field(key: str, kind: FieldKind, layout_name: str | None = None) -> _Field:
+    spec = REPORT_FIELDS[layout_name or key]
+    return _Field(key, spec.offset, kind, spec.size)
 
-#: TCB_VERSION byte index per component, legacy (Milan/Genoa) and Turin layouts.
-_LEGACY_TCB: Final[Mapping[str, int]] = {"bootloader": 0, "tee": 1, "snp": 6, "microcode": 7}
-_TURIN_TCB: Final[Mapping[str, int]] = {
-    "fmc": 0,
-    "bootloader": 1,
-    "tee": 2,
-    "snp": 3,
-    "microcode": 7,
+
+def _version(key: str) -> _Field:
+    # build, minor, major: three consecutive one-byte fields of the layout
+    build = REPORT_FIELDS[f"{key}_build"]
+    assert REPORT_FIELDS[f"{key}_major"].end == build.offset + 3
+    return _Field(key, build.offset, "version", 3)
+
+
+#: The agent's ``attestation_report`` keys, in the order virtee/sev 6.3 serialises them, with
+#: the report field each one carries (``LAYOUT`` name where the agent spells it otherwise).
+FIELDS: Final[tuple[_Field, ...]] = (
+    _field("version", "u32"),
+    _field("guest_svn", "u32"),
+    _field("policy", "u64"),
+    _field("family_id", "bytes"),
+    _field("image_id", "bytes"),
+    _field("vmpl", "u32"),
+    _field("sig_algo", "u32", "signature_algo"),
+    _field("current_tcb", "tcb"),
+    _field("plat_info", "u64", "platform_info"),
+    _field("key_info", "u32", "flags"),
+    _field("report_data", "bytes"),
+    _field("measurement", "bytes"),
+    _field("host_data", "bytes"),
+    _field("id_key_digest", "bytes"),
+    _field("author_key_digest", "bytes"),
+    _field("report_id", "bytes"),
+    _field("report_id_ma", "bytes"),
+    _field("reported_tcb", "tcb"),
+    _field("cpuid_fam_id", "opt_u8"),
+    _field("cpuid_mod_id", "opt_u8"),
+    _field("cpuid_step", "opt_u8"),
+    _field("chip_id", "bytes"),
+    _field("committed_tcb", "tcb"),
+    _version("current"),
+    _version("committed"),
+    _field("launch_tcb", "tcb"),
+    _field("launch_mit_vector", "opt_u64"),
+    _field("current_mit_vector", "opt_u64"),
+)
+OFF_VERSION: Final = REPORT_FIELDS["version"].offset
+OFF_CPUID_FAM_ID: Final = REPORT_FIELDS["cpuid_fam_id"].offset
+OFF_SIGNATURE_R: Final = REPORT_FIELDS["signature_r"].offset
+OFF_SIGNATURE_S: Final = REPORT_FIELDS["signature_s"].offset
+#: CPUID families whose TCB_VERSION uses the Turin layout (FMC in byte 0).
+_TURIN_FAMILIES: Final = frozenset(
+    family for line in ProductLine if line.uses_turin_tcb_layout for family in cpuid_families(line)
+)
+#: The agent's TCB key for each TCB component name (the certificate's SPL names).
+_TCB_KEY: Final[Mapping[str, str]] = {
+    "fmc": "fmc",
+    "bl": "bootloader",
+    "tee": "tee",
+    "snp": "snp",
+    "ucode": "microcode",
 }
-_TCB_KEYS: Final = ("fmc", "bootloader", "tee", "snp", "microcode")
+_TCB_KEYS: Final = tuple(_TCB_KEY.values())
+#: One layout per TCB shape (Milan and Genoa share theirs), as agent key -> byte index; the
+#: reserved bytes (spl4..spl7) have no key and must be zero.
+_LEGACY_TCB: Final[Mapping[str, int]] = {
+    _TCB_KEY[name]: index
+    for name, index in tcb_layout(ProductLine.MILAN).items()
+    if name in _TCB_KEY
+}
+_TURIN_TCB: Final[Mapping[str, int]] = {
+    _TCB_KEY[name]: index
+    for name, index in tcb_layout(ProductLine.TURIN).items()
+    if name in _TCB_KEY
+}
+_RESERVED: Final = tuple((spec.offset, spec.end) for spec in LAYOUT if spec.reserved)
 
 #: Certificate-type spellings of virtee/sev ``CertType`` and which of them are certificates.
 CERT_TYPES: Final = frozenset({"ARK", "ASK", "VCEK", "VLEK", "CRL", "Empty"})
@@ -164,8 +156,8 @@ class AgentEvidence:
 
 
 def _uses_turin_layout(report: bytes) -> bool:
-    version = struct.unpack_from("<I", report, OFF_VERSION)[0]
-    return version >= 3 and report[OFF_CPUID_FAM_ID] == TURIN_CPUID_FAMILY
+    version = int.from_bytes(report[OFF_VERSION : OFF_VERSION + 4], "little")
+    return version >= 3 and report[OFF_CPUID_FAM_ID] in _TURIN_FAMILIES
 
 
 def _tcb_to_json(raw: bytes, *, turin: bool) -> dict[str, int | None]:
@@ -174,22 +166,19 @@ def _tcb_to_json(raw: bytes, *, turin: bool) -> dict[str, int | None]:
     for key, index in layout.items():
         out[key] = raw[index]
     used = set(layout.values())
-    if any(raw[i] for i in range(8) if i not in used):
+    if any(raw[i] for i in range(TCB_SIZE) if i not in used):
         raise AgentJsonError(f"TCB value {raw.hex()} has non-zero reserved bytes")
     return out
 
 
 def _check_reserved_zero(report: bytes) -> None:
-    covered = bytearray(REPORT_SIZE)
-    for field in FIELDS:
-        covered[field.offset : field.offset + field.size] = b"\x01" * field.size
-    covered[OFF_SIGNATURE_R : OFF_SIGNATURE_S + SIGNATURE_COMPONENT_SIZE] = b"\x01" * 144
-    for index, byte in enumerate(report):
-        if byte and not covered[index]:
-            raise AgentJsonError(
-                f"report byte 0x{index:03X} is reserved but non-zero; the agent's JSON "
-                "cannot carry it"
-            )
+    for start, end in _RESERVED:
+        for index in range(start, end):
+            if report[index]:
+                raise AgentJsonError(
+                    f"report byte 0x{index:03X} is reserved but non-zero; the agent's JSON "
+                    "cannot carry it"
+                )
 
 
 def report_to_agent_json(report: bytes) -> dict[str, Any]:
@@ -197,15 +186,13 @@ def report_to_agent_json(report: bytes) -> dict[str, Any]:
     if len(report) != REPORT_SIZE:
         raise AgentJsonError(f"report must be {REPORT_SIZE} bytes, got {len(report)}")
     _check_reserved_zero(report)
-    version = struct.unpack_from("<I", report, OFF_VERSION)[0]
+    version = int.from_bytes(report[OFF_VERSION : OFF_VERSION + 4], "little")
     turin = _uses_turin_layout(report)
     out: dict[str, Any] = {}
     for field in FIELDS:
         chunk = report[field.offset : field.offset + field.size]
-        if field.kind == "u32":
-            out[field.name] = struct.unpack("<I", chunk)[0]
-        elif field.kind == "u64":
-            out[field.name] = struct.unpack("<Q", chunk)[0]
+        if field.kind in ("u32", "u64"):
+            out[field.name] = int.from_bytes(chunk, "little")
         elif field.kind == "bytes":
             out[field.name] = list(chunk)
         elif field.kind == "tcb":
@@ -215,7 +202,7 @@ def report_to_agent_json(report: bytes) -> dict[str, Any]:
         elif field.kind == "opt_u8":
             out[field.name] = chunk[0] if version >= 3 else None
         else:  # opt_u64: mitigation vectors exist from report version 5
-            out[field.name] = struct.unpack("<Q", chunk)[0] if version >= 5 else None
+            out[field.name] = int.from_bytes(chunk, "little") if version >= 5 else None
     out["signature"] = {
         "r": list(report[OFF_SIGNATURE_R : OFF_SIGNATURE_R + SIGNATURE_COMPONENT_SIZE]),
         "s": list(report[OFF_SIGNATURE_S : OFF_SIGNATURE_S + SIGNATURE_COMPONENT_SIZE]),
@@ -274,7 +261,7 @@ def _tcb_from_json(value: object, where: str, *, turin: bool) -> bytes:
             f"{where}.fmc is {'missing' if turin else 'set'} but the report's CPUID family "
             f"{'is' if turin else 'is not'} Turin"
         )
-    raw = bytearray(8)
+    raw = bytearray(TCB_SIZE)
     for key, index in (_TURIN_TCB if turin else _LEGACY_TCB).items():
         raw[index] = _require_int(obj[key], f"{where}.{key}", 8)
     return bytes(raw)
@@ -285,19 +272,18 @@ def report_from_agent_json(value: object) -> bytes:
     obj = _require_object(value, "attestation_report", [f.name for f in FIELDS] + ["signature"])
     version = _require_int(obj["version"], "attestation_report.version", 32)
     fam = obj["cpuid_fam_id"]
-    turin = version >= 3 and fam == TURIN_CPUID_FAMILY
+    turin = version >= 3 and fam in _TURIN_FAMILIES
     raw = bytearray(REPORT_SIZE)
     for field in FIELDS:
         where = f"attestation_report.{field.name}"
         item = obj[field.name]
-        if field.kind == "u32":
-            struct.pack_into("<I", raw, field.offset, _require_int(item, where, 32))
-        elif field.kind == "u64":
-            struct.pack_into("<Q", raw, field.offset, _require_int(item, where, 64))
+        if field.kind in ("u32", "u64"):
+            value = _require_int(item, where, 8 * field.size)
+            raw[field.offset : field.offset + field.size] = value.to_bytes(field.size, "little")
         elif field.kind == "bytes":
             raw[field.offset : field.offset + field.size] = _require_bytes(item, where, field.size)
         elif field.kind == "tcb":
-            raw[field.offset : field.offset + 8] = _tcb_from_json(item, where, turin=turin)
+            raw[field.offset : field.offset + TCB_SIZE] = _tcb_from_json(item, where, turin=turin)
         elif field.kind == "version":
             ver = _require_object(item, where, ("major", "minor", "build"))
             raw[field.offset] = _require_int(ver["build"], f"{where}.build", 8)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attestation.abi.report import REPORT_SIZE
+from attestation.abi.report import LAYOUT, REPORT_SIZE, SIGNATURE_COMPONENT_SIZE
 from runner.evidence.agent_json import (
     FIELDS,
     OFF_SIGNATURE_R,
@@ -180,3 +180,17 @@ def test_cert_chain_entries_are_ordered_signer_first_and_non_certificates_droppe
     assert json.loads(text)["cert_chain"][2]["cert_type"] == {
         "OTHER": "00000000-0000-0000-0000-000000000001"
     }
+
+
+def test_the_agent_fields_carry_exactly_the_report_layouts_non_reserved_bytes() -> None:
+    """The converter has no byte layout of its own: its fields tile the one report LAYOUT."""
+    carried = bytearray(REPORT_SIZE)
+    for spec in FIELDS:
+        for index in range(spec.offset, spec.offset + spec.size):
+            carried[index] += 1
+    for index in range(OFF_SIGNATURE_R, OFF_SIGNATURE_S + SIGNATURE_COMPONENT_SIZE):
+        carried[index] += 1
+    for layout_spec in LAYOUT:
+        wanted = 0 if layout_spec.reserved else 1
+        covered = set(carried[layout_spec.offset : layout_spec.end])
+        assert covered == {wanted}, layout_spec.describe()
