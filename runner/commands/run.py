@@ -276,6 +276,7 @@ def _print_summary(result: RunResult, *, framed: bool) -> None:
         f"  envelope          {result.envelope_path} ({result.envelope_digest})",
         f"  result            {result.result_path}",
         f"  http environment  {result.http_environment.describe()}",
+        f"  code variables    {result.process_environment.describe()}",
     ]
     marks = outcome.result.get("marks")
     if isinstance(marks, list):

@@ -44,6 +44,7 @@ from attestation.encoding.canonical import canonicalize
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.verify.checks import VerificationResult
+from runner.environment import ProcessEnvironment, process_environment
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
 from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
@@ -166,6 +167,8 @@ class RunResult:
     #: What the run's HTTP clients took from outside the request (the CA bundle) and which
     #: trust variables they ignored.
     http_environment: HttpEnvironment
+    #: The code-loading variables set for the process (a genuine run refuses them).
+    process_environment: ProcessEnvironment
     #: The publisher's receipt when ``publish`` was set.
     publication: PublishOutcome | None = None
 
@@ -191,6 +194,16 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
     # An unusable --ca-bundle fails here, before any work; the record comes first in the log.
     http_env = http_environment(request.ca_bundle)
     log.info("http_environment", **asdict(http_env))
+    process_env = process_environment(os.environ)
+    log.info("process_environment", **asdict(process_env))
+    if process_env.in_effect and request.evidence != SIMULATED_PROVIDER:
+        names = ", ".join(process_env.in_effect)
+        raise UsageError(
+            f"refusing to attest with --evidence {request.evidence} while {names} "
+            f"{'is' if len(process_env.in_effect) == 1 else 'are'} set: these variables load "
+            "code or change how it computes before attested-replay starts, and a replay pod's "
+            "agent policy never admits them (docs/environment.md); unset them"
+        )
     # The provider is chosen, and its interface looked for, before any work: a machine without
     # it fails at once (exit 3) rather than after a long replay. Evidence itself can only be
     # requested after the replay, since the binding holds the result digest.
@@ -268,6 +281,7 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         verification=verification,
         termination=termination,
         http_environment=http_env,
+        process_environment=process_env,
         publication=publication,
     )
 

@@ -17,6 +17,7 @@ from tenant.contract.model import (
     Reference,
     Row,
     Term,
+    Threat,
 )
 from tenant.contract.render import render_markdown, render_text
 
@@ -32,6 +33,7 @@ __all__ = [
     "Reference",
     "Row",
     "Term",
+    "Threat",
     "render_markdown",
     "render_text",
 ]

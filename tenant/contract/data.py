@@ -19,6 +19,7 @@ from tenant.contract.model import (
     Reference,
     Row,
     Term,
+    Threat,
 )
 
 CONTRACT_VERSION: Final = "1"
@@ -294,6 +295,77 @@ CONTRACT: Final = Contract(
             detail='A digest match means "same inputs"; only deterministic scoring gives '
             '"same output".',
             revisit="non-deterministic components enter the scoring path",
+        ),
+    ),
+    threat_model=(
+        (
+            "The party this contract protects the tenant from is the operator: whoever runs the "
+            "cluster, the hosts, the network, the publication service and the corpus server. The "
+            "attestation is worth something only if nothing the operator controls can change a "
+            "verdict without changing a digest the tenant pins (rows 2, 3 and 7), and if nothing it"
+            " controls can make a run misbehave in a way that is not a refusal. Every input below "
+            "is therefore hostile: bounded in size and time, checked before expensive work, and "
+            "every failure ends with a specific error naming the input and the bound, a non-zero "
+            "exit code, and no envelope."
+        ),
+        (
+            "Out of scope: the tenant's own machine, AMD's hardware and firmware (row 1's "
+            "assumption), and denial of service: the operator can always refuse to run or publish "
+            "a replay; what it cannot do is make one produce a verifying envelope for another "
+            "result."
+        ),
+    ),
+    threats=(
+        Threat(
+            controls="the corpus: a directory, or an `https://` archive and the server behind it",
+            attempts="change what is scored without changing the digests; exhaust memory, disk "
+            "or time with a compression bomb, a sparse or linked entry, 400,000 entries, a FIFO "
+            "or `/dev/zero` in place of a file",
+            defence="every digest is recomputed in the TEE from the bytes scored, numbers "
+            "included; the archive is unpacked in one stream with entry, header, total and ratio "
+            "bounds checked as it arrives; only regular files are opened, never with a blocking "
+            "`open`; a byte order mark is refused",
+            see=(Reference(doc="limits.md", label="limits"),),
+        ),
+        Threat(
+            controls="the network: DNS, routing, TLS interception, anything answering in place of "
+            "a server",
+            attempts="stall a run (one byte a second, `Retry-After` of a day), send endless or "
+            "giant answers or deeply nested JSON, redirect to a plain-http host, present a "
+            "certificate of its own",
+            defence="one HTTP client for every request: a deadline for the whole request enforced "
+            "on every socket operation, a size cap sized to what the answer can be, `Retry-After` "
+            "honoured up to 120 s, every redirect hop re-checked (`https`, or `http` only to "
+            "loopback), TLS failures refused and never retried, strict JSON nested at most 32 "
+            "levels",
+            see=(Reference(doc="limits.md", anchor="http-requests", label="HTTP limits"),),
+        ),
+        Threat(
+            controls="the pod's environment and mounts",
+            attempts="redirect trust (`HTTPS_PROXY`, `REQUESTS_CA_BUNDLE`, `~/.netrc`, "
+            "`SSLKEYLOGFILE`) or load code (`LD_PRELOAD`, `PYTHONPATH`, `OPENSSL_CONF`)",
+            defence="the agent policy in init-data pins every variable and mount (HOST_DATA, row "
+            "7); on top of it the HTTP client reads no trust variable (`--ca-bundle` names "
+            "another CA), a run with genuine evidence refuses to start while a code-loading "
+            "variable is set, and every run records both in its log and summary",
+            see=(Reference(doc="environment.md", label="environment variables"),),
+        ),
+        Threat(
+            controls="the attestation agent's port, KDS and the publication service's answers",
+            attempts="answer in place of them: a report over other data, a substituted "
+            "certificate, an endless answer, a forked log",
+            defence="the report must carry exactly the REPORT_DATA asked for; a VCEK is kept only "
+            "if it chains to the pinned roots and verifies the report; each answer is capped "
+            "(agent evidence 256 KiB, a certificate 16 KiB, a checkpoint or proof 64 KiB, a page "
+            "of entries 1 MiB, an envelope 16 MiB) and timed; the log's proofs are rows 5 and 6",
+        ),
+        Threat(
+            controls="the host and hypervisor: configfs-tsm and `/dev/sev-guest`",
+            attempts="answer the guest's report request with oversized, linked or blocking "
+            "attributes",
+            defence="each configfs attribute is read without following links and with the "
+            "kernel's own cap (`outblob`, `auxblob`: 32 KiB); every length from the ioctl is "
+            "bounded; the report is checked like any other",
         ),
     ),
     comparison=(

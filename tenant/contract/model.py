@@ -79,6 +79,15 @@ class NotVerifiable(WireModel):
     revisit: Text  # the event that should make us revisit it
 
 
+class Threat(WireModel):
+    """One thing the operator controls, in the operator threat model."""
+
+    controls: Text  # what the operator controls
+    attempts: Text  # what it can try with it
+    defence: Text  # what attested-replay does about it
+    see: tuple[Reference, ...] = ()
+
+
 class Comparison(WireModel):
     aspect: Text
     self_host: Text
@@ -92,6 +101,9 @@ class Contract(WireModel):
     terms: tuple[Term, ...]
     rows: tuple[Row, ...]
     not_verifiable: tuple[NotVerifiable, ...]
+    #: The operator threat model: why inputs are hostile, and what bounds each.
+    threat_model: tuple[Text, ...] = ()
+    threats: tuple[Threat, ...] = ()
     comparison: tuple[Comparison, ...]
     comparison_note: tuple[Text, ...]
     panel_limits: tuple[Text, ...]

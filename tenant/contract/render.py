@@ -77,6 +77,17 @@ def render_markdown(contract: Contract) -> str:
             HOSTED[row.hosted],
         )
         out.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    if contract.threats:
+        out += ["", "## Operator threat model", ""]
+        for paragraph in contract.threat_model:
+            out += [paragraph, ""]
+        out += ["| the operator controls | it can try to | attested-replay |", "|---|---|---|"]
+        for threat in contract.threats:
+            defence = threat.defence
+            if threat.see:
+                defence += " (" + ", ".join(_link(reference) for reference in threat.see) + ")"
+            threat_cells = (threat.controls, threat.attempts, defence)
+            out.append("| " + " | ".join(_cell(cell) for cell in threat_cells) + " |")
     out += ["", "## Not verifiable (and when to revisit)", ""]
     out += [
         f"* **{item.title}.** {item.detail} *Revisit when* {item.revisit}."
@@ -125,6 +136,16 @@ def render_text(contract: Contract) -> str:
             f"   hosted tenant can check it: {HOSTED[row.hosted]}",
             "",
         ]
+    if contract.threats:
+        out += ["Operator threat model", "---------------------"]
+        out += [plain(paragraph) for paragraph in contract.threat_model]
+        for threat in contract.threats:
+            out += [
+                f"* {plain(threat.controls)}",
+                f"  can try to: {plain(threat.attempts)}",
+                f"  defence:    {plain(threat.defence)}",
+            ]
+        out.append("")
     out += ["Not verifiable", "--------------"]
     for item in contract.not_verifiable:
         out += [f"* {item.title}: {plain(item.detail)}", f"  revisit when {plain(item.revisit)}"]

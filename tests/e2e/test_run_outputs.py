@@ -232,6 +232,7 @@ def test_run_logs_are_json_lines_carrying_the_run_id(
     records = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [record["event"] for record in records] == [
         "http_environment",
+        "process_environment",
         "replayed",
         "evidence_obtained",
         "envelope_self_verified",

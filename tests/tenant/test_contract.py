@@ -99,3 +99,19 @@ def test_cli_prints_the_same_contract(capsys: pytest.CaptureFixture[str]) -> Non
     for item in CONTRACT.not_verifiable:
         assert f"* {item.title}: " in text
     assert "`" not in text
+
+
+def test_the_operator_threat_model_names_every_input_it_bounds() -> None:
+    controls = [threat.controls for threat in CONTRACT.threats]
+    assert [text.split(":")[0].split(",")[0] for text in controls] == [
+        "the corpus",
+        "the network",
+        "the pod's environment and mounts",
+        "the attestation agent's port",
+        "the host and hypervisor",
+    ]
+    page = render_markdown(CONTRACT)
+    assert "## Operator threat model" in page
+    assert "[HTTP limits](limits.md#http-requests)" in page
+    assert "Operator threat model" in render_text(CONTRACT)
+    assert (DOCS / "limits.md").read_text(encoding="utf-8").count("\n## HTTP requests\n") == 1

@@ -1,5 +1,6 @@
-"""``run`` against a corpus the operator made hostile: every attack ends with a specific
-error, exit 1 (input) or 8 (transient), and no envelope.
+"""``run`` against inputs the operator made hostile (the corpus, its server, the files in
+its directory, the process environment): every attack ends with a specific error, exit 1
+(input), 8 (transient) or 9 (refused), and no envelope.
 
 The archives are built in the test (no tool or file from elsewhere); the servers are
 tests/hostile_server.py. Peak memory is the tracemalloc peak of the whole run in-process.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import tarfile
 import tracemalloc
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main as runner_main
+from runner.environment import ProcessEnvironment, process_environment
 from tests import hostile_server as hs
 from tests.e2e.conftest import EXAMPLE_CORPUS
 from tests.fifo_guard import fifo
@@ -316,3 +319,60 @@ def test_a_fifo_as_termination_log_does_not_block_the_run(
     assert code == 0
     assert out.exists()  # the message is best effort; the envelope is what counts
     assert "termination_log_unwritable" in capsys.readouterr().err
+
+
+# -- the process environment -------------------------------------------------------------------
+
+
+def test_code_loading_variables_are_recorded_and_refused_for_genuine_evidence(
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Set after this interpreter started, OPENSSL_CONF acts on nothing here; the run only
+    reads it, which is what is under test."""
+    monkeypatch.setenv("OPENSSL_CONF", str(tmp_path / "openssl.cnf"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://203.0.113.7:3128")
+    out = tmp_path / "envelope.json"
+    assert _run(state_dir, str(EXAMPLE_CORPUS), out) == 0  # simulated: recorded only
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.err.splitlines()]
+    process = next(r for r in records if r["event"] == "process_environment")
+    assert process["in_effect"] == ["OPENSSL_CONF"]
+    http = next(r for r in records if r["event"] == "http_environment")
+    assert "HTTPS_PROXY" in http["ignored"]
+    assert "code variables    in effect: OPENSSL_CONF" in captured.out
+    genuine = tmp_path / "genuine.json"
+    code = runner_main(
+        [
+            "run",
+            "--corpus",
+            str(EXAMPLE_CORPUS),
+            "--run-id",
+            "env-1",
+            "--tenant",
+            "acme",
+            "--evidence",
+            "coco-aa",
+            "--agent-url",
+            f"http://127.0.0.1:{hs.free_port()}",
+            "--out",
+            str(genuine),
+        ]
+    )
+    assert code == 9
+    assert (
+        "refusing to attest with --evidence coco-aa while OPENSSL_CONF is set"
+        in capsys.readouterr().err
+    )
+    assert not genuine.exists()
+
+
+def test_an_isolated_interpreter_ignores_the_python_variables() -> None:
+    environ = {"PYTHONPATH": "/tmp/evil", "LD_PRELOAD": "/tmp/evil.so", "PYTHONHASHSEED": "0"}
+    assert process_environment(environ, isolated=True) == ProcessEnvironment(
+        in_effect=("LD_PRELOAD",), ignored=("PYTHONPATH",), isolated=True
+    )
+    assert process_environment(environ, isolated=False).in_effect == ("LD_PRELOAD", "PYTHONPATH")
+    assert process_environment({"PYTHONPATH": ""}, isolated=False).in_effect == ()
