@@ -36,7 +36,14 @@ from tenant.http import RetryPolicy  # noqa: E402
 from tests.k8s.apiserver import ApiServer  # noqa: E402
 from tests.k8s.cluster import FakeCluster  # noqa: E402
 
-WAIT_REQUESTS = ("LIST jobs", "LIST pods", "WATCH jobs", "WATCH pods")
+WAIT_REQUESTS = (
+    "LIST jobs",
+    "LIST pods",
+    "LIST events",
+    "WATCH jobs",
+    "WATCH pods",
+    "WATCH events",
+)
 
 
 def spec(index: int) -> ReplaySpec:
@@ -91,7 +98,7 @@ def measure(runs: int) -> dict[str, Any]:
         "wait_ms_per_run": 1000 * wait_seconds / runs,
         "wait_requests": wait_requests,
         "wait_requests_per_run": wait_requests / runs,
-        "watch_streams": cluster.requests["WATCH jobs"] + cluster.requests["WATCH pods"],
+        "watch_streams": cluster.watchers(),
     }
 
 

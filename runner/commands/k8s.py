@@ -35,9 +35,19 @@ from runner.exit_codes import Family
 from runner.extras import extra_required
 from runner.k8s.job import (
     DEFAULT_ACTIVE_DEADLINE_SECONDS,
+    DEFAULT_NODE_DISK,
+    DEFAULT_SCRATCH_SIZE,
     ReplaySpec,
     build_replay,
     job_name,
+)
+from runner.k8s.progress import (
+    IMAGE_PULL_GRACE,
+    SANDBOX_GRACE,
+    SCHEDULE_GRACE,
+    START_GRACE,
+    Report,
+    WaitPolicy,
 )
 from runner.k8s.state import RunOutcome, State, raise_for_outcome
 from tenant.fsutil import atomic_write
@@ -110,7 +120,22 @@ collects the envelope and verifies it against --expected before reporting succes
         type=int,
         default=2,
         metavar="N",
-        help="backoffLimit of the Job (with --shards: of each index, backoffLimitPerIndex)",
+        help="retries of a failed attempt, disruptions included: at most N+1 VMs per run "
+        "(with --shards: per index, backoffLimitPerIndex)",
+    )
+    submit.add_argument(
+        "--scratch-size",
+        default=DEFAULT_SCRATCH_SIZE,
+        metavar="QUANTITY",
+        help="data the pod's /tmp must hold (corpus download + unpacked copy)",
+    )
+    submit.add_argument(
+        "--node-disk",
+        default=DEFAULT_NODE_DISK,
+        metavar="QUANTITY",
+        help="size of the kubelet filesystem on the replay nodes (kubectl get node -o "
+        "jsonpath={.status.capacity.ephemeral-storage}): CoCo block-encrypted emptyDirs spend "
+        "0.09%% of it on metadata, counted against their sizeLimit",
     )
     submit.add_argument(
         "--parallelism",
@@ -230,6 +255,19 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait (default: the Job's deadline + 300)",
     )
+    graces = parser.add_argument_group(
+        "graces",
+        "how long a stalled pod may stay so before the run counts as unable to run; the Job is "
+        "then deleted so that no further VM boots (exit 5). Final at once: an agent-policy "
+        "denial, an annotation the runtime refuses, an invalid image name.",
+    )
+    for flag, default, what in (
+        ("--schedule-grace", SCHEDULE_GRACE, "Unschedulable (no node has room yet)"),
+        ("--image-pull-grace", IMAGE_PULL_GRACE, "ErrImagePull / ImagePullBackOff"),
+        ("--start-grace", START_GRACE, "CreateContainerConfigError and other start errors"),
+        ("--sandbox-grace", SANDBOX_GRACE, "FailedCreatePodSandBox (each attempt boots a VM)"),
+    ):
+        graces.add_argument(flag, type=float, default=default, metavar="SECONDS", help=what)
     parser.add_argument(
         "--expected",
         type=input_file_or_dir("--expected"),
@@ -275,7 +313,7 @@ def handle_submit(args: argparse.Namespace) -> int:
     if verifier is None:
         return 0
     timeout = _wait_timeout(args.timeout, spec.active_deadline_seconds)
-    outcome = _wait(submitter, [submission.name], timeout)[submission.name]
+    outcome = _wait(submitter, [submission.name], timeout, _wait_policy(args))[submission.name]
     raise_for_outcome(outcome)
     collected = submitter.collect(
         submission.name, verify_envelope=verifier, publish_url=args.publish_url
@@ -301,7 +339,7 @@ def handle_collect(args: argparse.Namespace) -> int:
     names = {run: job_name(args.tenant, run) for run in runs}
     if args.wait:
         timeout = _wait_timeout(args.timeout, DEFAULT_ACTIVE_DEADLINE_SECONDS)
-        outcomes = _wait(submitter, list(names.values()), timeout)
+        outcomes = _wait(submitter, list(names.values()), timeout, _wait_policy(args))
     else:
         outcomes = {}
     failures: list[str] = []
@@ -360,6 +398,8 @@ def _replay_spec(args: argparse.Namespace, namespace: str) -> ReplaySpec:
         parallelism=args.parallelism,
         active_deadline_seconds=args.active_deadline,
         ttl_seconds_after_finished=args.ttl,
+        scratch_size=args.scratch_size,
+        node_disk=args.node_disk,
     )
 
 
@@ -401,22 +441,45 @@ def _wait_timeout(given: float | None, deadline: int) -> float:
     return given if given is not None else deadline + WAIT_GRACE_SECONDS
 
 
-def _wait(submitter: Submitter, names: list[str], timeout: float) -> dict[str, RunOutcome]:
+def _wait_policy(args: argparse.Namespace) -> WaitPolicy:
+    for flag in ("schedule_grace", "image_pull_grace", "start_grace", "sandbox_grace"):
+        if getattr(args, flag) < 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 0 seconds")
+    return WaitPolicy(
+        schedule_grace=args.schedule_grace,
+        image_pull_grace=args.image_pull_grace,
+        start_grace=args.start_grace,
+        sandbox_grace=args.sandbox_grace,
+    )
+
+
+def _wait(
+    submitter: Submitter, names: list[str], timeout: float, policy: WaitPolicy
+) -> dict[str, RunOutcome]:
     with _progress(len(names)) as on_progress:
-        return submitter.wait(names, timeout=timeout, on_progress=on_progress)
+        return submitter.wait(names, timeout=timeout, on_progress=on_progress, policy=policy)
 
 
 @contextmanager
-def _progress(total: int) -> Iterator[Callable[[str, str], None]]:
+def _progress(total: int) -> Iterator[Callable[[Report], None]]:
     """Rich status line on a terminal; structlog events otherwise."""
     done: set[str] = set()
     terminal = set(get_args(State))  # every outcome state ends a run
+
+    def fields(report: Report) -> dict[str, object]:
+        found: dict[str, object] = {"job": report.name, "phase": report.phase}
+        if report.reason:
+            found.update(reason=report.reason, message=report.message)
+        if report.attempts:
+            found["sandbox_attempts"] = report.attempts
+        return found
+
     if not sys.stderr.isatty():
 
-        def log_progress(name: str, phase: str) -> None:
-            if phase in terminal:
-                done.add(name)
-            log.info("run_progress", job=name, phase=phase, finished=len(done), total=total)
+        def log_progress(report: Report) -> None:
+            if report.phase in terminal:
+                done.add(report.name)
+            log.info("run_progress", **fields(report), finished=len(done), total=total)
 
         yield log_progress
         return
@@ -425,11 +488,16 @@ def _progress(total: int) -> Iterator[Callable[[str, str], None]]:
     console = Console(stderr=True)
     with console.status(f"waiting for {total} run(s)") as status:
 
-        def show_progress(name: str, phase: str) -> None:
-            if phase in terminal:
-                done.add(name)
-                console.log(f"{name}: {phase}")
-            status.update(f"{len(done)}/{total} finished; {name}: {phase}")
+        def show_progress(report: Report) -> None:
+            line = f"{report.name}: {report.phase}"
+            if report.reason:
+                line += f" ({report.reason}) {report.message}"
+            if report.phase in terminal:
+                done.add(report.name)
+                console.log(line, markup=False)
+            elif report.reason:
+                console.log(line, markup=False)
+            status.update(f"{len(done)}/{total} finished; {report.name}: {report.phase}")
 
         yield show_progress
 

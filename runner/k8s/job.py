@@ -87,6 +87,22 @@ RUNNER_ENV: Final = (
 #: runner's usage/internal code), so it fails the Job rather than repeating the same bug.
 DETERMINISTIC_EXIT_CODES: Final = (1, 2, 3, 4, 9)
 
+#: emptyDir sizing. The replay's scratch space (/tmp: corpus download and unpacking, the
+#: simulated PKI) and its output (/replay/out: envelope and result) need this much data.
+DEFAULT_SCRATCH_SIZE: Final = "2Gi"
+OUT_DATA_SIZE: Final = "64Mi"
+#: Under CoCo from kata 3.28 (``emptydir_mode = "block-encrypted"``) each emptyDir is a sparse
+#: ``disk.img`` inside the host emptyDir, sized to the whole host filesystem, and the ext4
+#: metadata written into it (about 0.08 % of that size, plus encryption and integrity metadata)
+#: counts against ``sizeLimit`` before the replay writes a byte (kata ``docs/Limitations.md``
+#: "Block-backed Kubernetes emptyDir volumes"; ``container.go`` ``setupEphemeralDisk``). So each
+#: ``sizeLimit`` is the data it must hold plus 0.09 % of the kubelet filesystem's size, which
+#: the operator states (the node's ``status.capacity.ephemeral-storage``).
+DEFAULT_NODE_DISK: Final = "4Ti"
+EMPTYDIR_METADATA_PER_100K: Final = 90
+_QUANTITY = re.compile(r"^([1-9][0-9]{0,6})(Mi|Gi|Ti)$")
+_QUANTITY_UNITS: Final = {"Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
 KATA_KERNEL_PARAMS: Final = "io.katacontainers.config.hypervisor.kernel_params"
 KATA_INIT_DATA: Final = "io.katacontainers.config.hypervisor.cc_init_data"
 #: Turns on the attestation-agent REST API inside the guest (it changes MEASUREMENT).
@@ -128,6 +144,24 @@ _CLAIM_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 #: or not, a run ID keeps one name, so one run ID stays one Job.
 MAX_NAME: Final = 58 - len(f"-{MAX_SHARD_COUNT - 1}-")
 _HASH_CHARS: Final = 10
+
+
+def quantity_bytes(text: str, *, what: str) -> int:
+    """Bytes of a binary quantity such as ``2Gi`` (Mi, Gi or Ti only: exact and unambiguous)."""
+    match = _QUANTITY.fullmatch(text)
+    if match is None:
+        raise UsageError(f"{what} must look like 512Mi, 2Gi or 4Ti, got {text!r}")
+    return int(match.group(1)) * _QUANTITY_UNITS[match.group(2)]
+
+
+def emptydir_size_limit(data: str, node_disk: str) -> str:
+    """``sizeLimit`` for an emptyDir holding ``data`` on a node whose kubelet filesystem is
+    ``node_disk``: the data plus the block-encrypted emptyDir's metadata allowance, in Mi."""
+    metadata = -(
+        -quantity_bytes(node_disk, what="node disk") * EMPTYDIR_METADATA_PER_100K // 100_000
+    )
+    total = quantity_bytes(data, what="emptyDir data") + metadata
+    return f"{-(-total // 2**20)}Mi"
 
 
 def job_name(tenant: str, run_id: str) -> str:
@@ -203,6 +237,10 @@ class ReplaySpec:
     shards: int | None = None
     #: How many indices run at once (default: all of them). Not part of the pod or its policy.
     parallelism: int | None = None
+    #: Data the /tmp emptyDir must hold (the corpus download and its unpacked copy).
+    scratch_size: str = DEFAULT_SCRATCH_SIZE
+    #: Size of the kubelet filesystem on the replay nodes (block-encrypted emptyDir overhead).
+    node_disk: str = DEFAULT_NODE_DISK
 
     def __post_init__(self) -> None:
         _check_tenant(self.tenant)
@@ -223,6 +261,8 @@ class ReplaySpec:
             )
         if not _MEMORY.fullmatch(self.memory):
             raise UsageError(f"memory must look like 4Gi or 512Mi, got {self.memory!r}")
+        quantity_bytes(self.scratch_size, what="scratch size")
+        quantity_bytes(self.node_disk, what="node disk")
         for field, value, low in (
             ("backoff_limit", self.backoff_limit, 0),
             ("active_deadline_seconds", self.active_deadline_seconds, 1),
@@ -345,8 +385,13 @@ def build_replay(spec: ReplaySpec) -> BuiltReplay:
                         "values": list(DETERMINISTIC_EXIT_CODES),
                     },
                 },
+                # Disruptions (preemption, node-pressure and API evictions, taint-based
+                # deletion) count against backoffLimit like any failed attempt: each attempt is
+                # a new confidential VM, and only counting bounds them without a client
+                # watching. (Ignore would retry them until the deadline; kubelet local-storage
+                # evictions carry no DisruptionTarget and count anyway.)
                 {
-                    "action": "Ignore",
+                    "action": "Count",
                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
                 },
             ]
@@ -428,8 +473,14 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
         # controller adds to the container (the agent policy admits exactly 0..shards-1).
         args += ["--shard-count", str(spec.shards)]
     volumes: list[dict[str, Any]] = [
-        {"name": "out", "emptyDir": {"sizeLimit": "256Mi"}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+        {
+            "name": "out",
+            "emptyDir": {"sizeLimit": emptydir_size_limit(OUT_DATA_SIZE, spec.node_disk)},
+        },
+        {
+            "name": "tmp",
+            "emptyDir": {"sizeLimit": emptydir_size_limit(spec.scratch_size, spec.node_disk)},
+        },
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "out", "mountPath": OUT_DIR},

@@ -1,15 +1,29 @@
-"""Read run state from Job and Pod objects (wire-form dicts). Pure.
+"""Read run state from Job, Pod and Event objects (wire-form dicts). Pure.
 
-Terminal Job states come from conditions with ``status: "True"``: ``Complete``, or ``Failed``
-with its reason (DeadlineExceeded, BackoffLimitExceeded, PodFailurePolicy, ...), or the
-interim ``FailureTarget`` (the controller has decided to fail the Job and is only waiting
-for pods to terminate). A pod that cannot run never ends the Job by itself (it sits Pending
-until the deadline), so those states are detected here to fail early with a reason.
+What each object tells, as the Kubernetes components write it:
+
+* Job conditions with ``status: "True"`` (batch/v1 ``types.go``): ``Complete``, or from 1.31 the
+  interim ``SuccessCriteriaMet`` (reason ``CompletionsReached``) that precedes it; ``Failed``
+  with its reason (``DeadlineExceeded``, ``BackoffLimitExceeded``, ``PodFailurePolicy``, …), or
+  the interim ``FailureTarget`` with the same reason and message (``job_controller.go``).
+* A pod that cannot start never ends the Job by itself: it sits Pending until the deadline. The
+  scheduler says ``PodScheduled=False`` reason ``Unschedulable``; the kubelet puts a waiting
+  reason on the container (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerConfigError``
+  …); a sandbox that cannot be created shows only ``ContainerCreating`` and is visible solely
+  through ``FailedCreatePodSandBox`` events, one per attempt (under Kata one VM boot each,
+  retried every 10-15 s by the kubelet's pod worker).
+* A failed pod (``phase: Failed``) was disrupted when it carries ``DisruptionTarget`` (reasons
+  ``TerminationByKubelet``, ``PreemptionByScheduler``, ``EvictionByEvictionAPI``,
+  ``DeletionByTaintManager``, ``DeletionByPodGC``) or ``status.reason: Evicted`` (kubelet
+  local-storage evictions carry no condition); failed to start when its container terminated
+  with ``StartError`` (containerd, exit 128) — under Kata that is where the agent's
+  ``CreateContainerRequest`` runs, so an agent-policy denial reads "… is blocked by policy".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final, Literal
 
 from runner.k8s.errors import PodCannotRunError, RunDeletedError, RunFailedError, WaitTimeoutError
@@ -18,30 +32,53 @@ from runner.k8s.job import ANNOTATION_RUN_ID, ANNOTATION_TENANT
 
 State = Literal["succeeded", "failed", "cannot-run", "deleted", "timeout"]
 Phase = Literal["pending", "running", "succeeded", "failed"]
+#: Which grace applies before a stalled pod counts as unable to run ("final": none).
+StallKind = Literal["schedule", "image-pull", "start", "sandbox", "final"]
 
-#: Container waiting reasons that will not resolve on their own.
-CANNOT_RUN_REASONS: Final = frozenset(
-    {
-        "ImagePullBackOff",
-        "ErrImagePull",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-    }
-)
+#: Container waiting reasons (kubelet ``images/types.go``, ``kuberuntime_container.go``) and
+#: how they heal: image pulls retry with back-off (10 s doubling to 300 s), a missing Secret or
+#: ConfigMap may appear; a malformed image name or ``Never`` pull policy cannot change in a
+#: Job's immutable pod template.
+WAITING_STALLS: Final[dict[str, StallKind]] = {
+    "ErrImagePull": "image-pull",
+    "ImagePullBackOff": "image-pull",
+    "RegistryUnavailable": "image-pull",
+    "SignatureValidationFailed": "final",
+    "InvalidImageName": "final",
+    "ErrImageNeverPull": "final",
+    "CreateContainerConfigError": "start",
+    "CreateContainerError": "start",
+    "PreCreateHookError": "start",
+    "PreStartHookError": "start",
+    "RunContainerError": "start",
+}
+SANDBOX_EVENT: Final = "FailedCreatePodSandBox"
+#: kata agent ``policy.rs``: ``"{ep} is blocked by policy: {prints}"`` — init-data fixes the
+#: policy for the pod's lifetime, so a denial repeats on every attempt.
+POLICY_DENIED: Final = "is blocked by policy"
+#: kata runtime ``oci/utils.go``: ``"annotation %v is not enabled"`` — a node configuration
+#: that no retry changes.
+ANNOTATION_REFUSED: Final = "is not enabled"
+POLICY_DENIED_REASON: Final = "AgentPolicyDenied"
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+START_ERROR: Final = "StartError"
 
 _HINTS: Final = {
     "Unschedulable": "no node can run this pod: check that SNP nodes exist and carry the "
-    "runtime class's node labels, and that the runtime class is installed",
+    "runtime class's node labels, and that they have room for the pod plus the runtime "
+    "class overhead",
     "ImagePullBackOff": "the image cannot be pulled: check the digest exists in the registry "
     "and that the CoCo guest can reach the registry",
     "ErrImagePull": "the image cannot be pulled: check the digest exists in the registry",
     "CreateContainerConfigError": "the container configuration is invalid: a referenced "
     "Secret, ConfigMap or volume is missing",
+    SANDBOX_EVENT: "the Kata runtime could not start the confidential VM (see the message: "
+    "runtime configuration, init-data, firmware); every attempt boots a new VM",
+    POLICY_DENIED_REASON: "the agent policy in the pod's init-data refuses the replay's "
+    "request; regenerate init-data from the same run parameters as the Job",
     "DeadlineExceeded": "the Job ran longer than activeDeadlineSeconds",
-    "BackoffLimitExceeded": "every retry failed; read the pod's termination message",
+    "BackoffLimitExceeded": "every attempt failed (the pod failures are listed); each attempt "
+    "was a new VM",
     "PodFailurePolicy": "the replay exited with a deterministic failure code; retrying cannot help",
     "MaxFailedIndexesExceeded": "a shard failed for good and a merge needs every shard, so the "
     "Job stopped the others; `status` shows which index and why",
@@ -57,13 +94,49 @@ class RunOutcome:
     state: State
     reason: str
     message: str
+    #: Disruptions and failed attempts seen on the way, oldest first.
+    attempts: tuple[str, ...] = ()
+    #: The client deleted the Job because the run could not go on.
+    stopped: bool = False
 
     def explain(self) -> str:
         hint = _HINTS.get(self.reason)
         base = f"Job {self.name}: {self.state} ({self.reason})"
         if self.message:
             base += f": {self.message}"
-        return f"{base}; {hint}" if hint else base
+        if hint:
+            base += f"; {hint}"
+        if self.attempts:
+            base += f"; pod failures: {'; '.join(self.attempts)}"
+        if self.stopped:
+            base += "; the Job was stopped (deleted) so that no further VM boots"
+        return base
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Why a pod is not running yet, and which grace applies."""
+
+    reason: str
+    message: str
+    kind: StallKind
+
+
+@dataclass(frozen=True, slots=True)
+class PodFailure:
+    """A failed attempt: one pod that ended ``Failed``."""
+
+    pod: str
+    reason: str
+    message: str
+    disruption: bool = False
+    #: Retrying cannot help (an agent-policy denial).
+    final: bool = False
+
+    def describe(self) -> str:
+        kind = "disrupted" if self.disruption else "failed"
+        text = f"{self.pod} {kind} ({self.reason})"
+        return f"{text}: {self.message}" if self.message else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +152,10 @@ class RunStatus:
     #: A sharded run's indices (``status`` reads the pods for them; None for ``list`` and for
     #: unsharded runs).
     shards: tuple[IndexProgress, ...] | None = None
+    message: str = ""
+    #: Sandbox attempts of the current pod (under Kata: VM boots); 0 when none failed.
+    sandbox_attempts: int = 0
+    pod_failures: tuple[str, ...] = field(default=())
 
     def to_json_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -87,15 +164,43 @@ class RunStatus:
             "tenant": self.tenant,
             "phase": self.phase,
             "reason": self.reason,
+            "message": self.message,
             "created": self.created,
         }
         if self.shards is not None:
             document["shards"] = [shard.to_json_dict() for shard in self.shards]
+        if self.sandbox_attempts:
+            document["sandboxAttempts"] = self.sandbox_attempts
+        if self.pod_failures:
+            document["podFailures"] = list(self.pod_failures)
         return document
 
 
-def _true_condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for condition in job.get("status", {}).get("conditions") or []:
+def job_status(job: dict[str, Any]) -> RunStatus:
+    """Phase and reason of one Job from the Job alone (``list``; ``status`` adds its pods')."""
+    metadata = job.get("metadata", {})
+    annotations = metadata.get("annotations") or {}
+    outcome = job_outcome(job)
+    phase: Phase
+    if outcome is None:
+        phase = "running" if job.get("status", {}).get("active") else "pending"
+        reason = message = ""
+    else:
+        phase = "succeeded" if outcome.state == "succeeded" else "failed"
+        reason, message = outcome.reason, outcome.message
+    return RunStatus(
+        name=str(metadata.get("name", "")),
+        run_id=str(annotations.get(ANNOTATION_RUN_ID, "")),
+        tenant=str(annotations.get(ANNOTATION_TENANT, "")),
+        phase=phase,
+        reason=reason,
+        created=str(metadata.get("creationTimestamp", "")),
+        message=message,
+    )
+
+
+def true_condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind and condition.get("status") == "True":
             return dict(condition)
     return None
@@ -104,10 +209,11 @@ def _true_condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
 def job_outcome(job: dict[str, Any]) -> RunOutcome | None:
     """The terminal outcome of a Job, or None while it is still going."""
     name = str(job.get("metadata", {}).get("name", ""))
-    if _true_condition(job, "Complete") is not None:
-        return RunOutcome(name, "succeeded", "Complete", "")
+    for kind in ("Complete", "SuccessCriteriaMet"):
+        if true_condition(job, kind) is not None:
+            return RunOutcome(name, "succeeded", "Complete", "")
     for kind in ("Failed", "FailureTarget"):
-        condition = _true_condition(job, kind)
+        condition = true_condition(job, kind)
         if condition is not None:
             return RunOutcome(
                 name,
@@ -118,9 +224,9 @@ def job_outcome(job: dict[str, Any]) -> RunOutcome | None:
     return None
 
 
-def pod_blocker(pod: dict[str, Any]) -> tuple[str, str] | None:
-    """``(reason, message)`` when a pod cannot run and will not recover by waiting."""
-    status = pod.get("status", {})
+def pod_stall(pod: dict[str, Any]) -> Stall | None:
+    """Why a Pending pod is not running, from its own status (events: :func:`event_stall`)."""
+    status = pod.get("status") or {}
     if status.get("phase") not in (None, "Pending"):
         return None
     for condition in status.get("conditions") or []:
@@ -129,35 +235,87 @@ def pod_blocker(pod: dict[str, Any]) -> tuple[str, str] | None:
             and condition.get("status") == "False"
             and condition.get("reason") == "Unschedulable"
         ):
-            return "Unschedulable", str(condition.get("message") or "")
+            return Stall("Unschedulable", str(condition.get("message") or ""), "schedule")
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        if reason in CANNOT_RUN_REASONS:
-            return str(reason), str(waiting.get("message") or "")
+        kind = WAITING_STALLS.get(str(waiting.get("reason")))
+        if kind is not None:
+            return Stall(str(waiting["reason"]), str(waiting.get("message") or ""), kind)
     return None
 
 
-def job_status(job: dict[str, Any]) -> RunStatus:
-    """Phase and reason of one Job, for ``status`` and ``list``."""
-    metadata = job.get("metadata", {})
-    annotations = metadata.get("annotations") or {}
-    outcome = job_outcome(job)
-    phase: Phase
-    if outcome is None:
-        phase = "running" if job.get("status", {}).get("active") else "pending"
-        reason = ""
-    else:
-        phase = "succeeded" if outcome.state == "succeeded" else "failed"
-        reason = outcome.reason
-    return RunStatus(
-        name=str(metadata.get("name", "")),
-        run_id=str(annotations.get(ANNOTATION_RUN_ID, "")),
-        tenant=str(annotations.get(ANNOTATION_TENANT, "")),
-        phase=phase,
-        reason=reason,
-        created=str(metadata.get("creationTimestamp", "")),
+def event_stall(event: dict[str, Any]) -> Stall | None:
+    """A ``FailedCreatePodSandBox`` event: final at once when the message shows a cause no
+    retry changes (agent policy, an annotation the runtime refuses)."""
+    if event.get("reason") != SANDBOX_EVENT or event.get("type") != "Warning":
+        return None
+    message = str(event.get("message") or "")
+    if POLICY_DENIED in message:
+        return Stall(POLICY_DENIED_REASON, message, "final")
+    if ANNOTATION_REFUSED in message:
+        return Stall(SANDBOX_EVENT, message, "final")
+    return Stall(SANDBOX_EVENT, message, "sandbox")
+
+
+def event_count(event: dict[str, Any]) -> int:
+    """How many times it happened: ``series.count`` (events.k8s.io recorders) or ``count``."""
+    series = event.get("series") or {}
+    for value in (series.get("count"), event.get("count")):
+        if isinstance(value, int) and value > 0:
+            return value
+    return 1
+
+
+def event_span(event: dict[str, Any]) -> float:
+    """Seconds between the first and the last occurrence, both by the reporting component's
+    clock (so no skew with ours)."""
+    series = event.get("series") or {}
+    first = _timestamp(event.get("firstTimestamp") or event.get("eventTime"))
+    last = _timestamp(
+        series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
     )
+    if first is None or last is None:
+        return 0.0
+    return max(0.0, (last - first).total_seconds())
+
+
+def pod_failure(pod: dict[str, Any]) -> PodFailure | None:
+    """What a ``Failed`` pod tells about the attempt it was."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Failed":
+        return None
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    disruption = true_condition(pod, DISRUPTION_TARGET)
+    if disruption is not None:
+        return PodFailure(
+            name,
+            str(disruption.get("reason") or DISRUPTION_TARGET),
+            str(disruption.get("message") or ""),
+            disruption=True,
+        )
+    if status.get("reason") == "Evicted":
+        return PodFailure(name, "Evicted", str(status.get("message") or ""), disruption=True)
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if not terminated:
+            continue
+        message = str(terminated.get("message") or "")
+        if terminated.get("reason") == START_ERROR:
+            if POLICY_DENIED in message:
+                return PodFailure(name, POLICY_DENIED_REASON, message, final=True)
+            return PodFailure(name, START_ERROR, message)
+        code = terminated.get("exitCode")
+        return PodFailure(name, f"exit code {code}", str(terminated.get("reason") or ""))
+    return PodFailure(name, "Failed", str(status.get("message") or ""))
+
+
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def raise_for_outcome(outcome: RunOutcome) -> None:

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from runner.k8s import retry
 from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, VerifyEnvelope
 from runner.k8s.errors import (
+    ApiUnavailableError,
     PodCannotRunError,
     RunConflictError,
     RunFailedError,
@@ -33,8 +34,9 @@ from runner.k8s.job import (
     ReplaySpec,
     build_job,
 )
+from runner.k8s.progress import RunProgress, WaitPolicy
 from runner.k8s.retry import KUBERNETES_RETRY, read_json
-from runner.k8s.state import RunOutcome, RunStatus, job_status, raise_for_outcome
+from runner.k8s.state import Phase, RunOutcome, RunStatus, job_status, raise_for_outcome
 from runner.k8s.watch import JobTracker, ProgressCallback
 from tenant.http import HttpClient, RetryPolicy
 
@@ -180,16 +182,32 @@ class Submitter:
         *,
         timeout: float,
         on_progress: ProgressCallback | None = None,
+        policy: WaitPolicy | None = None,
     ) -> dict[str, RunOutcome]:
-        """Outcomes of all named Jobs, tracked with one Job watch and one Pod watch."""
+        """Outcomes of all named Jobs, tracked with three watches (Jobs, Pods, Events); a run
+        whose stall outlives its grace (``policy``) is stopped (:meth:`stop`)."""
         tracker = JobTracker(
             self._api_client,
             self.namespace,
             selector=TRACKING_SELECTOR,
             watch_timeout=self._watch_timeout,
             retry=self._retry,
+            policy=policy,
         )
-        return tracker.wait(names, timeout=timeout, on_progress=on_progress)
+        return tracker.wait(names, timeout=timeout, on_progress=on_progress, stop=self.stop)
+
+    def stop(self, outcome: RunOutcome) -> RunOutcome:
+        """Delete the Job of a run that cannot go on, so the kubelet boots no further VM and the
+        scheduler stops placing it; the outcome then says it was stopped."""
+        try:
+            self.cancel(outcome.name)
+        except RunNotFoundError:
+            pass  # already gone
+        except (ApiException, ApiUnavailableError) as exc:
+            log.warning("k8s_stop_failed", job=outcome.name, error=str(exc))
+            return outcome
+        log.warning("k8s_job_stopped", job=outcome.name, reason=outcome.reason)
+        return dataclasses.replace(outcome, stopped=True)
 
     # -- collect --------------------------------------------------------------------------
 
@@ -208,26 +226,68 @@ class Submitter:
     # -- status, list, cancel -------------------------------------------------------------
 
     def status(self, name: str) -> RunStatus:
-        """The run's phase; for a sharded run also every index's (one pod list more)."""
+        """The run's phase, and while it has not ended, what its pods are waiting on: one Job
+        read, one pod list and one event list per pending pod; for a sharded run every
+        index's progress instead."""
         job = self._read_job(name)
-        status = job_status(job)
-        if (job.get("spec") or {}).get("completionMode") != "Indexed":
-            return status
-        pods = read_json(
+        summary = job_status(job)
+        pods = (
+            read_json(
+                retry.call(
+                    self._retry,
+                    "list pods",
+                    self._core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=f"{INSTANCE_LABEL}={name}",
+                    _preload_content=False,
+                )
+            ).get("items")
+            or []
+        )
+        if (job.get("spec") or {}).get("completionMode") == "Indexed":
+            try:
+                shards = index_progress(job, pods)
+            except IndexListError as exc:
+                raise RunFailedError(f"Job {name}: {exc}", reason="ApiError") from exc
+            return dataclasses.replace(summary, shards=tuple(shards))
+        pods.sort(key=lambda pod: str(pod["metadata"].get("creationTimestamp", "")))
+        progress = RunProgress(name)
+        progress.on_job(job)
+        final = None
+        for pod in pods:
+            final = progress.on_pod(pod, 0.0) or final
+            if (pod.get("status") or {}).get("phase") in (None, "Pending"):
+                for event in self._pod_events(str(pod["metadata"]["name"])):
+                    final = progress.on_event(str(pod["metadata"]["name"]), event, 0.0) or final
+        failures = progress.attempts()
+        if summary.phase in ("succeeded", "failed"):
+            return dataclasses.replace(summary, pod_failures=failures)
+        report = progress.current()
+        reason, message = (
+            (final.reason, final.message) if final else (report.reason, report.message)
+        )
+        phase: Phase = "running" if report.phase == "running" else "pending"
+        return dataclasses.replace(
+            summary,
+            phase=phase,
+            reason=reason,
+            message=message,
+            sandbox_attempts=report.attempts,
+            pod_failures=failures,
+        )
+
+    def _pod_events(self, pod: str) -> list[dict[str, Any]]:
+        listing = read_json(
             retry.call(
                 self._retry,
-                "list pods",
-                self._core.list_namespaced_pod,
+                "list events",
+                self._core.list_namespaced_event,
                 self.namespace,
-                label_selector=f"{INSTANCE_LABEL}={name}",
+                field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},type=Warning",
                 _preload_content=False,
             )
         )
-        try:
-            shards = index_progress(job, pods.get("items") or [])
-        except IndexListError as exc:
-            raise RunFailedError(f"Job {name}: {exc}", reason="ApiError") from exc
-        return dataclasses.replace(status, shards=tuple(shards))
+        return list(listing.get("items") or [])
 
     def list_runs(self) -> list[RunStatus]:
         listing = read_json(

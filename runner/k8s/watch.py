@@ -1,34 +1,53 @@
-"""Track any number of runs with one Job watch and one Pod watch (label-selected).
+"""Track any number of runs with three watches: Jobs, their Pods, and Warning Events on Pods.
 
-Each watch follows the list-then-watch protocol: list (note ``resourceVersion``), then
-watch from it with ``timeoutSeconds``; when the server ends the stream, watch again from
-the last version seen (bookmarks keep it fresh). A ``410 Gone`` means the version was
-compacted away, so the state is re-listed. Transient failures back off and re-list.
-The API request count therefore depends on time and failures, not on the number of runs.
+Each watch follows the list-then-watch protocol: list (note ``resourceVersion``), then watch
+from it with ``timeoutSeconds``; when the server ends the stream, watch again from the last
+version seen (bookmarks keep it fresh). A ``410 Gone`` means the version was compacted away, so
+the state is re-listed. Transient failures back off and re-list. The API request count
+therefore depends on time and failures, not on the number of runs.
+
+Events carry no labels of their pod, so the event watch is namespace-wide with
+``fieldSelector=involvedObject.kind=Pod,type=Warning`` (core/v1 event selectable fields,
+``pkg/registry/core/event/strategy.go``) and is matched to runs here by pod name. An event can
+arrive before its pod: it is kept (boundedly) until the pod shows up.
+
+The tracker wakes at least once per second (the poll interval) to end stalls whose grace has
+passed; a run that cannot go on is stopped by the ``stop`` callback (the Job is deleted, so the
+kubelet boots no further VM).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import structlog
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
+from runner.k8s.progress import Report, RunProgress, WaitPolicy
 from runner.k8s.retry import KUBERNETES_RETRY, describe, is_transient, read_json
-from runner.k8s.state import RunOutcome, job_outcome, pod_blocker
+from runner.k8s.state import RunOutcome
 from tenant.http import RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 
-Kind = Literal["job", "pod"]
-ProgressCallback = Callable[[str, str], None]
+Kind = Literal["job", "pod", "event"]
+ProgressCallback = Callable[[Report], None]
+StopCallback = Callable[[RunOutcome], RunOutcome]
+#: The tracker's wake-up interval: grace expiries are noticed within it.
+POLL_INTERVAL: Final = 1.0
+#: Warning events on pods of this namespace only; runs are matched by pod name.
+EVENT_SELECTOR: Final = "involvedObject.kind=Pod,type=Warning"
+#: Events for pods not seen yet, kept until the pod appears (oldest dropped first).
+MAX_PENDING_EVENTS: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +67,8 @@ class _ResourceWatcher(threading.Thread):
         namespace: str,
         sink: queue.Queue[_Event],
         *,
-        selector: str,
+        label_selector: str | None,
+        field_selector: str | None,
         watch_timeout: int,
         retry: RetryPolicy,
     ) -> None:
@@ -57,7 +77,14 @@ class _ResourceWatcher(threading.Thread):
         self._list_fn = list_fn
         self._namespace = namespace
         self._sink = sink
-        self._selector = selector
+        self._selectors = {
+            key: value
+            for key, value in (
+                ("label_selector", label_selector),
+                ("field_selector", field_selector),
+            )
+            if value
+        }
         self._watch_timeout = watch_timeout
         self._retry = retry
         self._stopped = threading.Event()
@@ -110,7 +137,7 @@ class _ResourceWatcher(threading.Thread):
     def _list(self) -> str:
         self.relists += 1
         listing = read_json(
-            self._list_fn(self._namespace, label_selector=self._selector, _preload_content=False)
+            self._list_fn(self._namespace, _preload_content=False, **self._selectors)
         )
         self._sink.put(_Event(self.kind, "LISTED", listing))
         return str(listing.get("metadata", {}).get("resourceVersion", ""))
@@ -127,11 +154,11 @@ class _ResourceWatcher(threading.Thread):
             for event in stream.stream(  # type: ignore[no-untyped-call]  # untyped library
                 self._list_fn,
                 self._namespace,
-                label_selector=self._selector,
                 resource_version=version,
                 timeout_seconds=self._watch_timeout,
                 allow_watch_bookmarks=True,
                 _request_timeout=self._watch_timeout + 10,
+                **self._selectors,
             ):
                 if event["type"] != "BOOKMARK":
                     self._sink.put(_Event(self.kind, event["type"], event["raw_object"]))
@@ -141,7 +168,7 @@ class _ResourceWatcher(threading.Thread):
 
 
 class JobTracker:
-    """Wait for many Jobs at once; one watch per resource type, whatever their number."""
+    """Wait for many Jobs at once; three watches whatever their number."""
 
     def __init__(
         self,
@@ -151,6 +178,7 @@ class JobTracker:
         selector: str = TRACKING_SELECTOR,
         watch_timeout: int = 60,
         retry: RetryPolicy | None = None,
+        policy: WaitPolicy | None = None,
     ) -> None:
         self._batch = client.BatchV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
@@ -158,6 +186,7 @@ class JobTracker:
         self._selector = selector
         self._watch_timeout = watch_timeout
         self._retry = retry or KUBERNETES_RETRY
+        self._policy = policy or WaitPolicy()
         self.relists = 0
 
     def wait(
@@ -166,128 +195,177 @@ class JobTracker:
         *,
         timeout: float,
         on_progress: ProgressCallback | None = None,
+        stop: StopCallback | None = None,
     ) -> dict[str, RunOutcome]:
         """Outcome of every named Job: terminal, cannot-run, deleted, or timeout."""
-        pending = set(names)
+        runs = {name: RunProgress(name, self._policy) for name in names}
         outcomes: dict[str, RunOutcome] = {}
-        phases: dict[str, str] = {}
+        pod_runs: dict[str, str] = {}
+        early: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         sink: queue.Queue[_Event] = queue.Queue()
-        sources: tuple[tuple[Kind, Callable[..., Any]], ...] = (
-            ("job", self._batch.list_namespaced_job),
-            ("pod", self._core.list_namespaced_pod),
-        )
         watchers = [
-            _ResourceWatcher(
-                kind,
-                list_fn,
-                self._namespace,
-                sink,
-                selector=self._selector,
-                watch_timeout=self._watch_timeout,
-                retry=self._retry,
-            )
-            for kind, list_fn in sources
+            self._watcher("job", self._batch.list_namespaced_job, sink, self._selector, None),
+            self._watcher("pod", self._core.list_namespaced_pod, sink, self._selector, None),
+            self._watcher("event", self._core.list_namespaced_event, sink, None, EVENT_SELECTOR),
         ]
 
         def settle(outcome: RunOutcome) -> None:
-            pending.discard(outcome.name)
+            if outcome.name not in runs:
+                return
+            publish(runs[outcome.name])  # failed attempts seen on the way come first
+            if outcome.state == "cannot-run" and stop is not None:
+                outcome = stop(outcome)
+            del runs[outcome.name]
             outcomes[outcome.name] = outcome
             if on_progress is not None:
-                on_progress(outcome.name, outcome.state)
+                on_progress(Report(outcome.name, outcome.state, outcome.reason, outcome.message))
 
-        def progress(name: str, phase: str) -> None:
-            if phases.get(name) != phase:
-                phases[name] = phase
+        # A failed Job is reported with the failed attempts of its pods, so its outcome waits
+        # until the pods have been listed once (the job listing may arrive first).
+        pods_listed = False
+        held: dict[str, RunOutcome] = {}
+
+        def settle_job(outcome: RunOutcome) -> None:
+            if outcome.state == "failed" and not pods_listed:
+                held[outcome.name] = outcome
+            else:
+                settle(outcome)
+
+        def release_held() -> None:
+            for name, outcome in list(held.items()):
+                del held[name]
+                run = runs.get(name)
+                if run is not None:
+                    settle(dataclasses.replace(outcome, attempts=run.attempts()))
+
+        def publish(run: RunProgress) -> None:
+            for report in run.reports():
                 if on_progress is not None:
-                    on_progress(name, phase)
+                    on_progress(report)
+
+        def on_pod(pod: dict[str, Any], event_type: str, now: float) -> None:
+            name = (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL)
+            run = runs.get(str(name))
+            if run is None:
+                return
+            pod_name = str(pod["metadata"]["name"])
+            if event_type == "DELETED":
+                run.on_pod_deleted(pod, now)
+                return
+            pod_runs[pod_name] = run.name
+            outcome = run.on_pod(pod, now)
+            for event in early.pop(pod_name, []):
+                outcome = outcome or run.on_event(pod_name, event, now)
+            if outcome is not None:
+                settle(outcome)
+            else:
+                publish(run)
+
+        def on_event(event: dict[str, Any], now: float) -> None:
+            pod_name = str((event.get("involvedObject") or {}).get("name", ""))
+            run_name = pod_runs.get(pod_name)
+            if run_name is None:
+                early.setdefault(pod_name, []).append(event)
+                while len(early) > MAX_PENDING_EVENTS:
+                    early.popitem(last=False)
+                return
+            run = runs.get(run_name)
+            if run is None:
+                return
+            outcome = run.on_event(pod_name, event, now)
+            if outcome is not None:
+                settle(outcome)
+            else:
+                publish(run)
 
         for watcher in watchers:
             watcher.start()
         deadline = time.monotonic() + timeout
         try:
-            while pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+            while runs:
+                now = time.monotonic()
+                if now >= deadline:
                     break
+                for run in list(runs.values()):
+                    outcome = run.check(now)
+                    if outcome is not None:
+                        settle(outcome)
                 try:
-                    event = sink.get(timeout=min(remaining, 1.0))
+                    event = sink.get(timeout=min(deadline - now, POLL_INTERVAL))
                 except queue.Empty:
                     continue
+                now = time.monotonic()
                 if event.type == "FATAL":
-                    for name in sorted(pending):
+                    for name in sorted(runs):
                         settle(RunOutcome(name, "timeout", "WatchFailed", str(event.obj["error"])))
                     break
+                items = (event.obj.get("items") or []) if event.type == "LISTED" else [event.obj]
                 if event.kind == "job":
-                    self._on_job_event(event, pending, settle, progress)
+                    self._on_jobs(event, items, runs, settle_job, publish)
+                elif event.kind == "pod":
+                    for pod in items:
+                        on_pod(pod, event.type, now)
+                    if event.type == "LISTED":
+                        pods_listed = True
+                        release_held()
                 else:
-                    self._on_pod_event(event, pending, settle, progress)
+                    for item in items:
+                        if event.type != "DELETED":
+                            on_event(item, now)
         finally:
             for watcher in watchers:
                 watcher.stop()
             self.relists = sum(watcher.relists for watcher in watchers)
-        for name in sorted(pending):
+        for name in sorted(runs):
             outcomes[name] = RunOutcome(
                 name, "timeout", "Timeout", f"not finished after {timeout:g} s"
             )
         return outcomes
 
+    def _watcher(
+        self,
+        kind: Kind,
+        list_fn: Callable[..., Any],
+        sink: queue.Queue[_Event],
+        label_selector: str | None,
+        field_selector: str | None,
+    ) -> _ResourceWatcher:
+        return _ResourceWatcher(
+            kind,
+            list_fn,
+            self._namespace,
+            sink,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            watch_timeout=self._watch_timeout,
+            retry=self._retry,
+        )
+
     @staticmethod
-    def _on_job_event(
+    def _on_jobs(
         event: _Event,
-        pending: set[str],
+        items: list[dict[str, Any]],
+        runs: dict[str, RunProgress],
         settle: Callable[[RunOutcome], None],
-        progress: ProgressCallback,
+        publish: Callable[[RunProgress], None],
     ) -> None:
         if event.type == "LISTED":
-            present = {item["metadata"]["name"] for item in event.obj.get("items") or []}
-            for name in sorted(pending - present):
+            present = {item["metadata"]["name"] for item in items}
+            for name in sorted(set(runs) - present):
                 settle(RunOutcome(name, "deleted", "JobNotFound", "the Job does not exist"))
-            for item in event.obj.get("items") or []:
-                JobTracker._on_job(item, pending, settle, progress)
-            return
-        name = event.obj.get("metadata", {}).get("name")
-        if name not in pending:
-            return
-        if event.type == "DELETED":
-            settle(RunOutcome(name, "deleted", "JobDeleted", "the Job was deleted while waiting"))
-            return
-        JobTracker._on_job(event.obj, pending, settle, progress)
-
-    @staticmethod
-    def _on_job(
-        job: dict[str, Any],
-        pending: set[str],
-        settle: Callable[[RunOutcome], None],
-        progress: ProgressCallback,
-    ) -> None:
-        name = job["metadata"]["name"]
-        if name not in pending:
-            return
-        outcome = job_outcome(job)
-        if outcome is not None:
-            settle(outcome)
-        elif (job.get("status") or {}).get("active"):
-            progress(name, "running")
-        else:
-            progress(name, "pending")
-
-    @staticmethod
-    def _on_pod_event(
-        event: _Event,
-        pending: set[str],
-        settle: Callable[[RunOutcome], None],
-        progress: ProgressCallback,
-    ) -> None:
-        if event.type == "DELETED":
-            return
-        pods = (event.obj.get("items") or []) if event.type == "LISTED" else [event.obj]
-        for pod in pods:
-            name = (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL)
-            if name not in pending:
+        for job in items:
+            run = runs.get(job["metadata"]["name"])
+            if run is None:
                 continue
-            blocker = pod_blocker(pod)
-            if blocker is not None:
-                reason, message = blocker
-                settle(RunOutcome(name, "cannot-run", reason, message))
-            elif (pod.get("status") or {}).get("phase") == "Running":
-                progress(name, "running")
+            if event.type == "DELETED":
+                settle(
+                    RunOutcome(
+                        run.name, "deleted", "JobDeleted", "the Job was deleted while waiting"
+                    )
+                )
+                continue
+            outcome = run.on_job(job)
+            if outcome is not None:
+                settle(outcome)
+            else:
+                publish(run)

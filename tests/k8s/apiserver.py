@@ -151,6 +151,9 @@ class Store:
     requests: Counter[str] = field(default_factory=Counter)
     #: Jobs created, by name (a run must never get two).
     created: Counter[str] = field(default_factory=Counter)
+    #: The newest version of each kind written to a watch stream (a test can wait for a client
+    #: to have been sent a change before making the next one).
+    delivered: Counter[str] = field(default_factory=Counter)
     #: ``(request key, fieldValidation as sent)`` for every create and update.
     field_validation: list[tuple[str, str]] = field(default_factory=list)
     on_job_created: Callable[[Any, dict[str, Any]], None] | None = None
@@ -828,6 +831,9 @@ class _Handler(BaseHTTPRequestHandler):
                     and selection.matches(event.obj)
                 ):
                     write({"type": event.type, "object": event.obj})
+                    with cluster.cond:
+                        cluster.delivered[kind] = max(cluster.delivered[kind], event.rv)
+                        cluster.cond.notify_all()
             if closing or time.monotonic() >= deadline:
                 if bookmarks:
                     write(

@@ -24,10 +24,18 @@ from runner.k8s.job import (
     CorpusVolume,
     ReplaySpec,
     build_job,
+    emptydir_size_limit,
     job_name,
     spec_digest,
 )
-from runner.k8s.state import job_outcome, pod_blocker
+from runner.k8s.state import (
+    event_count,
+    event_span,
+    event_stall,
+    job_outcome,
+    pod_failure,
+    pod_stall,
+)
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 TENANTS = st.from_regex(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", fullmatch=True)
@@ -89,6 +97,28 @@ def test_spec_digest_is_sha256_of_the_canonical_job_spec() -> None:
     assert build_job(spec(cpu=4))["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST] != expected
 
 
+@pytest.mark.parametrize(
+    ("data", "node_disk", "limit"),
+    [
+        ("64Mi", "4Ti", "3839Mi"),  # 64 MiB + ceil(4 TiB * 0.0009) rounded up to MiB
+        ("2Gi", "320Gi", "2343Mi"),  # a 320 GiB kubelet disk already needs ~295 MiB of metadata
+        ("1Mi", "1Mi", "2Mi"),
+    ],
+)
+def test_emptydir_size_limits_allow_for_block_encrypted_metadata(
+    data: str, node_disk: str, limit: str
+) -> None:
+    assert emptydir_size_limit(data, node_disk) == limit
+
+
+@pytest.mark.parametrize("value", ["2G", "0Gi", "1.5Gi", "2048Ki", "10Pi", ""])
+def test_scratch_and_node_disk_sizes_are_binary_quantities(value: str) -> None:
+    with pytest.raises(UsageError, match="must look like 512Mi, 2Gi or 4Ti"):
+        spec(scratch_size=value)
+    with pytest.raises(UsageError, match="node disk must look like"):
+        spec(node_disk=value)
+
+
 def test_pod_security_resources_and_failure_policy() -> None:
     job = build_job(spec(cpu=3, memory="6Gi"))
     job_spec = job["spec"]
@@ -110,6 +140,11 @@ def test_pod_security_resources_and_failure_policy() -> None:
         "limits": {"cpu": "3", "memory": "6Gi"},
     }
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/replay/out", "/tmp"}
+    # data + 0.09 % of the default 4Ti kubelet filesystem (block-encrypted emptyDir metadata)
+    assert {v["name"]: v["emptyDir"]["sizeLimit"] for v in pod["volumes"]} == {
+        "out": "3839Mi",
+        "tmp": "5823Mi",
+    }
     assert container["imagePullPolicy"] == "Always"
     assert container["workingDir"] == "/replay/out"
     assert [(item["name"], item["value"]) for item in container["env"]] == list(RUNNER_ENV)
@@ -123,7 +158,8 @@ def test_pod_security_resources_and_failure_policy() -> None:
             "action": "FailJob",
             "onExitCodes": {"containerName": "replay", "operator": "In", "values": [1, 2, 3, 4, 9]},
         },
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        # disruptions count: every attempt is a new VM, bounded by backoffLimit
+        {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
     assert container["args"] == [
         "run",
@@ -234,7 +270,8 @@ def condition(kind: str, status: str = "True", reason: str | None = None) -> dic
     ("conditions", "expected"),
     [
         ([], None),
-        ([condition("SuccessCriteriaMet")], None),
+        # 1.31+: SuccessCriteriaMet (CompletionsReached) precedes Complete; the pod is done
+        ([condition("SuccessCriteriaMet")], ("succeeded", "Complete")),
         ([condition("Complete", "False")], None),
         ([condition("SuccessCriteriaMet"), condition("Complete")], ("succeeded", "Complete")),
         ([condition("Failed", reason="DeadlineExceeded")], ("failed", "DeadlineExceeded")),
@@ -249,25 +286,172 @@ def test_job_outcome_from_conditions(
     assert (None if outcome is None else (outcome.state, outcome.reason)) == expected
 
 
-def test_pod_blockers() -> None:
-    running = {"status": {"phase": "Running"}}
-    assert pod_blocker(running) is None
-    creating = {
+def pending(
+    *containers: dict[str, Any], conditions: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p"},
         "status": {
             "phase": "Pending",
-            "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
-        }
+            "conditions": conditions or [],
+            "containerStatuses": list(containers),
+        },
     }
-    assert pod_blocker(creating) is None
-    pulling = {
-        "status": {
-            "phase": "Pending",
-            "containerStatuses": [
-                {"state": {"waiting": {"reason": "ErrImagePull", "message": "m"}}}
-            ],
-        }
+
+
+def waiting(reason: str, message: str = "m") -> dict[str, Any]:
+    return {"name": "replay", "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        ({"status": {"phase": "Running"}}, None),
+        (pending(waiting("ContainerCreating")), None),  # a sandbox failure shows only in events
+        (pending(waiting("ErrImagePull")), ("ErrImagePull", "m", "image-pull")),
+        (pending(waiting("ImagePullBackOff")), ("ImagePullBackOff", "m", "image-pull")),
+        (
+            pending(waiting("CreateContainerConfigError")),
+            ("CreateContainerConfigError", "m", "start"),
+        ),
+        (pending(waiting("InvalidImageName")), ("InvalidImageName", "m", "final")),
+        (
+            pending(conditions=[condition("PodScheduled", "False", "Unschedulable")]),
+            ("Unschedulable", "", "schedule"),
+        ),
+    ],
+)
+def test_pod_stalls_and_how_they_heal(
+    pod: dict[str, Any], expected: tuple[str, str, str] | None
+) -> None:
+    stall = pod_stall(pod)
+    assert (None if stall is None else (stall.reason, stall.message, stall.kind)) == expected
+
+
+@pytest.mark.parametrize(
+    ("message", "reason", "kind"),
+    [
+        (
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to start VM",
+            "FailedCreatePodSandBox",
+            "sandbox",
+        ),
+        (
+            'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to create shim task: "CreateSandboxRequest is blocked by policy: "',
+            "AgentPolicyDenied",
+            "final",
+        ),
+        (
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = annotation io.katacontainers.config.hypervisor.kernel_params is not enabled",
+            "FailedCreatePodSandBox",
+            "final",
+        ),
+    ],
+)
+def test_sandbox_events_are_stalls_final_when_retrying_cannot_help(
+    message: str, reason: str, kind: str
+) -> None:
+    event = {"reason": "FailedCreatePodSandBox", "type": "Warning", "message": message}
+    stall = event_stall(event)
+    assert stall is not None
+    assert (stall.reason, stall.message, stall.kind) == (reason, message, kind)
+    assert event_stall({**event, "reason": "BackOff"}) is None
+
+
+def test_event_count_and_span_from_either_recorder() -> None:
+    legacy = {
+        "count": 7,
+        "firstTimestamp": "2026-12-01T10:00:00Z",
+        "lastTimestamp": "2026-12-01T10:01:30Z",
     }
-    assert pod_blocker(pulling) == ("ErrImagePull", "m")
+    assert (event_count(legacy), event_span(legacy)) == (7, 90.0)
+    series = {
+        "eventTime": "2026-12-01T10:00:00.000000Z",
+        "series": {"count": 3, "lastObservedTime": "2026-12-01T10:00:20.500000Z"},
+    }
+    assert (event_count(series), event_span(series)) == (3, 20.5)
+    assert (event_count({}), event_span({})) == (1, 0.0)
+
+
+def failed_pod(**status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p"}, "status": {"phase": "Failed", **status}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        (
+            failed_pod(
+                conditions=[
+                    {
+                        **condition("DisruptionTarget", "True", "TerminationByKubelet"),
+                        "message": "low memory",
+                    }
+                ]
+            ),
+            ("TerminationByKubelet", "low memory", True, False),
+        ),
+        (
+            failed_pod(
+                reason="Evicted",
+                message='Usage of EmptyDir volume "tmp" exceeds the limit "256Mi". ',
+            ),
+            ("Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "256Mi". ', True, False),
+        ),
+        (
+            failed_pod(
+                containerStatuses=[
+                    {
+                        "name": "replay",
+                        "state": {
+                            "terminated": {
+                                "exitCode": 128,
+                                "reason": "StartError",
+                                "message": "x: CreateContainerRequest is blocked by policy: y",
+                            }
+                        },
+                    }
+                ]
+            ),
+            ("AgentPolicyDenied", "x: CreateContainerRequest is blocked by policy: y", False, True),
+        ),
+        (
+            failed_pod(
+                containerStatuses=[
+                    {
+                        "name": "replay",
+                        "state": {
+                            "terminated": {
+                                "exitCode": 128,
+                                "reason": "StartError",
+                                "message": "image pull failed",
+                            }
+                        },
+                    }
+                ]
+            ),
+            ("StartError", "image pull failed", False, False),
+        ),
+        (
+            failed_pod(
+                containerStatuses=[
+                    {"name": "replay", "state": {"terminated": {"exitCode": 6, "reason": "Error"}}}
+                ]
+            ),
+            ("exit code 6", "Error", False, False),
+        ),
+        ({"metadata": {"name": "p"}, "status": {"phase": "Running"}}, None),
+    ],
+)
+def test_failed_pods_tell_what_the_attempt_was(
+    pod: dict[str, Any], expected: tuple[str, str, bool, bool] | None
+) -> None:
+    failure = pod_failure(pod)
+    assert (
+        None
+        if failure is None
+        else (failure.reason, failure.message, failure.disruption, failure.final)
+    ) == expected
 
 
 JSON = st.recursive(

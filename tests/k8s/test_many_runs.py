@@ -1,4 +1,4 @@
-"""200 concurrent runs tracked by one Job watch and one Pod watch, through the CLI."""
+"""200 concurrent runs tracked by one Job, one Pod and one Event watch, through the CLI."""
 
 from __future__ import annotations
 
@@ -78,9 +78,11 @@ def test_200_concurrent_runs_on_one_watch(
     # One watch per resource type for all 200 runs (no stream timed out or expired here).
     assert cluster.requests["WATCH jobs"] == 1
     assert cluster.requests["WATCH pods"] == 1
+    assert cluster.requests["WATCH events"] == 1
     assert cluster.requests["LIST jobs"] == 1
+    assert cluster.requests["LIST events"] == 1
     assert cluster.requests["LIST pods"] == 1 + RUNS  # tracker + one per collected run
     # collect: one Job read, one pod list and one log read per run.
     assert cluster.requests["GET job"] == RUNS + 1  # + the attaching retry's read
     assert cluster.requests["GET log"] == RUNS
-    assert cluster.requests["total"] - requests_before_wait == 4 + 3 * RUNS
+    assert cluster.requests["total"] - requests_before_wait == 6 + 3 * RUNS

@@ -160,40 +160,6 @@ def test_api_that_keeps_failing_ends_with_a_clear_error(
     assert cluster.created[name_of()] == 0
 
 
-@pytest.mark.parametrize(
-    ("blocker", "reason", "detail"),
-    [
-        ("unschedulable", "Unschedulable", "0/3 nodes are available: 3 node(s) didn't match"),
-        ("waiting", "ImagePullBackOff", "Back-off pulling image"),
-        ("waiting", "ErrImagePull", "manifest unknown"),
-        ("waiting", "CreateContainerConfigError", 'secret "publish-token" not found'),
-    ],
-)
-def test_pods_that_cannot_run_fail_early_with_the_reason(  # noqa: PLR0917 - fixtures
-    cluster: FakeCluster,
-    kubeconfig: Path,
-    pods: Pods,
-    capsys: pytest.CaptureFixture[str],
-    blocker: str,
-    reason: str,
-    detail: str,
-) -> None:
-    def script(c: FakeCluster, job: dict[str, Any]) -> None:
-        pod = c.start_pod(job["metadata"]["name"])
-        if blocker == "unschedulable":
-            c.unschedulable(pod, detail + " Pod's node affinity/selector.")
-        else:
-            c.waiting(pod, reason, detail)
-
-    cluster.on_job_created = script
-    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
-    captured = capsys.readouterr()
-    assert code == SUBMIT_EXIT
-    message = error_line(captured.err)
-    assert message.startswith(f"Job {name_of()}: cannot-run ({reason}): {detail}")
-    assert cluster.created[name_of()] == 1
-
-
 def _exit_codes(*codes: int) -> Callable[[FakeCluster, dict[str, Any]], None]:
     """The controller's pods fail with these exit codes, one pod after the other."""
 
@@ -368,6 +334,7 @@ def test_status_list_collect_and_cancel(
         "tenant": TENANT,
         "phase": "pending",
         "reason": "",
+        "message": "",
         "created": job["metadata"]["creationTimestamp"],
     }
     assert (
