@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
 from runner.k8s.progress import Report, RunProgress, WaitPolicy
-from runner.k8s.retry import KUBERNETES_RETRY, describe, is_transient, read_json
+from runner.k8s.retry import KUBERNETES_RETRY, call, describe, is_transient, read_json
 from runner.k8s.state import RunOutcome
 from tenant.http import RetryPolicy
 
@@ -220,23 +220,18 @@ class JobTracker:
             if on_progress is not None:
                 on_progress(Report(outcome.name, outcome.state, outcome.reason, outcome.message))
 
-        # A failed Job is reported with the failed attempts of its pods, so its outcome waits
-        # until the pods have been listed once (the job listing may arrive first).
-        pods_listed = False
-        held: dict[str, RunOutcome] = {}
-
         def settle_job(outcome: RunOutcome) -> None:
-            if outcome.state == "failed" and not pods_listed:
-                held[outcome.name] = outcome
-            else:
-                settle(outcome)
-
-        def release_held() -> None:
-            for name, outcome in list(held.items()):
-                del held[name]
-                run = runs.get(name)
-                if run is not None:
-                    settle(dataclasses.replace(outcome, attempts=run.attempts()))
+            """A failed Job is reported with the failed attempts of its pods. The pod watch may
+            not have delivered the last ones yet (watches of different kinds are not ordered),
+            so the run's pods are listed once: one request per failed run."""
+            run = runs.get(outcome.name)
+            if outcome.state == "failed" and run is not None:
+                now = time.monotonic()
+                for pod in self._pods_of(outcome.name):
+                    pod_runs[str(pod["metadata"]["name"])] = outcome.name
+                    run.on_pod(pod, now)
+                outcome = dataclasses.replace(outcome, attempts=run.attempts())
+            settle(outcome)
 
         def publish(run: RunProgress) -> None:
             for report in run.reports():
@@ -305,9 +300,6 @@ class JobTracker:
                 elif event.kind == "pod":
                     for pod in items:
                         on_pod(pod, event.type, now)
-                    if event.type == "LISTED":
-                        pods_listed = True
-                        release_held()
                 else:
                     for item in items:
                         if event.type != "DELETED":
@@ -321,6 +313,21 @@ class JobTracker:
                 name, "timeout", "Timeout", f"not finished after {timeout:g} s"
             )
         return outcomes
+
+    def _pods_of(self, name: str) -> list[dict[str, Any]]:
+        listing = read_json(
+            call(
+                self._retry,
+                "list pods",
+                self._core.list_namespaced_pod,
+                self._namespace,
+                label_selector=f"{INSTANCE_LABEL}={name}",
+                _preload_content=False,
+            )
+        )
+        pods: list[dict[str, Any]] = listing.get("items") or []
+        pods.sort(key=lambda pod: str(pod["metadata"].get("creationTimestamp", "")))
+        return pods
 
     def _watcher(
         self,
