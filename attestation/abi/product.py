@@ -14,7 +14,8 @@ class ProductLine(enum.StrEnum):
 
     @property
     def uses_turin_tcb_layout(self) -> bool:
-        """Turin's TCB_VERSION puts FMC in byte 0 (see design/snp-attestation.md section 5)."""
+        """Turin's TCB_VERSION puts FMC in byte 0 (SEV-SNP ABI specification, publication
+        56860, TCB_VERSION)."""
         return self is ProductLine.TURIN
 
 

@@ -1,8 +1,9 @@
 """The SEV-SNP ATTESTATION_REPORT ABI: parse and serialize the 1184-byte report, versions 2-5.
 
 Layout: AMD SEV-SNP ABI specification, table "ATTESTATION_REPORT Structure"
-(design/snp-attestation.md section 2). All integers are little-endian. :data:`LAYOUT` names
-every byte range, reserved ranges included, and covers ``0..REPORT_SIZE`` exactly.
+(publication 56860; checked against the real reports in tests/assets/real). All integers are
+little-endian. :data:`LAYOUT` names every byte range, reserved ranges included, and covers
+``0..REPORT_SIZE`` exactly.
 
 Parsing::
 

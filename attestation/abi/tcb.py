@@ -1,7 +1,8 @@
 """TCB_VERSION: the 8-byte security-patch-level vector in an SNP report.
 
-The byte layout depends on the product line (design/snp-attestation.md section 5), so a raw
-value can only be decoded together with a :class:`~attestation.abi.product.ProductLine`::
+The byte layout depends on the product line (SEV-SNP ABI specification, publication 56860;
+Turin's VCEKs carry structVersion 1), so a raw value can only be decoded together with a
+:class:`~attestation.abi.product.ProductLine`::
 
     byte  Milan / Genoa        Turin
     0     BOOT_LOADER (bl)     FMC (fmc)

@@ -1,6 +1,6 @@
 """VCEK / VLEK certificates: loading and AMD's KDS extensions.
 
-The extensions live under OID arc 1.3.6.1.4.1.3704.1 (design/snp-attestation.md section 6):
+The extensions live under OID arc 1.3.6.1.4.1.3704.1 (AMD publication 57230, VCEK certificate):
 ``.1`` structVersion INTEGER, ``.2`` productName IA5String, ``.3.1``-``.3.9`` the SPLs as
 INTEGERs, ``.4`` hwID (raw bytes on every real AMD certificate; a DER OCTET STRING wrapper is
 accepted too), ``.5`` csp_id IA5String. ``cryptography`` hands them over as raw extension

@@ -238,19 +238,29 @@ def arm_spread(runs: Mapping[int, RunMetrics]) -> Decimal | None:
     return max(known) - min(known)
 
 
+def metric_name_error(index: int, name: str) -> str | None:
+    """Why the plan's ``metrics[index]`` is not a metric the scorer computes, or None."""
+    if name in METRIC_NAMES:
+        return None
+    return f"field 'metrics.{index}': unknown metric {name!r} (known: {', '.join(METRIC_NAMES)})"
+
+
 def scoring_problem(plan: Plan, marks: PassMarks) -> tuple[Literal["plan", "marks"], str] | None:
     """Why this plan and these marks cannot be scored (which file, and what), or None: a plan
     metric the scorer does not compute, or a mark it cannot evaluate."""
-    known_metrics = set(METRIC_NAMES)
     for index, name in enumerate(plan.metrics):
-        if name not in known_metrics:
-            return "plan", (
-                f"field 'metrics.{index}': unknown metric {name!r} "
-                f"(known: {', '.join(METRIC_NAMES)})"
-            )
+        problem = metric_name_error(index, name)
+        if problem is not None:
+            return "plan", problem
     arm_ids = frozenset(arm.arm_id for arm in plan.arms)
-    for mark in marks.marks:
+    for index, mark in enumerate(marks.marks):
         problem = mark_definition_error(mark, arm_ids)
         if problem is not None:
-            return "marks", f"mark {mark.id!r}: {problem}"
+            return "marks", mark_problem_message(index, problem)
     return None
+
+
+def mark_problem_message(index: int, problem: str) -> str:
+    """``field 'marks.<index>.<field>': ...`` for a :func:`mark_definition_error` about the
+    mark at ``index`` of ``marks.json``'s ``marks``."""
+    return "field 'marks." + str(index) + "." + problem.removeprefix("field '")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import re
 from typing import TYPE_CHECKING
 
@@ -17,15 +18,20 @@ from runner.commands.parsing import (
     output_dir,
     output_file,
 )
+from runner.corpus.check import DEFAULT_MAX_PROBLEMS, check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
-from runner.errors import UsageError
-from runner.exit_codes import Family
+from runner.corpus.starter import write_starter_corpus
+from runner.errors import InputError, UsageError
+from runner.exit_codes import EXIT_CODES, Family
 from tenant.fsutil import atomic_write, staged_directory
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
+
+#: ``corpus check``'s status for an invalid corpus: the code of invalid input.
+EXIT_INVALID = EXIT_CODES[InputError]
 
 _SIZE = re.compile(r"^([0-9]+)([KMG]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -49,6 +55,50 @@ def register(subparsers: Subparsers) -> None:
         family=Family.REPLAY,
     )
     actions = add_actions(parser)
+
+    new = add_command(
+        actions,
+        "new",
+        summary="write a small, valid corpus to start from",
+        description="""\
+Eight cases, a baseline and a candidate arm with two runs each, and three pass marks (met,
+missed, unknown), with set_ref and marks_ref filled in: `attested-replay run --evidence
+simulated` replays it as is. plan.json and marks.json are indented for editing;
+docs/replay.md explains every field. After editing, `corpus check` reports what to fix and
+the new set_ref and marks_ref.""",
+        family=Family.REPLAY,
+    )
+    new.add_argument(
+        "corpus",
+        type=output_dir("DIR", create=True, empty=True),
+        metavar="DIR",
+        help="the new corpus directory (absent or empty; its parent must exist)",
+    )
+    new.set_defaults(handler=handle_new)
+
+    check = add_command(
+        actions,
+        "check",
+        summary="report every problem of a corpus, then its set_ref and marks_ref",
+        description="""\
+Applies the replay's rules to all four files and their cross-references and reports every
+problem (file, line, field, and the allowed values), not only the first. Then prints the
+corpus checksum (what every run record's set_ref, and the plan's, must be) and the digest of
+marks.json (what every run record's marks_ref must be), each when its file is valid.
+--json prints {"ok", "errors": [{"file", "line", "field", "message"}], "omitted", "set_ref",
+"marks_ref"}. Exit 0 when the corpus is valid, 1 when it is not.""",
+        family=Family.REPLAY,
+    )
+    check.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument(
+        "--max-errors",
+        type=_positive,
+        default=DEFAULT_MAX_PROBLEMS,
+        metavar="N",
+        help="list at most N problems (the rest are counted)",
+    )
+    check.set_defaults(handler=handle_check)
 
     checksum = add_command(
         actions,
@@ -120,6 +170,48 @@ def register(subparsers: Subparsers) -> None:
     normalize.set_defaults(handler=handle_normalize)
 
     corpus_export.register_actions(actions)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def handle_new(args: argparse.Namespace) -> int:
+    with staged_directory(args.corpus) as work:
+        checksum = write_starter_corpus(work)
+    print(f"wrote {args.corpus}: 8 cases, 2 arms x 2 runs, 3 pass marks")
+    print(f"  set_ref    {checksum}")
+    print(f"  check it:  attested-replay corpus check {args.corpus}")
+    print(
+        f"  replay it: attested-replay run --corpus {args.corpus} --run-id first-run "
+        "--tenant my-team --evidence simulated --out envelope.json"
+    )
+    return 0
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    report = check_corpus(args.corpus, max_problems=args.max_errors)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        return 0 if report.ok else EXIT_INVALID
+    for problem in report.problems:
+        print(problem.text())
+    if report.omitted:
+        print(f"... and {report.omitted} more (--max-errors {args.max_errors})")
+    total = len(report.problems) + report.omitted
+    if report.ok:
+        print(f"corpus OK: {report.case_count} cases, {report.run_count} run records")
+    else:
+        print(f"{total} problem{'s' * (total != 1)} in {args.corpus}")
+    print(f"set_ref    {report.set_ref or '(not computed: cases.jsonl has problems)'}")
+    print(f"marks_ref  {report.marks_ref or '(not computed: marks.json has problems)'}")
+    return 0 if report.ok else EXIT_INVALID
 
 
 def handle_checksum(args: argparse.Namespace) -> int:

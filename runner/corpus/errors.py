@@ -13,6 +13,8 @@ class CorpusError(InputError):
         super().__init__(f"{where}: {message}")
         self.file = file
         self.line = line
+        #: The message without its place (``corpus check`` reports file and line apart).
+        self.detail = message
 
 
 class CorpusOrderError(CorpusError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -12,6 +12,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import ErrorDetails
 
 from attestation.evaluation.models import ExactNumber, FrozenModel
 from runner.corpus.errors import CorpusError
@@ -91,13 +92,74 @@ def validate_record(
 ) -> ModelT:
     """Validate ``data`` as ``model``; a failure names the file, line and field (``at`` is
     the location of ``data`` inside the line, e.g. ``cases.17``)."""
-    try:
+    problems = model_problems(model, data)
+    if not problems:
         return model.model_validate(data)
+    loc, message = problems[0]
+    loc = ".".join(part for part in (at, loc) if part)
+    where = f"field '{loc}': " if loc else ""
+    raise CorpusError(file, f"{where}{message}", line=line)
+
+
+def model_problems(model: type[BaseModel], data: object) -> list[tuple[str, str]]:
+    """Every problem of ``data`` as ``model``: ``(dotted field path, message)``, in the order
+    pydantic found them; empty when ``data`` is valid. A list whose items failed is not also
+    reported as too short (pydantic counts only the items that validated)."""
+    try:
+        model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        loc = ".".join(str(part) for part in (*([at] if at else []), *first["loc"]))
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown key"
-        where = f"field '{loc}': " if loc else ""
-        raise CorpusError(file, f"{where}{message}", line=line) from None
+        errors = exc.errors(include_url=False)
+    else:
+        return []
+    locations = [error["loc"] for error in errors]
+    problems = []
+    for error in errors:
+        loc = error["loc"]
+        if error["type"] == "too_short" and any(
+            len(other) > len(loc) and other[: len(loc)] == loc for other in locations
+        ):
+            continue
+        path = ".".join(str(part) for part in loc)
+        problems.append((path, _message(model, loc, error)))
+    return problems
+
+
+def _message(model: type[BaseModel], loc: tuple[str | int, ...], error: ErrorDetails) -> str:
+    if error["type"] == "extra_forbidden":
+        owner = _model_at(model, loc[:-1])
+        if owner is None:
+            return "unknown key"
+        return f"unknown key (allowed: {', '.join(owner.model_fields)})"
+    message = error["msg"].removeprefix("Value error, ")
+    value = error.get("input")
+    if error["type"] != "missing" and isinstance(value, str | int | float | bool | None):
+        shown = repr(value)
+        message += f" (found {shown if len(shown) <= 60 else shown[:57] + '...'})"
+    return message
+
+
+def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The model of the object at ``loc`` inside ``model`` (through fields and list items)."""
+    current: object = model
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of the list whose element type is already current
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = _element_model(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _element_model(annotation: object) -> object:
+    """``Arm`` for ``tuple[Arm, ...]``, ``Scoring`` for ``Scoring``, ``Usage`` for
+    ``Usage | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in get_args(annotation):
+        found = _element_model(argument)
+        if found is not None:
+            return found
+    return None

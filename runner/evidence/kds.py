@@ -1,6 +1,6 @@
 """AMD Key Distribution Service (KDS): fetch, verify and cache a chip's VCEK.
 
-URLs (design/snp-attestation.md section 7), base ``https://kdsintf.amd.com``:
+URLs (AMD's VCEK Certificate and KDS Interface Specification, publication 57230), base ``https://kdsintf.amd.com``:
 
 * VCEK: ``/vcek/v1/{Milan|Genoa}/{hex(CHIP_ID): 128 chars}?blSPL=.&teeSPL=.&snpSPL=.&ucodeSPL=.``;
   Turin: ``/vcek/v1/Turin/{hex(CHIP_ID[0:8]), 16 chars}?...&fmcSPL=..`` (the long form gets 404).

@@ -119,9 +119,10 @@ def fetch_corpus(
 
 
 def _unpack(archive: Path, target: Path) -> None:
-    """Extract exactly the four corpus files, from the archive root or one top-level
-    directory, in one streaming pass whose bounds are checked entry by entry
-    (:mod:`tenant.archive`; the limits are in :mod:`attestation.contracts`)."""
+    """Extract the four corpus files, from the archive root or one top-level directory, in
+    one streaming pass whose bounds are checked entry by entry (:mod:`tenant.archive`; the
+    limits are in :mod:`attestation.contracts`). Other regular files are ignored, as they are
+    in a corpus directory; links, devices and paths leaving the archive are refused."""
     bounds = ArchiveBounds(
         max_entries=MAX_CORPUS_ARCHIVE_ENTRIES,
         max_unpacked=MAX_CORPUS_UNPACKED_BYTES,
@@ -138,6 +139,12 @@ def _unpack(archive: Path, target: Path) -> None:
                 if reader is None:
                     continue  # a directory entry: only the files' own directory matters
                 path = PurePosixPath(member.name)
+                if not _is_corpus_file(member, path):
+                    # Another file (a README, a licence): ignored, as in a directory; it is
+                    # still read through, and counted by the bounds.
+                    while reader.read(_CHUNK):
+                        pass
+                    continue
                 _check_entry(member, path, found)
                 found[path.name] = member.name
                 directories.add(path.parent)
@@ -155,9 +162,15 @@ def _unpack(archive: Path, target: Path) -> None:
         raise InputError(f"corpus archive lacks {sorted(missing)}")
 
 
+def _is_corpus_file(member: tarfile.TarInfo, path: PurePosixPath) -> bool:
+    """Whether the entry is one of the corpus files (at the root or one directory down);
+    an entry whose path leaves the archive is refused, whatever its name."""
+    if path.is_absolute() or ".." in path.parts:
+        raise ArchiveError(f"entry {member.name!r} points outside the archive")
+    return path.name in CORPUS_FILES and len(path.parts) <= 2
+
+
 def _check_entry(member: tarfile.TarInfo, path: PurePosixPath, found: dict[str, str]) -> None:
-    if path.name not in CORPUS_FILES or len(path.parts) > 2 or ".." in path.parts:
-        raise ArchiveError(f"entry {member.name!r} is not one of {sorted(CORPUS_FILES)}")
     if path.name in found:
         raise ArchiveError(f"it holds {path.name} twice ({found[path.name]!r} and {member.name!r})")
     if path.name in _SMALL_FILES and member.size > MAX_SMALL_FILE_BYTES:

@@ -1,6 +1,7 @@
 """The expected SEV-SNP launch MEASUREMENT, computed with the ``sev-snp-measure`` package.
 
-What goes in, and why each matters on a Kata ``kata-qemu-snp`` node (design/coco-runtime.md):
+What goes in, and why each matters on a Kata ``kata-qemu-snp`` node (Kata's
+``configuration-qemu-snp.toml`` and the ``sev-snp-measure`` documentation):
 
 * OVMF (``AMDSEV.fd``), kernel, initrd (optional) and the kernel command line: Kata boots
   with measured direct boot, so their SHA-256 digests sit in a page the PSP measures. The

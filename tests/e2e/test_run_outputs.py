@@ -107,10 +107,25 @@ def test_corpus_from_a_url_replays_like_the_directory(
     assert envelope["binding"]["corpusChecksum"] == checksum
 
 
+def test_other_files_in_an_archive_are_ignored_as_in_a_directory(
+    archive_server: tuple[str, dict[str, bytes]], state_dir: Path, tmp_path: Path
+) -> None:
+    base, served = archive_server
+    extras = {
+        "corpus/README.md": b"# our corpus\n",
+        "corpus/notes/cases.jsonl": b"not the corpus: a file two levels down",
+        "LICENSE": b"CC-BY-4.0\n",
+    }
+    served["/extras.tar.gz"] = _archive({**_corpus_entries(), **extras})
+    out = tmp_path / "envelope.json"
+    checksum = compute_checksum(EXAMPLE_CORPUS)
+    assert _run(state_dir, f"{base}/extras.tar.gz", out, "--expect-checksum", checksum) == 0
+    assert json.loads(out.read_bytes())["binding"]["corpusChecksum"] == checksum
+
+
 @pytest.mark.parametrize(
     ("entries", "reason"),
     [
-        ({**_corpus_entries(), "corpus/extra.txt": b"x"}, "extra-file"),
         ({"../cases.jsonl": b"{}", **_corpus_entries("")}, "path-traversal"),
         ({k: v for k, v in _corpus_entries().items() if "plan" not in k}, "missing-file"),
         ({**_corpus_entries("a/"), "b/cases.jsonl": b"{}"}, "two-directories"),

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from runner.corpus.check import check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.errors import InputError
@@ -25,6 +27,16 @@ def expect_error(directory: Path, message: str, error: type[CorpusError] = Corpu
     assert type(caught.value) is error
     assert isinstance(caught.value, InputError)
     assert message in str(caught.value)
+    # `corpus check` applies the same rules and reports the replay's error among all it finds.
+    report = check_corpus(directory)
+    assert not report.ok
+    # (check also gives plan.json and marks.json problems their line; the replay does not)
+    reported = [
+        text
+        for problem in report.problems
+        for text in (problem.text(), replace(problem, line=None).text())
+    ]
+    assert any(message in text for text in reported), (message, reported)
 
 
 def test_valid_corpus_replays(builder: CorpusBuilder) -> None:
@@ -193,13 +205,13 @@ def test_unknown_arm_in_run(builder: CorpusBuilder) -> None:
 def test_unknown_mark_metric(builder: CorpusBuilder) -> None:
     builder.marks["marks"][0]["metric"] = "happiness"
     expect_error(
-        builder.write(), "marks.json: mark 'M1': field 'metric': unknown mark metric 'happiness'"
+        builder.write(), "marks.json: field 'marks.0.metric': unknown mark metric 'happiness'"
     )
 
 
 def test_mark_without_threshold(builder: CorpusBuilder) -> None:
     del builder.marks["marks"][0]["threshold"]
-    expect_error(builder.write(), "marks.json: mark 'M1': field 'threshold': recall_at_least needs")
+    expect_error(builder.write(), "marks.json: field 'marks.0.threshold': recall_at_least needs")
 
 
 def test_plan_unknown_metric(builder: CorpusBuilder) -> None:
@@ -245,7 +257,10 @@ def test_invalid_corpus_exits_1(
     directory = builder.write()
     code, out, err = run_cli("corpus", "checksum", str(directory))
     assert (code, out) == (1, "")
-    assert err == "error: cases.jsonl:1: field 'colour': unknown key\n"
+    assert err == (
+        "error: cases.jsonl:1: field 'colour': unknown key "
+        "(allowed: case_id, label, input, split, group)\n"
+    )
     code, out, err = run_cli("score", str(directory))
     assert (code, out) == (1, "")
 

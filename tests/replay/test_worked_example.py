@@ -60,7 +60,10 @@ def test_a_key_that_is_neither_input_nor_pack_metadata_is_refused(
     path.write_text(json.dumps(value))
     code, out, err = run_cli("score", str(path))
     assert (code, out) == (1, "")
-    assert err == "error: typo.json: field 'run_per_arm': unknown key\n"
+    assert err == (
+        "error: typo.json: field 'run_per_arm': unknown key (allowed: positive_label, "
+        "runs_per_arm, cases, runs, pass_marks, expected)\n"
+    )
 
 
 def test_scoring_twice_is_byte_identical(run_cli: Callable[..., tuple[int, str, str]]) -> None:
