@@ -13,8 +13,14 @@ from typing import Final
 
 from pydantic import JsonValue
 
-from attestation.evaluation.numbers import POINT_DECIMALS, json_number, money_per_case, points
-from attestation.evaluation.partial import RunPartial, exact_sum, tail_size
+from attestation.evaluation.numbers import (
+    POINT_DECIMALS,
+    json_number,
+    money_per_case,
+    points,
+    scored_value,
+)
+from attestation.evaluation.partial import RunPartial, double_of, exact_sum, tail_size
 
 #: Names and order of the metrics every report run carries.
 METRIC_NAMES: tuple[str, ...] = (
@@ -161,7 +167,7 @@ class RunTally:
             cost_total_usd=self._cost_total,
             cost_unknown_cases=self.cost_unknown_cases,
             latency_unknown_cases=self.latency_unknown_cases,
-            latency_tail=tuple(self._latencies),
+            latency_tail=tuple(map(double_of, self._latencies)),
         )
 
     def finish(self, arm_id: str, run_index: int) -> RunMetrics:
@@ -203,6 +209,6 @@ def finish_run(partial: RunPartial, *, abstentions_scored: bool) -> RunMetrics:
         ),
         cost_known_subtotal_usd=partial.cost_total_usd,
         cost_unknown_cases=partial.cost_unknown_cases,
-        p95_latency_ms=partial.latency_tail[tail - 1] if known_all else None,
+        p95_latency_ms=scored_value(partial.latency_tail[tail - 1]) if known_all else None,
         latency_unknown_cases=partial.latency_unknown_cases,
     )

@@ -11,6 +11,9 @@ and the pieces added back together without changing a byte of the result:
 - nearest-rank p95 over n latencies is the k-th largest value with
   k = n - ceil(0.95 n) + 1 (:func:`tail_size`), and the k-th largest value of a union is
   among the union of every part's k largest values: a part keeps only those, its *tail*.
+  A latency is the double its JSON text denotes (``numbers.scored_value``), so a tail is
+  doubles, exactly; on the wire it is their IEEE 754 bytes, which a verifier reads, checks
+  and merges in C at any size.
 
 The unsharded replay is the one-part case of the same code (:func:`merge_partials` of a
 single partial is that partial), so a merged result equals the unsharded one by construction.
@@ -18,15 +21,22 @@ single partial is that partial), so a merged result equals the unsharded one by 
 
 from __future__ import annotations
 
+import array
+import base64
+import binascii
 import decimal
-import heapq
+import itertools
+import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from attestation.evaluation.numbers import scored_value
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
 #: 5e-324 to 1.8e308), so sums of doubles never come near this precision; Inexact and
@@ -37,12 +47,11 @@ EXACT: Final = decimal.Context(
     rounding=decimal.ROUND_HALF_EVEN,
     traps=[decimal.Inexact, decimal.Rounded, decimal.InvalidOperation, decimal.Overflow],
 )
-#: A latency or a cost total as the wire writes it: a non-negative decimal without exponent,
-#: normalized (no trailing fractional zeros, no leading zeros).
-_DECIMAL_TEXT: Final = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$")
 #: A cost total (never normalized away from what the sum produced, so zeros may trail).
 _SUM_TEXT: Final = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _MAX_SUM_TEXT: Final = 2 * 2000 + 2
+#: A tail of the largest possible run within the envelope limit, in base64.
+_MAX_TAIL_TEXT: Final = 24 * 1024 * 1024
 
 
 class PartialError(ValueError):
@@ -67,9 +76,32 @@ def shard_range(index: int, count: int, case_count: int) -> tuple[int, int]:
     return index * case_count // count, (index + 1) * case_count // count
 
 
-def decimal_text(value: Decimal) -> str:
-    """The wire text of a non-negative finite decimal: normalized, no exponent."""
-    return f"{value.normalize(EXACT):f}" if value else "0"
+def double_of(latency: Decimal) -> float:
+    """The double a latency is (it was read as one: ``numbers.scored_value``).
+
+    Raises:
+        PartialError: a value that is not exactly a double.
+    """
+    value = float(latency)
+    if scored_value(value) != latency:
+        raise PartialError(f"latency {latency} is not a double (JSON numbers are read as doubles)")
+    return value
+
+
+def tail_bytes(tail: Sequence[float]) -> bytes:
+    """A tail on the wire: big-endian IEEE 754 binary64, in its order."""
+    packed = array.array("d", tail)
+    if sys.byteorder == "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def tail_from_bytes(data: bytes) -> list[float]:
+    packed = array.array("d")
+    packed.frombytes(data)
+    if sys.byteorder == "little":
+        packed.byteswap()
+    return packed.tolist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +121,8 @@ class RunPartial:
     cost_total_usd: Decimal
     cost_unknown_cases: int
     latency_unknown_cases: int
-    #: The largest known latencies, descending, at most the run's :func:`tail_size`.
-    latency_tail: tuple[Decimal, ...]
+    #: The largest known latencies (doubles), descending, at most the run's :func:`tail_size`.
+    latency_tail: tuple[float, ...]
 
     def to_doc(self) -> RunPartialDoc:
         return RunPartialDoc(
@@ -107,7 +139,7 @@ class RunPartial:
             cost_total_usd=f"{self.cost_total_usd:f}",
             cost_unknown_cases=self.cost_unknown_cases,
             latency_unknown_cases=self.latency_unknown_cases,
-            latency_tail=" ".join(decimal_text(value) for value in self.latency_tail),
+            latency_tail=base64.b64encode(tail_bytes(self.latency_tail)).decode("ascii"),
         )
 
 
@@ -150,12 +182,14 @@ def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
                 f"{part.arm_id}/{part.run_index} cannot be merged"
             )
     counters = {name: sum(getattr(part, name) for part in parts) for name in _COUNTERS}
-    merged_tail = heapq.merge(*(part.latency_tail for part in parts), reverse=True)
+    # The tails are descending runs of doubles: timsort merges them in C.
+    latencies = sorted(itertools.chain.from_iterable(part.latency_tail for part in parts))
+    latencies.reverse()
     return RunPartial(
         arm_id=first.arm_id,
         run_index=first.run_index,
         cost_total_usd=exact_sum([part.cost_total_usd for part in parts]),
-        latency_tail=tuple(value for value, _ in zip(merged_tail, range(tail), strict=False)),
+        latency_tail=tuple(latencies[:tail]),
         **counters,
     )
 
@@ -179,8 +213,8 @@ class RunPartialDoc(BaseModel):
     cost_total_usd: str = Field(min_length=1, max_length=_MAX_SUM_TEXT, pattern=_SUM_TEXT.pattern)
     cost_unknown_cases: int = Field(ge=0)
     latency_unknown_cases: int = Field(ge=0)
-    #: The tail, descending, as normalized decimal texts separated by one space.
-    latency_tail: str
+    #: The tail, descending: base64 of its big-endian IEEE 754 binary64 values.
+    latency_tail: str = Field(max_length=_MAX_TAIL_TEXT)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunPartialDoc:
@@ -202,26 +236,22 @@ class RunPartialDoc(BaseModel):
             PartialError: a latency text that is not a normalized decimal, a tail that is
                 not descending, or one of the wrong length.
         """
-        texts = self.latency_tail.split(" ") if self.latency_tail else []
+        where = f"run {self.arm_id}/{self.run_index}"
+        try:
+            data = base64.b64decode(self.latency_tail, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise PartialError(f"{where}: the latency tail is not base64: {exc}") from None
         known = self.cases - self.latency_unknown_cases
-        if len(texts) != min(tail, known):
+        if len(data) != 8 * min(tail, known):
             raise PartialError(
-                f"run {self.arm_id}/{self.run_index}: latency tail has {len(texts)} values, "
-                f"expected {min(tail, known)}"
+                f"{where}: latency tail has {len(data) / 8:g} values, expected {min(tail, known)}"
             )
-        values: list[Decimal] = []
-        for text in texts:
-            if _DECIMAL_TEXT.fullmatch(text) is None:
-                raise PartialError(
-                    f"run {self.arm_id}/{self.run_index}: latency {text[:40]!r} is not a "
-                    "normalized decimal"
-                )
-            value = Decimal(text)
-            if values and value > values[-1]:
-                raise PartialError(
-                    f"run {self.arm_id}/{self.run_index}: latency tail is not descending"
-                )
-            values.append(value)
+        values = tail_from_bytes(data)
+        if not all(map(math.isfinite, values)) or (values and values[-1] < 0):
+            raise PartialError(f"{where}: a latency in the tail is negative or not finite")
+        # Sorting an already descending list is one linear pass (timsort finds one run).
+        if values != sorted(values, reverse=True):
+            raise PartialError(f"{where}: latency tail is not descending")
         return RunPartial(
             arm_id=self.arm_id,
             run_index=self.run_index,

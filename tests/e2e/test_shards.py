@@ -313,3 +313,17 @@ def test_a_shard_whose_report_was_changed_fails_as_an_envelope_would(
         document["shards"][2]["evidence"]["report"] = base64.b64encode(report).decode()
 
     assert verify(tampered(sharded, tmp_path, flip_signature_byte), genuine_run.expected) == 3
+
+
+def test_docs_name_every_check_of_a_merged_envelope(
+    sharded: ShardedRun, genuine_run: GenuineRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "verification.md").read_text()
+    capsys.readouterr()
+    assert verify(sharded.merged, genuine_run.expected, "--json") == 0
+    names = {
+        check["name"].split(".", 1)[1] if check["name"].startswith("shards[") else check["name"]
+        for check in json.loads(capsys.readouterr().out)["checks"]
+    }
+    assert {"merged.shards", "merged.result", "binding.report-data"} <= names
+    assert sorted(name for name in names if f"`{name}`" not in docs) == []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import decimal
+import math
+import struct
 from decimal import Decimal
 
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.evaluation.metrics import RunTally
+from attestation.evaluation.numbers import scored_value
 from attestation.evaluation.partial import (
     PartialError,
     RunPartial,
@@ -23,17 +27,16 @@ from attestation.evaluation.partial import (
 Case = tuple[str, str | None, bool, Decimal | None, Decimal | None]
 
 labels = st.sampled_from(["flag", "clear", "hold"])
-# Doubles as scoring reads them (the decimal of their shortest text), plus exact decimals.
-numbers = st.one_of(
-    st.floats(min_value=0, allow_nan=False, allow_infinity=False).map(lambda f: Decimal(repr(f))),
-    st.decimals(min_value=0, max_value=10**6, places=9, allow_nan=False),
-)
+# Numbers as scoring reads them: the exact decimal of a double (numbers.scored_value).
+doubles = st.floats(min_value=0, allow_nan=False, allow_infinity=False).map(scored_value)
+# Costs are summed exactly whatever their digits.
+costs = st.one_of(doubles, st.decimals(min_value=0, max_value=10**6, places=9, allow_nan=False))
 cases = st.tuples(
     labels,
     st.one_of(st.none(), labels),
     st.booleans(),
-    st.one_of(st.none(), numbers),
-    st.one_of(st.none(), numbers),
+    st.one_of(st.none(), costs),
+    st.one_of(st.none(), doubles),
 )
 
 
@@ -58,14 +61,20 @@ def test_the_merge_of_shards_is_the_whole(rows: list[Case], count: int) -> None:
     assert merge_partials([doc.to_partial(tail=tail) for doc in docs], tail=tail) == whole
 
 
-@given(latencies=st.lists(numbers, min_size=1, max_size=300))
+@given(latencies=st.lists(doubles, min_size=1, max_size=300))
 def test_the_tail_holds_the_nearest_rank_p95(latencies: list[Decimal]) -> None:
     n = len(latencies)
     tail = tail_size(n)
     ordered = sorted(latencies)
     p95 = ordered[-(-95 * n // 100) - 1]  # the ceil(0.95 n)-th smallest
     rows: list[Case] = [("flag", "flag", False, None, value) for value in latencies]
-    assert fold(rows, tail=tail).latency_tail[tail - 1] == p95
+    assert scored_value(fold(rows, tail=tail).latency_tail[tail - 1]) == p95
+
+
+def test_a_latency_that_is_not_a_double_is_refused() -> None:
+    rows: list[Case] = [("flag", "flag", False, None, Decimal("0.10000000000000000001"))]
+    with pytest.raises(PartialError, match="is not a double"):
+        fold(rows, tail=1)
 
 
 def test_tail_sizes() -> None:
@@ -125,29 +134,34 @@ def test_partials_of_different_runs_are_not_merged() -> None:
         merge_partials([], tail=0)
 
 
-def test_wire_form_is_compact_and_normalized() -> None:
+def test_wire_form_is_compact_and_exact() -> None:
     rows: list[Case] = [
-        ("flag", "flag", False, Decimal("0.0020"), Decimal("812.370")),
+        ("flag", "flag", False, Decimal("0.0020"), Decimal("812.37")),
         ("clear", "flag", False, Decimal("0.002"), Decimal("1E+3")),
         ("clear", None, True, None, None),
     ]
     doc = fold(rows, tail=2).to_doc()
     assert doc.cost_total_usd == "0.0040"
-    assert doc.latency_tail == "1000 812.37"
+    assert base64.b64decode(doc.latency_tail) == struct.pack(">2d", 1000.0, 812.37)
     assert doc.model_dump()["false_positives"] == 1
 
 
+def tail_text(*values: float) -> str:
+    return base64.b64encode(struct.pack(f">{len(values)}d", *values)).decode()
+
+
 @pytest.mark.parametrize(
-    ("tail_text", "problem"),
+    ("tail_value", "problem"),
     [
-        ("812.37 1000", "not descending"),
-        ("1000 812.370", "not a normalized decimal"),
-        ("1000 -1", "not a normalized decimal"),
-        ("1e3 1", "not a normalized decimal"),
-        ("5", "expected 2"),
+        (tail_text(812.37, 1000.0), "not descending"),
+        (tail_text(1000.0, -1.0), "negative or not finite"),
+        (tail_text(math.inf, 1.0), "negative or not finite"),
+        (tail_text(math.nan, 1.0), "negative or not finite"),
+        (tail_text(5.0), "has 1 values, expected 2"),
+        ("not base64!", "not base64"),
     ],
 )
-def test_wire_tails_are_checked(tail_text: str, problem: str) -> None:
+def test_wire_tails_are_checked(tail_value: str, problem: str) -> None:
     doc = RunPartialDoc(
         arm_id="A1",
         run_index=1,
@@ -162,7 +176,7 @@ def test_wire_tails_are_checked(tail_text: str, problem: str) -> None:
         cost_total_usd="0",
         cost_unknown_cases=0,
         latency_unknown_cases=0,
-        latency_tail=tail_text,
+        latency_tail=tail_value,
     )
     with pytest.raises(PartialError, match=problem):
         doc.to_partial(tail=2)

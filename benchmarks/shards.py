@@ -1,0 +1,295 @@
+"""A sharded replay against the unsharded one, on a realistic corpus, as separate pods would run.
+
+    python benchmarks/shards.py [--cases 400000] [--shards 2,4,8] [--work DIR]
+
+The corpus has the shape users have (``benchmarks/shapes.py``: nested inputs, non-ASCII text,
+floats, keys in any order, default ``json.dumps`` spacing) with 2 arms x 2 runs whose case
+results carry float costs and latencies in random key order. Every measurement runs in a
+process of its own, one after another on this machine (as the pods of an Indexed Job would,
+each on its own VM), and reports that process's CPU time for the work (imports excluded):
+
+* the integrity pass every shard must make over the whole corpus, whatever its share: the
+  corpus checksum of ``cases.jsonl`` and the evaluation digest over plan, marks and every run
+  record (a shard binds both, and a sequential SHA-256 cannot be split);
+* the unsharded ``run`` (simulated evidence: report and verification included);
+* every shard's ``run --shard-index I --shard-count N`` for each N;
+* ``merge`` of the N shard envelopes (which verifies the merged envelope), and verifying the
+  merged envelope alone against N single verifications of one shard envelope.
+
+Goal (issue 16): every shard's CPU time at most 1.3 x (unsharded / N) plus the cost of checking
+the corpus; printed for the checksum of ``cases.jsonl`` alone and for the whole integrity pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+RUN_ID = "bench-shards"
+TENANT = "bench"
+
+
+# -- the corpus -----------------------------------------------------------------------------
+
+
+def write_corpus(directory: Path, cases: int, seed: int = 16) -> None:
+    """Realistic cases (``shapes.write_realistic_cases``) and realistic run records."""
+    from benchmarks.shapes import case_ids, write_realistic_cases
+    from runner.corpus.checksum import compute_checksum
+
+    directory.mkdir(parents=True, exist_ok=True)
+    labels = write_realistic_cases(directory / "cases.jsonl", cases)
+    plan = {
+        "question": "Does the candidate flag risky messages better?",
+        "decision": "Adopt A1 if every mark is met.",
+        "arms": [
+            {"arm_id": "A0", "role": "baseline", "change": "current prompt"},
+            {"arm_id": "A1", "role": "candidate", "change": "prompt with examples"},
+        ],
+        "set_ref": compute_checksum(directory),
+        "metrics": ["accuracy_points", "net_points", "cost_per_case_usd", "p95_latency_ms"],
+        "runs_per_arm": 2,
+        "scoring": {"method": "exact_match", "judge_use": "none"},
+        "spread_limit_points": 5,
+        "cost_accounting": "usage x dated price",
+        "positive_label": "flag",
+    }
+    marks = {
+        "evaluation_ref": "bench-shards",
+        "committed_by": "human",
+        "committed_at": "2026-12-01",
+        "immutable": True,
+        "marks": [
+            {"id": "M1", "metric": "net_gain_points", "arm": "A1", "baseline": "A0",
+             "threshold": 1, "rule": "A1 beats A0 by a point"},
+            {"id": "M2", "metric": "p95_latency_at_most", "arm": "A1", "threshold": 2500,
+             "rule": "A1's p95 latency at most 2.5 s"},
+            {"id": "M3", "metric": "spread_points_below", "arm": "A1", "threshold": 5,
+             "rule": "A1 is stable"},
+            {"id": "M4", "metric": "cost_per_case_at_most", "arm": "A1", "threshold": 0.02,
+             "rule": "A1 costs at most 2 cents a case"},
+        ],
+    }  # fmt: skip
+    (directory / "plan.json").write_text(json.dumps(plan, indent=2, ensure_ascii=False))
+    (directory / "marks.json").write_text(json.dumps(marks, indent=2))
+    from runner.corpus.evaluation import load_evaluation
+
+    marks_ref = load_evaluation(directory).marks_ref
+    rng = random.Random(seed)
+    ids = case_ids(cases)
+    with (directory / "runs.jsonl").open("w", encoding="utf-8") as out:
+        for arm, right in (("A0", 0.72), ("A1", 0.81)):
+            for run_index in (1, 2):
+                entries = []
+                for case_id, label in zip(ids, labels, strict=True):
+                    entry: dict[str, Any] = {
+                        "case_id": case_id,
+                        "prediction": label
+                        if rng.random() < right
+                        else ("clear" if label == "flag" else "flag"),
+                        "cost_usd": rng.randint(200, 4000) * 2.5e-7 + rng.random() * 1e-6,
+                        "latency_ms": round(rng.lognormvariate(6.6, 0.45), 2),
+                    }
+                    if rng.random() < 0.002:
+                        entry.update(prediction=None, error="timeout")
+                    items = list(entry.items())
+                    rng.shuffle(items)
+                    entries.append(dict(items))
+                record = {
+                    "usage": {"source": "benchmark", "input_tokens": cases * 310},
+                    "cases": entries,
+                    "arm_id": arm,
+                    "run_index": run_index,
+                    "marks_ref": marks_ref,
+                    "set_ref": plan["set_ref"],
+                }
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+# -- what each child process measures ---------------------------------------------------------
+
+
+def child(task: str, work: Path, argument: str) -> dict[str, Any]:
+    """One measurement, in this (fresh) process: CPU seconds of the work alone."""
+    corpus = work / "corpus"
+    state = work / "state"
+    start = time.process_time()
+    report: dict[str, Any] = {}
+    if task == "checksum":
+        from runner.corpus.checksum import compute_checksum
+
+        compute_checksum(corpus)
+    elif task == "integrity":
+        import hashlib
+
+        from runner.corpus.checksum import compute_checksum
+        from runner.corpus.evaluation import iter_runs, load_evaluation
+
+        compute_checksum(corpus)
+        evaluation = load_evaluation(corpus)
+        digest = hashlib.sha256(evaluation.plan_canonical + b"\n" + evaluation.marks_canonical)
+        for line in iter_runs(corpus, evaluation):
+            digest.update(line.canonical + b"\n")
+    elif task == "run":
+        from runner.pipeline import RunRequest, run
+
+        shard = json.loads(argument) if argument else None
+        out = work / ("unsharded.json" if shard is None else f"shard-{shard[1]}-{shard[0]}.json")
+        outcome = run(
+            RunRequest(
+                corpus=str(corpus),
+                run_id=RUN_ID,
+                tenant=TENANT,
+                evidence="simulated",
+                state_dir=state,
+                out=out,
+                shard_index=None if shard is None else shard[0],
+                shard_count=None if shard is None else shard[1],
+            )
+        )
+        report["resultDigest"] = outcome.outcome.result_digest
+        report["envelopeBytes"] = len(outcome.envelope_bytes)
+    elif task == "merge":
+        from runner.evidence.simulated import load_or_create_simulated_amd
+        from runner.pipeline.merge import merge_shards
+
+        count = int(argument)
+        root = load_or_create_simulated_amd(state).root_fingerprint
+        start = time.process_time()  # the simulated root is read from disk, not measured
+        merged = merge_shards(
+            [work / f"shard-{count}-{index}.json" for index in range(count)],
+            out=work / f"merged-{count}.json",
+            simulated_root=root,
+        )
+        report["resultDigest"] = merged.envelope.result_digest
+        report["envelopeBytes"] = len(merged.envelope_bytes)
+    elif task in ("verify-merged", "verify-shard"):
+        from datetime import UTC, datetime
+
+        from attestation.envelope.expected import ExpectedValues
+        from attestation.envelope.merged import parse_any_envelope
+        from attestation.envelope.model import Envelope, ShardPosition
+        from attestation.envelope.verification import verify_envelope
+        from runner.evidence.simulated import load_or_create_simulated_amd
+
+        count = int(argument)
+        root = load_or_create_simulated_amd(state).root_fingerprint
+        name = f"merged-{count}.json" if task == "verify-merged" else f"shard-{count}-0.json"
+        data = (work / name).read_bytes()
+        parsed = parse_any_envelope(data)
+        checksum = (
+            parsed.binding.corpus_checksum
+            if isinstance(parsed, Envelope)
+            else parsed.corpus_checksum
+        )
+        expected = ExpectedValues.model_validate(
+            {"runId": RUN_ID, "corpusChecksum": checksum, "simulatedRoots": [root]}
+        )
+        shard = ShardPosition(index=0, count=count) if task == "verify-shard" else None
+        start = time.process_time()
+        verdict = verify_envelope(data, expected, now=datetime.now(UTC), shard=shard)
+        assert verdict.ok, verdict.summary()
+    else:
+        raise SystemExit(f"unknown task {task}")
+    report["cpu"] = time.process_time() - start
+    report["peakRssMiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return report
+
+
+def measure(work: Path, task: str, argument: str = "") -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (as a pod would) and read its report."""
+    answer = subprocess.run(
+        [sys.executable, __file__, "--child", task, "--work", str(work), "--argument", argument],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(answer.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=400_000)
+    parser.add_argument("--shards", default="2,4,8", help="shard counts, comma-separated")
+    parser.add_argument("--work", type=Path, help="keep the corpus and envelopes here (reused)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--argument", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.work, args.argument)))
+        return 0
+    counts = [int(text) for text in args.shards.split(",")]
+    with tempfile.TemporaryDirectory(prefix="shards-bench-") as scratch:
+        work = args.work or Path(scratch)
+        corpus = work / "corpus"
+        if not (corpus / "runs.jsonl").exists():
+            started = time.perf_counter()
+            write_corpus(corpus, args.cases)
+            print(f"generated {args.cases} cases in {time.perf_counter() - started:.0f} s")
+        sizes = {name: (corpus / name).stat().st_size for name in ("cases.jsonl", "runs.jsonl")}
+        print(
+            f"corpus: {args.cases} cases, 2 arms x 2 runs; cases.jsonl {sizes['cases.jsonl'] >> 20}"
+            f" MiB, runs.jsonl {sizes['runs.jsonl'] >> 20} MiB; {machine()}"
+        )
+        checksum = measure(work, "checksum")["cpu"]
+        integrity = measure(work, "integrity")["cpu"]
+        whole = measure(work, "run")
+        unsharded = whole["cpu"]
+        print(f"checksum of cases.jsonl        {checksum:8.2f} s CPU")
+        print(f"integrity pass (checksum + evaluation digest) {integrity:.2f} s CPU")
+        print(
+            f"unsharded run                  {unsharded:8.2f} s CPU, peak "
+            f"{whole['peakRssMiB']:.0f} MiB, envelope {whole['envelopeBytes']} B"
+        )
+        ok = True
+        for count in counts:
+            shards = [measure(work, "run", json.dumps([i, count])) for i in range(count)]
+            cpus = [shard["cpu"] for shard in shards]
+            share = unsharded / count
+            strict = 1.3 * share + checksum
+            generous = 1.3 * share + integrity
+            merged = measure(work, "merge", str(count))
+            assert merged["resultDigest"] == whole["resultDigest"], "merged != unsharded"
+            verify_merged = measure(work, "verify-merged", str(count))["cpu"]
+            verify_one = measure(work, "verify-shard", str(count))["cpu"]
+            met = max(cpus) <= generous
+            ok = ok and met and verify_merged <= count * verify_one
+            print(
+                f"N={count}: shard CPU {', '.join(f'{cpu:.2f}' for cpu in cpus)} s; max "
+                f"{max(cpus):.2f} = {max(cpus) / share:.2f} x unsharded/N; goal "
+                f"1.3 x unsharded/N + checksum = {strict:.2f} "
+                f"({'met' if max(cpus) <= strict else 'missed'}), + integrity pass = "
+                f"{generous:.2f} ({'met' if met else 'missed'})"
+            )
+            print(
+                f"      merge + verify {merged['cpu']:.3f} s CPU, merged envelope "
+                f"{merged['envelopeBytes']} B (result digest = unsharded: yes); verify merged "
+                f"{verify_merged:.3f} s vs {count} x one shard {verify_one:.3f} s = "
+                f"{count * verify_one:.3f} s ({verify_merged / (count * verify_one):.2f}x)"
+            )
+    return 0 if ok else 1
+
+
+def machine() -> str:
+    return f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
