@@ -111,13 +111,14 @@ def fetch_corpus_exports(
     max_bytes: int = DEFAULT_MAX_CORPUS_EXPORT_BYTES,
     corpus_checksum: Callable[[Path], str] | None = None,
     retry: RetryPolicy | None = None,
+    ca_bundle: Path | None = None,
 ) -> tuple[FetchedExport, ...]:
     """Download and check every export of ``tenant`` not yet in ``out_dir``; return the new ones."""
     check_url(server, what="server")
     base = server.rstrip("/") + f"/v1/tenants/{tenant}"
     fetched = []
     index = load_index(out_dir / CORPORA_DIR / "index.json")
-    with HttpClient(token=token, retry=retry, what="server") as client:
+    with HttpClient(token=token, retry=retry, what="server", ca_bundle=ca_bundle) as client:
         for item in _listing(client, base, max_bytes):
             digest = str(item["digest"])
             if export_path(out_dir, digest).is_file():

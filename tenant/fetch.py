@@ -156,13 +156,14 @@ def fetch_tenant(
     log_key: VerifierKey | None = None,
     last_checkpoint: str | None = None,
     retry: RetryPolicy | None = None,
+    ca_bundle: Path | None = None,
 ) -> FetchReport:
     """Fetch and verify everything the log gained since the kept (or given) checkpoint."""
     check_url(server, what="server")
     key = _pinned_key(out_dir, log_key)
     origin = f"{key.name}/t/{tenant}"
     old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
-    with HttpClient(token=token, retry=retry, what="server") as client:
+    with HttpClient(token=token, retry=retry, what="server", ca_bundle=ca_bundle) as client:
         api = _Api(server, tenant, client)
         note = api.get("/log/checkpoint").body.decode("utf-8", "replace")
         try:

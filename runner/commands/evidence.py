@@ -16,6 +16,7 @@ from attestation.abi.product import ProductLine
 from runner.commands.job_params import add_job_arguments, replay_spec
 from runner.commands.parsing import (
     add_actions,
+    add_ca_bundle,
     add_command,
     input_file,
     output_dir,
@@ -119,6 +120,7 @@ def _register_vcek(subparsers: Subparsers) -> None:
         metavar="SECONDS",
         help="longest Retry-After to honour on HTTP 429 before giving up",
     )
+    add_ca_bundle(fetch)
     fetch.set_defaults(handler=handle_vcek_fetch)
 
 
@@ -211,7 +213,9 @@ def handle_vcek_fetch(args: argparse.Namespace) -> int:
         report = args.report.read_bytes()
     except OSError as exc:
         raise UsageError(f"--report {args.report}: {exc.strerror or exc}") from exc
-    client = KdsClient(args.kds_url, timeout=args.timeout, max_wait=args.max_wait)
+    client = KdsClient(
+        args.kds_url, timeout=args.timeout, max_wait=args.max_wait, ca_bundle=args.ca_bundle
+    )
     fetched = fetch_vcek(
         report,
         product=ProductLine(args.product) if args.product else None,

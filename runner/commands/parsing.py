@@ -190,3 +190,15 @@ def interface_path(label: str) -> PathArgument:
     checked here, since its absence is "no evidence" (exit 3), reported by the provider before
     any work, not a usage error."""
     return PathArgument(label, lambda path, _name: path)
+
+
+def add_ca_bundle(parser: argparse.ArgumentParser) -> None:
+    """``--ca-bundle FILE``: the only way to trust other certificate authorities for https://
+    (the HTTP client never reads REQUESTS_CA_BUNDLE, SSL_CERT_FILE or the like)."""
+    parser.add_argument(
+        "--ca-bundle",
+        type=input_file("--ca-bundle"),
+        metavar="FILE",
+        help="CA certificates (PEM) for https:// instead of certifi's bundle; "
+        "REQUESTS_CA_BUNDLE, SSL_CERT_FILE, proxy and netrc variables are never used",
+    )

@@ -12,6 +12,7 @@ from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
     add_actions,
+    add_ca_bundle,
     add_command,
     input_file,
     output_dir,
@@ -19,7 +20,7 @@ from runner.commands.parsing import (
 from runner.errors import InputError, PublishError, UsageError
 from runner.exit_codes import Family
 from runner.extras import extra_required
-from tenant.http import read_token
+from tenant.http import HttpClient, read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -71,6 +72,7 @@ target confirmed it. https:// targets need an operator token (--token-file).""",
         "it must exist)",
     )
     parser.add_argument("--flush", action="store_true", help="deliver every spooled envelope")
+    add_ca_bundle(parser)
     parser.set_defaults(handler=_publish)
 
 
@@ -227,6 +229,7 @@ them under --out/envelopes.""",
         metavar="SIZE",
         help="largest corpus export downloaded, e.g. 256M or 2G (default: 256M)",
     )
+    add_ca_bundle(fetch)
     fetch.set_defaults(handler=_tenant_fetch)
 
     reproduce.register_action(actions)
@@ -241,7 +244,9 @@ def _publish(args: argparse.Namespace) -> int:
             raise UsageError(f"ENVELOPE {args.envelope}: --flush takes no envelope file")
         if args.spool_dir is not None and not args.spool_dir.is_dir():
             raise UsageError(f"--spool-dir {args.spool_dir}: no such directory (nothing to flush)")
-        report = flush_spool(spool_dir=args.spool_dir, target=args.target, token=token)
+        report = flush_spool(
+            spool_dir=args.spool_dir, target=args.target, token=token, ca_bundle=args.ca_bundle
+        )
         for outcome in report.delivered:
             print(f"delivered {outcome.digest} ({outcome.status}) to {outcome.target}")
         for digest, reason in report.failed:
@@ -256,14 +261,16 @@ def _publish(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"ENVELOPE {args.envelope}: {exc.strerror or exc}") from exc
     run_id = args.run_id or _run_id_of(data, args.envelope)
-    outcome = publish_envelope(
-        args.target,
-        data,
-        tenant=args.tenant,
-        run_id=run_id,
-        token=token,
-        spool_dir=args.spool_dir,
-    )
+    with HttpClient(token=token, what="target", ca_bundle=args.ca_bundle) as client:
+        outcome = publish_envelope(
+            args.target,
+            data,
+            tenant=args.tenant,
+            run_id=run_id,
+            token=token,
+            spool_dir=args.spool_dir,
+            client=client,
+        )
     print(receipt_json(outcome))
     return 0
 
@@ -349,6 +356,7 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         out_dir=args.out,
         log_key=load_verifier_key(args.log_key) if args.log_key else None,
         last_checkpoint=None if args.checkpoint is None else str(args.checkpoint),
+        ca_bundle=args.ca_bundle,
     )
     print(
         f"verified log of {report.size} entries (was {report.previous_size}); "
@@ -365,6 +373,7 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
             out_dir=args.out,
             max_bytes=args.max_corpus_bytes,
             corpus_checksum=compute_checksum,
+            ca_bundle=args.ca_bundle,
         )
         for export in exports:
             print(

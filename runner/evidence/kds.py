@@ -140,6 +140,7 @@ class KdsClient:
         deadline: float = DEFAULT_DEADLINE,
         client: HttpClient | None = None,
         sleep: Callable[[float], None] | None = None,
+        ca_bundle: Path | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.attempts = attempts
@@ -158,6 +159,7 @@ class KdsClient:
             ),
             what="KDS URL",
             sleep=sleep,
+            ca_bundle=ca_bundle,
         )
 
     def get(self, path: str) -> bytes:

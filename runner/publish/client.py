@@ -145,6 +145,7 @@ def flush_spool(
     target: str | None = None,
     token: str | None,
     retry: RetryPolicy | None = None,
+    ca_bundle: Path | None = None,
 ) -> FlushReport:
     """Deliver every spooled envelope (to ``target`` when given, else to its recorded target).
     Idempotent: already-present counts as delivered; only delivered items leave the spool."""
@@ -153,7 +154,7 @@ def flush_spool(
     spool = Spool(spool_dir or default_spool_dir())
     delivered: list[PublishOutcome] = []
     failed: list[tuple[str, str]] = []
-    with HttpClient(token=token, retry=retry, what="target") as client:
+    with HttpClient(token=token, retry=retry, what="target", ca_bundle=ca_bundle) as client:
         for item in spool.items():
             destination = target or item.target
             try:
@@ -234,7 +235,7 @@ def _deliver_http(item: SpoolItem, data: bytes, target: str, client: HttpClient)
         raise DeliveryError(f"envelope upload failed: {exc}") from exc
     if response.status not in (200, 201, 412):
         raise DeliveryError(f"envelope upload answered {_describe(response)}")
-    body = _json_or_empty(response)
+    body = _receipt(response)
     status: Status = "created" if response.status == 201 else "already-present"
     try:
         pointer = client.put(
@@ -281,6 +282,18 @@ def _with_log_receipt(
         checkpoint=note,
         inclusion_proof=proof,
     )
+
+
+def _receipt(answer: Answer) -> dict[str, Any]:
+    """The JSON object of a successful upload's answer (it carries the log receipt when the
+    service keeps a log); an empty body is none, a malformed one is a failed delivery."""
+    if not answer.ok or not answer.body.strip():
+        return _json_or_empty(answer)
+    try:
+        body = answer.json("the service's answer to the upload")
+    except HttpError as exc:
+        raise DeliveryError(str(exc)) from exc
+    return body if isinstance(body, dict) else {}
 
 
 def _json_or_empty(answer: Answer) -> dict[str, Any]:
