@@ -143,6 +143,12 @@ collects the envelope and verifies it against --expected before reporting succes
         metavar="P",
         help="with --shards: how many indices (TEEs) run at once (default: all)",
     )
+    submit.add_argument(
+        "--rerun",
+        metavar="REASON",
+        help="run a run ID again whose Job is gone (expired, cancelled, stopped): the reason, "
+        "who and when are appended to the run's record",
+    )
     submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
     _collect_arguments(submit)
     submit.set_defaults(handler=handle_submit)
@@ -239,6 +245,13 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="delay before the first retry (doubling after)",
     )
+    parser.add_argument(
+        "--records-namespace",
+        default="attested-replay",
+        metavar="NAMESPACE",
+        help="where the run records live (one per run ID, kept after the Job): the same for "
+        "every submitter, whatever namespace the Jobs run in",
+    )
 
 
 def _run_arguments(parser: argparse.ArgumentParser, *, several: bool) -> None:
@@ -308,7 +321,9 @@ def handle_submit(args: argparse.Namespace) -> int:
     verifier = load_verifier(_expected_for(args.expected, args.run_id)) if args.wait else None
     submitter = _submitter(args)
     spec = _replay_spec(args, submitter.namespace)
-    submission = submitter.submit(spec)
+    if args.rerun is not None and not args.rerun.strip():
+        raise UsageError("--rerun needs a reason (it is recorded with the run)")
+    submission = submitter.submit(spec, rerun=args.rerun)
     print(json.dumps(submission.to_json_dict(), sort_keys=True))
     if verifier is None:
         return 0
@@ -426,6 +441,7 @@ def _submitter(args: argparse.Namespace) -> Submitter:
         ),
         watch_timeout=args.watch_timeout,
         publish_token=token,
+        records_namespace=args.records_namespace,
     )
 
 

@@ -9,6 +9,7 @@ Job's ``spec-digest`` annotation decides: equal means attach to it, different me
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from runner.errors import SubmitError
 from runner.k8s import retry
 from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, VerifyEnvelope
 from runner.k8s.errors import (
@@ -35,6 +37,13 @@ from runner.k8s.job import (
     build_job,
 )
 from runner.k8s.progress import RunProgress, WaitPolicy
+from runner.k8s.records import (
+    DEFAULT_RECORDS_NAMESPACE,
+    RecordState,
+    RunRecord,
+    RunRecords,
+    operator_name,
+)
 from runner.k8s.retry import KUBERNETES_RETRY, read_json
 from runner.k8s.state import Phase, RunOutcome, RunStatus, job_status, raise_for_outcome
 from runner.k8s.watch import JobTracker, ProgressCallback
@@ -73,6 +82,7 @@ class Submitter:
         api_client: client.ApiClient,
         *,
         namespace: str,
+        records_namespace: str = DEFAULT_RECORDS_NAMESPACE,
         retry_policy: RetryPolicy | None = None,
         watch_timeout: int = 60,
         http: HttpClient | None = None,
@@ -86,6 +96,7 @@ class Submitter:
         self.namespace = namespace
         self._retry = retry_policy or KUBERNETES_RETRY
         self._watch_timeout = watch_timeout
+        self._records = RunRecords(self._core, records_namespace, retry_policy=self._retry)
         self._collector = Collector(
             self._core,
             namespace,
@@ -96,8 +107,13 @@ class Submitter:
 
     # -- submit ---------------------------------------------------------------------------
 
-    def submit(self, spec: ReplaySpec) -> Submission:
-        """Create the Job, or attach to an identical one; never a second run per run ID."""
+    def submit(self, spec: ReplaySpec, *, rerun: str | None = None) -> Submission:
+        """Create the Job, or attach to an identical one; never a second run per run ID.
+
+        The run is claimed in its durable record first (:mod:`runner.k8s.records`), so a run
+        ID whose Job has expired, was cancelled or stopped, or lives in another namespace is
+        refused unless ``rerun`` gives the reason to run it again (recorded).
+        """
         if spec.namespace != self.namespace:
             raise RunConflictError(
                 f"spec namespace {spec.namespace!r} differs from the submitter's {self.namespace!r}"
@@ -106,6 +122,7 @@ class Submitter:
         digest = body["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
         name = body["metadata"]["name"]
         self._check_runtime_class(body["spec"]["template"]["spec"]["runtimeClassName"])
+        self._claim(spec, name, digest, rerun)
         try:
             response: Any = retry.call(
                 self._retry,
@@ -124,9 +141,11 @@ class Submitter:
             attached = False
         except ApiException as exc:
             if exc.status != 409:
-                raise RunFailedError(
-                    f"creating Job {name} was refused: {retry.describe(exc)}", reason="Rejected"
-                ) from exc
+                detail = f"creating Job {name} was refused: {retry.describe(exc)}"
+                if exc.status is not None and 400 <= exc.status < 500:
+                    # A definitive refusal: no Job, so no TEE, exists for this claim.
+                    self._records.note(name, "refused", detail)
+                raise RunFailedError(detail, reason="Rejected") from exc
             existing = self._read_job(name)
             existing_digest = (existing["metadata"].get("annotations") or {}).get(
                 ANNOTATION_SPEC_DIGEST
@@ -140,6 +159,71 @@ class Submitter:
             attached = True
         log.info("k8s_job_submitted", job=name, run_id=spec.run_id, attached=attached)
         return Submission(name, self.namespace, spec.run_id, spec.tenant, digest, attached)
+
+    def _claim(self, spec: ReplaySpec, name: str, digest: str, rerun: str | None) -> None:
+        """Claim the run ID in its durable record, or refuse it (see :mod:`runner.k8s.records`)."""
+        first = self._records.event("rerun" if rerun else "submitted", digest, rerun or "")
+        claim = RunRecord(
+            run_id=spec.run_id,
+            tenant=spec.tenant,
+            job_name=name,
+            job_namespace=self.namespace,
+            spec_digest=digest,
+            corpus_checksum=spec.checksum,
+            publish_url=spec.publish_url,
+            submission=secrets.token_hex(8),
+            state="submitted",
+            history=(first,),
+        )
+        if self._records.create(claim) is not None:
+            return
+        stored = self._records.read(name)
+        if stored is None:  # removed by hand meanwhile: claim it afresh
+            if self._records.create(claim) is None:
+                raise RunConflictError(f"run record {name} changed while claiming it: try again")
+            return
+        record = stored.record
+        if record.submission == claim.submission:
+            return  # this very claim, whose answer was lost (a retry met 409)
+        if record.job_namespace == self.namespace and self._job_exists(name):
+            return  # the Job decides: attach on the same spec, refuse another (409 below)
+        if record.state == "refused" and rerun is None:
+            pass  # its Job was never created: claiming it again starts the first TEE
+        elif rerun is None:
+            where = (
+                ""
+                if record.job_namespace == self.namespace
+                else f" in namespace {record.job_namespace}"
+            )
+            raise RunConflictError(
+                f"run {spec.run_id!r} of tenant {spec.tenant!r} was submitted before{where} "
+                f"(record {self._records.namespace}/{name}: {record.state}, first on "
+                f"{record.history[0].at if record.history else 'an unknown date'}, spec "
+                f"{record.spec_digest}) and no Job of it exists here now (expired after its "
+                "TTL, cancelled, stopped, or in another namespace): a run ID names one replay. "
+                "Use a new run ID, or pass --rerun REASON to run it again (recorded)"
+            )
+        self._records.replace(
+            stored,
+            record.then(
+                first,
+                submission=claim.submission,
+                state="submitted",
+                job_namespace=self.namespace,
+                spec_digest=digest,
+                corpus_checksum=spec.checksum,
+                publish_url=spec.publish_url,
+            ),
+        )
+        if rerun:
+            log.warning("k8s_run_rerun", job=name, run_id=spec.run_id, reason=rerun)
+
+    def _job_exists(self, name: str) -> bool:
+        try:
+            self._read_job(name)
+        except RunNotFoundError:
+            return False
+        return True
 
     def _check_runtime_class(self, runtime_class: str) -> None:
         """Refuse a runtime class the cluster does not have.
@@ -207,7 +291,14 @@ class Submitter:
             log.warning("k8s_stop_failed", job=outcome.name, error=str(exc))
             return outcome
         log.warning("k8s_job_stopped", job=outcome.name, reason=outcome.reason)
+        self._note(outcome.name, "stopped", f"{outcome.reason}: {outcome.message}")
         return dataclasses.replace(outcome, stopped=True)
+
+    def _note(self, name: str, state: RecordState, detail: str) -> None:
+        try:
+            self._records.note(name, state, detail)
+        except SubmitError as exc:  # the Job is gone either way; say the record lags
+            log.warning("k8s_record_not_updated", job=name, state=state, error=str(exc))
 
     # -- collect --------------------------------------------------------------------------
 
@@ -322,6 +413,7 @@ class Submitter:
             if exc.status == 404:
                 raise RunNotFoundError(f"no Job {name} in namespace {self.namespace}") from exc
             raise
+        self._note(name, "cancelled", f"by {operator_name()}")
 
     def _read_job(self, name: str) -> dict[str, Any]:
         try:

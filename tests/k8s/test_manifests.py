@@ -242,6 +242,7 @@ def test_operator_role_is_least_privilege_and_job_identity_has_none() -> None:
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         # sandbox failures are visible only as events (the pod just says ContainerCreating)
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update"]},
     ]
     (binding,) = by_kind(resources, "RoleBinding")
     subjects = {(s["kind"], s["name"]) for s in binding["subjects"]}

@@ -83,6 +83,7 @@ def test_200_concurrent_runs_on_one_watch(
     assert cluster.requests["LIST events"] == 1
     assert cluster.requests["LIST pods"] == 1 + RUNS  # tracker + one per collected run
     # collect: one Job read, one pod list and one log read per run.
-    assert cluster.requests["GET job"] == RUNS + 1  # + the attaching retry's read
+    # + the attaching retry: its claim finds the Job, and the 409 is attached by spec digest
+    assert cluster.requests["GET job"] == RUNS + 2
     assert cluster.requests["GET log"] == RUNS
     assert cluster.requests["total"] - requests_before_wait == 6 + 3 * RUNS

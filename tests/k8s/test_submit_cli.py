@@ -508,7 +508,7 @@ def test_every_create_asks_for_strict_field_validation(
     cluster: FakeCluster, kubeconfig: Path, pods: Pods
 ) -> None:
     assert cli(*submit_args(kubeconfig, pods)) == 0
-    assert cluster.field_validation == [("POST jobs", "Strict")]
+    assert cluster.field_validation == [("POST configmaps", "Strict"), ("POST jobs", "Strict")]
 
 
 def test_a_field_the_cluster_does_not_know_is_refused_not_dropped(
