@@ -20,7 +20,7 @@ from attestation.evaluation.numbers import (
     points,
     scored_value,
 )
-from attestation.evaluation.partial import RunPartial, double_of, exact_sum, tail_size
+from attestation.evaluation.partial import COUNTERS, RunPartial, double_of, exact_sum, tail_size
 
 #: Names and order of the metrics every report run carries.
 METRIC_NAMES: tuple[str, ...] = (
@@ -156,18 +156,9 @@ class RunTally:
         return RunPartial(
             arm_id=arm_id,
             run_index=run_index,
-            cases=self.cases,
-            correct=self.correct,
-            positives=self.positives,
-            true_positives=self.true_positives,
-            negatives=self.negatives,
-            false_positives=self.false_positives,
-            abstentions=self.abstentions,
-            errors=self.errors,
             cost_total_usd=self._cost_total,
-            cost_unknown_cases=self.cost_unknown_cases,
-            latency_unknown_cases=self.latency_unknown_cases,
             latency_tail=tuple(map(double_of, self._latencies)),
+            **{name: getattr(self, name) for name in COUNTERS},
         )
 
     def finish(self, arm_id: str, run_index: int) -> RunMetrics:

@@ -128,22 +128,14 @@ class RunPartial:
         return RunPartialDoc(
             arm_id=self.arm_id,
             run_index=self.run_index,
-            cases=self.cases,
-            correct=self.correct,
-            positives=self.positives,
-            true_positives=self.true_positives,
-            negatives=self.negatives,
-            false_positives=self.false_positives,
-            abstentions=self.abstentions,
-            errors=self.errors,
             cost_total_usd=f"{self.cost_total_usd:f}",
-            cost_unknown_cases=self.cost_unknown_cases,
-            latency_unknown_cases=self.latency_unknown_cases,
             latency_tail=base64.b64encode(tail_bytes(self.latency_tail)).decode("ascii"),
+            **{name: getattr(self, name) for name in COUNTERS},
         )
 
 
-_COUNTERS: Final = (
+#: The counters of a partial (and of the tally that folds one): they add.
+COUNTERS: Final = (
     "cases",
     "correct",
     "positives",
@@ -181,7 +173,7 @@ def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
                 f"partials of runs {first.arm_id}/{first.run_index} and "
                 f"{part.arm_id}/{part.run_index} cannot be merged"
             )
-    counters = {name: sum(getattr(part, name) for part in parts) for name in _COUNTERS}
+    counters = {name: sum(getattr(part, name) for part in parts) for name in COUNTERS}
     # The tails are descending runs of doubles: timsort merges them in C.
     latencies = sorted(itertools.chain.from_iterable(part.latency_tail for part in parts))
     latencies.reverse()
@@ -255,16 +247,7 @@ class RunPartialDoc(BaseModel):
         return RunPartial(
             arm_id=self.arm_id,
             run_index=self.run_index,
-            cases=self.cases,
-            correct=self.correct,
-            positives=self.positives,
-            true_positives=self.true_positives,
-            negatives=self.negatives,
-            false_positives=self.false_positives,
-            abstentions=self.abstentions,
-            errors=self.errors,
             cost_total_usd=Decimal(self.cost_total_usd),
-            cost_unknown_cases=self.cost_unknown_cases,
-            latency_unknown_cases=self.latency_unknown_cases,
             latency_tail=tuple(values),
+            **{name: getattr(self, name) for name in COUNTERS},
         )

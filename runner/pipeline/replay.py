@@ -197,22 +197,29 @@ def _score_run(
                 f"field 'cases.{index}.case_id': case {case.case_id!r} is not in cases.jsonl",
                 line=line,
             )
-        if case.case_id in seen:
-            raise CorpusError(
-                RUNS_FILE,
-                f"field 'cases.{index}.case_id': duplicate case {case.case_id!r} in this run",
-                line=line,
-            )
-        seen.add(case.case_id)
-        tally.add(
-            label,
-            case.prediction,
-            has_error=case.error is not None,
-            cost_usd=case.cost_usd,
-            latency_ms=case.latency_ms,
-        )
+        _tally_once(tally, case, label, seen, at=f"cases.{index}", line=line)
     if len(seen) != len(labels):
         _missing(record, labels, seen, line)
+
+
+def _tally_once(
+    tally: RunTally, case: RunCase, label: str, seen: set[str], *, at: str, line: int
+) -> None:
+    """Fold one case result, refusing a case the run already had."""
+    if case.case_id in seen:
+        raise CorpusError(
+            RUNS_FILE,
+            f"field '{at}.case_id': duplicate case {case.case_id!r} in this run",
+            line=line,
+        )
+    seen.add(case.case_id)
+    tally.add(
+        label,
+        case.prediction,
+        has_error=case.error is not None,
+        cost_usd=case.cost_usd,
+        latency_ms=case.latency_ms,
+    )
 
 
 def _score_shard(
@@ -247,20 +254,7 @@ def _score_shard(
         if label is None:
             continue  # another shard's case
         case = validate_record(RunCase, raw, RUNS_FILE, line, at=f"cases.{index}")
-        if case_id in seen:
-            raise CorpusError(
-                RUNS_FILE,
-                f"field 'cases.{index}.case_id': duplicate case {case_id!r} in this run",
-                line=line,
-            )
-        seen.add(case_id)
-        tally.add(
-            label,
-            case.prediction,
-            has_error=case.error is not None,
-            cost_usd=case.cost_usd,
-            latency_ms=case.latency_ms,
-        )
+        _tally_once(tally, case, label, seen, at=f"cases.{index}", line=line)
     if len(seen) != len(owned):
         _missing(record, owned, seen, line)
 

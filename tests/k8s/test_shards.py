@@ -327,3 +327,25 @@ def test_a_deterministic_failure_of_one_index_stops_the_run(
     assert len([p for (_, p) in cluster.pods if p.startswith(f"{prefix}-1-")]) == 1
     assert not [p for (_, p) in cluster.pods if p.startswith(f"{prefix}-2-")]
     assert "verified" not in captured.out
+
+
+@pytest.mark.parametrize(
+    "other",
+    [[], ["--shards", "4"], ["--shards", "3", "--parallelism", "1"]],
+    ids=["unsharded", "another-count", "another-parallelism"],
+)
+def test_one_run_id_is_one_job_sharded_or_not(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    capsys: pytest.CaptureFixture[str],
+    other: list[str],
+) -> None:
+    first = ["--shards", "3", "--parallelism", "2"]
+    assert cli(*submit_args(kubeconfig, pods, *first, run_id=RUN_ID)) == 0
+    assert cli(*submit_args(kubeconfig, pods, *first, run_id=RUN_ID)) == 0  # attaches
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["attached"] is True
+    assert cli(*submit_args(kubeconfig, pods, *other, run_id=RUN_ID)) == SUBMIT_EXIT
+    message = error_line(capsys.readouterr().err)
+    assert f"already exists as Job {job_name(TENANT, RUN_ID)} with a different spec" in message
+    assert cluster.created[job_name(TENANT, RUN_ID)] == 1
