@@ -3,7 +3,7 @@ package agent_policy
 # Kata agent policy for one attested-replay pod. attested-replay writes `policy_data` (the exact
 # replay container and pod it admits) after these rules; the agent evaluates
 # `data.agent_policy.<RequestName>` with each ttrpc request as input. Written for Rego v0 (kata
-# 3.28-3.29, regorus 0.2) and Rego v1 (kata >= 4.0, regorus 0.9) alike, with builtins from
+# 3.29, regorus 0.2.8) and Rego v1 (kata >= 4.0, regorus 0.9) alike, with builtins from
 # regorus' core, regex and base64url only (what kata builds it with), none that can fail on input.
 
 import future.keywords.contains
@@ -64,6 +64,7 @@ default WriteStreamRequest := false
 # Containers: the pause container and the replay container, nothing else.
 
 CreateContainerRequest := {"allowed": true, "ops": ops} if {
+	data.pstate.sandbox
 	role := container_role
 	ops := [
 		{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
@@ -177,7 +178,24 @@ linux_ok(linux) if {
 	every path in policy_data.linux.readonly_paths {
 		readonly_or_masked(path, linux)
 	}
+	every path in linux.MaskedPaths {
+		kernel_path(path)
+	}
+	every path in linux.ReadonlyPaths {
+		kernel_path(path)
+	}
 	sysctls_ok(linux.Sysctl)
+}
+
+# The agent bind-mounts /dev/null over each masked file and remounts each read-only path
+# (rustjail mount.rs mask_path, readonly_path), following symlinks: any other path would let the
+# host empty a file of the image or freeze the output directory. Runtimes add only /proc and
+# /sys entries; /proc/self, /proc/thread-self and /proc/<pid> lead back into the container
+# (root, cwd).
+kernel_path(path) if {
+	regex.match("^/(proc|sys)/[^/]", path)
+	not regex.match("^/proc/(self|thread-self|[0-9]+)(/|$)", path)
+	no_dot_segments(path)
 }
 
 readonly_or_masked(path, linux) if path in linux.ReadonlyPaths
@@ -338,8 +356,7 @@ guest_pull_storage(storage, image) if {
 emptydir_storage(storage, replay) if {
 	storage.driver in {"blk", "scsi"}
 	block_device_source(storage.driver, storage.source)
-	count(storage.driver_options) == 2
-	{o | some o in storage.driver_options} == {"encryption_key=ephemeral", "create_filesystem"}
+	ephemeral_encryption(storage.driver_options)
 	storage.fstype == "ext4"
 	count(storage.options) == 0
 	storage.shared == true
@@ -360,6 +377,16 @@ emptydir_storage(storage, replay) if {
 	}
 	storage.shared == false
 	is_null(storage.fs_group)
+}
+
+# kata >= 4.0 also asks for a new filesystem (create_filesystem); 3.28-3.29 send the key alone
+# (kata_agent.go handleDeviceBlockVolume). Either way CDH formats a LUKS2 device with
+# integrity under a key it makes (agent block_handler.rs, cdh_secure_mount).
+ephemeral_encryption(options) if options == ["encryption_key=ephemeral"]
+
+ephemeral_encryption(options) if {
+	count(options) == 2
+	{o | some o in options} == {"encryption_key=ephemeral", "create_filesystem"}
 }
 
 block_device_source("blk", source) if regex.match("^[0-9a-f]{2}(/[0-9a-f]{2})?$", source)
@@ -419,9 +446,13 @@ copy_allowed(name, below) if {
 no_dot_segments(path) if not regex.match("(^|/)\\.\\.?(/|$)", path)
 
 # ---------------------------------------------------------------------------------------------
-# The pod network, as genpolicy restricts it: no loopback devices, routes or neighbours.
+# The sandbox: once, before any container. The agent's create_sandbox first deletes
+# /run/kata-containers (rpc.rs: remove_dir_all(CONTAINER_BASE)), with the containers' root
+# filesystems, the pulled image layers, the emptyDirs and the copied files, and refuses no
+# second call; containers are admitted only once /pstate/sandbox is set.
 
-CreateSandboxRequest if {
+CreateSandboxRequest := {"allowed": true, "ops": SANDBOX_CREATED} if {
+	not data.pstate.sandbox
 	count(input.guest_hook_path) == 0
 	count(input.kernel_modules) == 0
 	input.sandbox_pidns == false
@@ -429,6 +460,8 @@ CreateSandboxRequest if {
 		sandbox_storage(storage)
 	}
 }
+
+SANDBOX_CREATED := [{"op": "add", "path": "/pstate/sandbox", "value": true}]
 
 sandbox_storage(storage) if {
 	storage.driver == "ephemeral"
@@ -444,6 +477,9 @@ sandbox_storage(storage) if {
 shm_option(option) if option in {"noexec", "nosuid", "nodev", "mode=1777"}
 
 shm_option(option) if regex.match("^size=[0-9]+$", option)
+
+# ---------------------------------------------------------------------------------------------
+# The pod network, as genpolicy restricts it: no loopback devices, routes or neighbours.
 
 UpdateInterfaceRequest if {
 	interface := input.interface

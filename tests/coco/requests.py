@@ -25,9 +25,14 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
-EmptyDirMode = Literal["block", "local"]
+#: How kata backs an emptyDir: "block" = ``emptydir_mode = block-encrypted`` on kata >= 4.0
+#: (driver options ``encryption_key=ephemeral`` and ``create_filesystem``), "block-kata3" = the
+#: same mode on kata 3.28-3.29, whose runtime sends ``encryption_key=ephemeral`` alone
+#: (kata_agent.go ``handleDeviceBlockVolume`` at 3.29.0 has no ``BlockDeviceCreateFs``),
+#: "local" = guest-local directories (peer pods).
+EmptyDirMode = Literal["block", "block-kata3", "local"]
 
 POD_UID: Final = "392939d5-72a0-4421-9cd7-1e89c3f86256"
 SECRET_TIMESTAMP_DIR: Final = "..2026_11_30_10_00_00.123456789"
@@ -247,7 +252,7 @@ class ReplayPod:
                     emptydir_mode, index, mount["name"], self.sandbox_id, security["fsGroup"]
                 )
                 storages.append(storage)
-                kind = "bind" if emptydir_mode == "block" else "local"
+                kind = "local" if emptydir_mode == "local" else "bind"
                 mounts.append(
                     {
                         "destination": destination,
@@ -394,6 +399,20 @@ UPDATE_ROUTES: Final = {
 }
 
 
+class Agent(Protocol):
+    def allows(self, request_name: str, request: Any) -> bool: ...
+
+
+def start_pod(agent: Agent, pod: ReplayPod) -> None:
+    """Everything kata sends before the replay container's CreateContainerRequest, in order."""
+    assert agent.allows("CreateSandboxRequest", pod.create_sandbox())
+    for request in pod.sandbox_copies():
+        assert agent.allows("CopyFileRequest", request), request["path"]
+    assert agent.allows("CreateContainerRequest", pod.pause())
+    for request in pod.replay_copies():
+        assert agent.allows("CopyFileRequest", request), request["path"]
+
+
 def copy_file(path: str, file_type: str, symlink_target: str | None = None) -> dict[str, Any]:
     """A ``PolicyCopyFileRequest`` (the agent drops the data bytes before asking the policy)."""
     mode = {"Regular": S_IFREG | 0o644, "Directory": S_IFDIR | 0o2755, "Symlink": S_IFLNK | 0o777}[
@@ -429,11 +448,14 @@ def secret_tree(root: str, keys: list[str]) -> list[dict[str, Any]]:
 def _emptydir_storage(
     mode: EmptyDirMode, index: int, volume: str, sandbox_id: str, fs_group: int
 ) -> dict[str, Any]:
-    if mode == "block":
+    if mode in ("block", "block-kata3"):
         source = f"{index + 1:02x}/00"
+        options = ["encryption_key=ephemeral"]
+        if mode == "block":
+            options.append("create_filesystem")
         return {
             "driver": "blk",
-            "driver_options": ["encryption_key=ephemeral", "create_filesystem"],
+            "driver_options": options,
             "source": source,
             "fstype": "ext4",
             "options": [],

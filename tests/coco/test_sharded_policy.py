@@ -13,8 +13,7 @@ import pytest
 
 from runner.k8s.job import BuiltReplay, build_replay
 from tests.coco.conftest import ENGINES, policy_of, replay_spec
-from tests.coco.requests import ReplayPod
-from tests.coco.test_agent_policy import start_pod
+from tests.coco.requests import ReplayPod, start_pod
 
 SHARDS = 3
 
@@ -69,10 +68,14 @@ def test_unsharded_pods_are_not_admitted_by_a_sharded_policy_nor_the_reverse(
     sharded: BuiltReplay,
 ) -> None:
     agent = ENGINES["regorus-v1"](policy_of(sharded))
-    assert not agent.allows("CreateContainerRequest", ReplayPod(sharded.job).pause())
+    pod = ReplayPod(sharded.job)
+    assert agent.allows("CreateSandboxRequest", pod.create_sandbox())
+    assert not agent.allows("CreateContainerRequest", pod.pause())
     unsharded = build_replay(replay_spec(publish_url=None, publish_token_secret=None))
     agent = ENGINES["regorus-v1"](policy_of(unsharded))
-    assert not agent.allows("CreateContainerRequest", ReplayPod(unsharded.job, index=0).pause())
+    pod = ReplayPod(unsharded.job, index=0)
+    assert agent.allows("CreateSandboxRequest", pod.create_sandbox())
+    assert not agent.allows("CreateContainerRequest", pod.pause())
 
 
 def test_the_pods_args_name_the_shard_count_and_the_init_data_differs(
