@@ -81,7 +81,10 @@ CONTRACT: Final = Contract(
             "`hostData` from `attested-replay expected --image ...` pins the Job's init-data, "
             "whose Kata agent policy admits only that Job's replay container (its command, "
             "arguments, environment and mounts; no exec, no other container), so a genuine "
-            "report with that HOST_DATA can only come from the replay itself. Proves "
+            "report with that HOST_DATA can only come from the replay itself, provided the "
+            "pinned MEASUREMENT is of a guest image whose default agent policy refuses every "
+            "request: a guest booted without its init-data keeps that default while HOST_DATA, "
+            "which the host sets, still matches (operator.md section 2.2). Proves "
             "computation, never data provenance. Envelopes with `platform: simulated` prove "
             "nothing about hardware and verify only when `X` lists their root in "
             "`simulatedRoots`.",
