@@ -94,6 +94,10 @@ SHA256_DIGEST_PATTERN: Final = r"^sha256:[0-9a-f]{64}$"
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 TenantId = Annotated[str, StringConstraints(pattern=TENANT_ID_PATTERN)]
 Sha256Digest = Annotated[str, StringConstraints(pattern=SHA256_DIGEST_PATTERN)]
+#: Fixed-size byte strings as lowercase hex (report fields and the values a policy allows).
+Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Hex48 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{96}$")]
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
 #: What produced the evidence: AMD hardware (the chain reached AMD's pinned roots) or the
 #: simulated AMD (the chain reached a simulated root a tenant pinned).
 Platform = Literal["sev-snp", "simulated"]
@@ -230,6 +234,14 @@ class WireModel(BaseModel):
     def canonical_bytes(self) -> bytes:
         """RFC 8785 canonical bytes of :meth:`to_json_dict`."""
         return canonicalize(self.to_json_dict())
+
+
+class SnakeWireModel(WireModel):
+    """The same base for the documents spelled in snake_case (corpus files, the evaluation
+    report, shard results: the evaluation design pack's spelling), with strict types: a
+    number in a corpus is never coerced from a string."""
+
+    model_config = ConfigDict(alias_generator=None, strict=True)
 
 
 # -- the pod's output -------------------------------------------------------------------------

@@ -1,19 +1,28 @@
 """The tenant's expected-values file: what a genuine envelope for *my* run must say.
 
-camelCase JSON. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
+camelCase JSON, one flat object. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
 ``workloadDigest``, ``resultDigest``, ``evaluationDigest`` and ``imageDigest`` are checked when
 present (a binding without ``imageDigest`` then fails); ``shardCount`` pins into how many
 shards the run was split (1: an unsharded run; a merged envelope of N shards has N); every
-key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too (``{}``-style secure
-defaults otherwise); ``simulatedRoots`` lists the ``sha256:`` fingerprints (of the DER) of
+key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too (``{}``-style
+secure defaults otherwise): in Python they are ``expected.policy``, a :class:`Policy` of its
+own; ``simulatedRoots`` lists the ``sha256:`` fingerprints (of the DER) of
 simulated roots the tenant accepts: the only way simulated evidence can verify.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Final
 
-from pydantic import Field
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from attestation.contracts import (
     MAX_EXPECTED_BYTES,
@@ -21,13 +30,21 @@ from attestation.contracts import (
     RunId,
     Sha256Digest,
     TenantId,
+    WireModel,
 )
 from attestation.encoding.json_document import load_json_document
 from attestation.verify.policy import Policy
 
+#: The keys (names and camelCase aliases) that belong to the policy, flat on the wire.
+_POLICY_KEYS: Final = frozenset(
+    key for name, info in Policy.model_fields.items() for key in (name, info.alias or name)
+)
+_POLICY_FIELD: Final = "policy"
 
-class ExpectedValues(Policy):
-    """Expectations about one run, plus the verification policy (all Policy keys)."""
+
+class ExpectedValues(WireModel):
+    """Expectations about one run, and the policy they are checked under (its keys sit flat
+    beside the expectations)."""
 
     run_id: RunId
     corpus_checksum: Sha256Digest
@@ -40,13 +57,58 @@ class ExpectedValues(Policy):
     #: Into how many shards the run was split (1 = unsharded); any count when absent.
     shard_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)] | None = None
     simulated_roots: tuple[Sha256Digest, ...] = ()
+    #: The platform and workload policy (flat on the wire, see the class docstring).
+    policy: Policy = Field(default_factory=Policy)
 
-    def policy(self) -> Policy:
-        """The policy part of these expectations."""
-        names = set(Policy.model_fields)
-        return Policy.model_validate(
-            {name: getattr(self, name) for name in names}, by_name=True, by_alias=False
-        )
+    @model_validator(mode="wrap")
+    @classmethod
+    def _flat_policy(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> ExpectedValues:  # noqa: ANN401 - any input
+        """Read the policy's keys from the flat wire object; errors keep their flat location."""
+        if not isinstance(data, dict) or isinstance(data.get(_POLICY_FIELD), Policy):
+            result: ExpectedValues = handler(data)
+            return result
+        if _POLICY_FIELD in data:  # not a key of the wire format
+            raise ValidationError.from_exception_data(
+                cls.__name__,
+                [InitErrorDetails(type="extra_forbidden", loc=(_POLICY_FIELD,), input=data)],
+            )
+        nested = {key: value for key, value in data.items() if key not in _POLICY_KEYS}
+        nested[_POLICY_FIELD] = {key: value for key, value in data.items() if key in _POLICY_KEYS}
+        try:
+            result = handler(nested)
+        except ValidationError as error:
+            raise ValidationError.from_exception_data(
+                cls.__name__, [_flat(detail) for detail in error.errors(include_url=False)]
+            ) from None
+        return result
+
+    @model_serializer(mode="wrap")
+    def _flat_dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The policy's keys first, then the expectations: the order of the wire format."""
+        document: dict[str, Any] = handler(self)
+        policy = document.pop(_POLICY_FIELD, None) or {}
+        return {**policy, **document}
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:  # noqa: ANN401 - pydantic's signature
+        """The schema of the flat wire object (the policy's properties at the top level)."""
+        schema = super().model_json_schema(*args, **kwargs)
+        definitions = schema.get("$defs", {})
+        policy = definitions.pop(Policy.__name__)
+        properties = schema["properties"]
+        properties.pop(_POLICY_FIELD)
+        schema["properties"] = {**policy["properties"], **properties}
+        return schema
+
+
+def _flat(detail: Any) -> InitErrorDetails:  # noqa: ANN401 - pydantic's ErrorDetails
+    loc = tuple(detail["loc"])
+    if loc[:1] == (_POLICY_FIELD,):
+        loc = loc[1:]
+    flat = InitErrorDetails(type=detail["type"], loc=loc, input=detail["input"])
+    if "ctx" in detail:
+        flat["ctx"] = detail["ctx"]
+    return flat
 
 
 def load_expected(data: bytes) -> ExpectedValues:

@@ -18,6 +18,9 @@ from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
     MAX_ENVELOPE_JSON_ITEMS,
     MAX_SHARD_COUNT,
+    Hex32,
+    Hex48,
+    Hex64,
     Nonce,
     Platform,
     RunId,
@@ -30,9 +33,6 @@ from attestation.encoding.json_document import load_json_document
 
 API_VERSION: Final = "attested-replay.dev/v1"
 ENVELOPE_KIND: Final = "AttestationEnvelope"
-Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Hex48 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{96}$")]
-Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
 
 #: How REPORT_DATA is derived from the canonical binding. ``sha512``: the 64 bytes of
 #: SHA-512(JCS(binding)). ``sha256-hex``: the 64 ASCII characters of the lowercase hex

@@ -135,7 +135,7 @@ def verify_parsed_envelope(
     )
     if verifier is None:
         store = _with_pinned_simulated_root(base, certificates, expected)
-        verifier = Verifier(store, policy=expected.policy(), crl=crl)
+        verifier = Verifier(store, policy=expected.policy, crl=crl)
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
     checks.extend(raw.checks)
     if not raw.authentic or raw.report is None or raw.chain is None:

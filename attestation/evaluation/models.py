@@ -12,8 +12,9 @@ import math
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
+from attestation.contracts import SnakeWireModel
 from attestation.evaluation.numbers import scored_value
 
 
@@ -34,10 +35,8 @@ def _exact_number(value: object) -> object:
 ExactNumber = Annotated[Decimal, BeforeValidator(_exact_number)]
 
 
-class FrozenModel(BaseModel):
+class FrozenModel(SnakeWireModel):
     """Frozen, strict, unknown keys refused: the base of the corpus file models."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class PassMark(FrozenModel):

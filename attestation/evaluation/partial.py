@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from attestation.contracts import SnakeWireModel
 from attestation.evaluation.numbers import scored_value
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
@@ -186,10 +187,8 @@ def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
     )
 
 
-class RunPartialDoc(BaseModel):
+class RunPartialDoc(SnakeWireModel):
     """A :class:`RunPartial` on the wire (snake_case, like the evaluation report)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     arm_id: str = Field(min_length=1, max_length=20)
     run_index: int = Field(ge=1, le=5)

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import Field, JsonValue, ValidationError, model_validator
 
-from attestation.contracts import MAX_SHARD_COUNT, Sha256Digest
+from attestation.contracts import MAX_SHARD_COUNT, Sha256Digest, SnakeWireModel
 from attestation.encoding.json_document import describe_validation_error
 from attestation.errors import BindingError
 from attestation.evaluation.marks import scoring_problem
@@ -42,10 +42,8 @@ class ShardMergeError(BindingError):
     """Shard results that are not the complete, consistent set of one sharded replay."""
 
 
-class ShardResult(BaseModel):
+class ShardResult(SnakeWireModel):
     """The result a shard attests (the ``result`` of its envelope), snake_case like the report."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     format: Literal["attested-replay.shard-result/v1"]
     scorer: str = Field(max_length=100)

@@ -44,19 +44,14 @@ import re
 from typing import Annotated, Final
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
-    StringConstraints,
     field_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from attestation.abi.product import ProductLine, SignerKind
 from attestation.abi.report import AttestationReport
 from attestation.abi.tcb import TcbVersion
-from attestation.contracts import MAX_POLICY_BYTES
+from attestation.contracts import MAX_POLICY_BYTES, Hex32, Hex48, WireModel
 from attestation.encoding.json_document import load_json_document
 from attestation.errors import FailureClass
 from attestation.verify.checks import Check
@@ -65,25 +60,13 @@ _PLATFORM: Final = FailureClass.PLATFORM_POLICY
 _WORKLOAD: Final = FailureClass.WORKLOAD_IDENTITY
 
 
-def _lower(value: object) -> object:
-    return value.lower() if isinstance(value, str) else value
-
-
-Hex32 = Annotated[str, BeforeValidator(_lower), StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Hex48 = Annotated[str, BeforeValidator(_lower), StringConstraints(pattern=r"^[0-9a-f]{96}$")]
 #: Strict types: a security policy does not coerce "yes" into true or "1" into 1.
 Byte = Annotated[int, Field(strict=True, ge=0, le=0xFF)]
 Flag = Annotated[bool, Field(strict=True)]
 _FIRMWARE_RE: Final = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
-    )
-
-
-class TcbMinimum(_Model):
+class TcbMinimum(WireModel):
     """Minimum security patch levels; a component left out is not checked."""
 
     bl: Byte | None = None
@@ -103,7 +86,7 @@ class TcbMinimum(_Model):
         return out
 
 
-class Policy(_Model):
+class Policy(WireModel):
     """What a tenant accepts (see the module docstring for every key and its default)."""
 
     allow_debug: Flag = False
@@ -125,6 +108,16 @@ class Policy(_Model):
     author_key_digests: tuple[Hex48, ...] | None = None
     reject_unknown_platform_info: Flag = False
 
+    @field_validator(
+        "measurements", "host_data", "id_key_digests", "author_key_digests", mode="before"
+    )
+    @classmethod
+    def _lowercase_hex(cls, value: object) -> object:
+        """Digests are compared as lowercase hex; tools print them in either case."""
+        if isinstance(value, list | tuple):
+            return [item.lower() if isinstance(item, str) else item for item in value]
+        return value
+
     @field_validator("minimum_firmware")
     @classmethod
     def _firmware_format(cls, value: str | None) -> str | None:
@@ -140,9 +133,6 @@ class Policy(_Model):
             return None
         major, minor, build = (int(part) for part in self.minimum_firmware.split("."))
         return (major, minor, build)
-
-    def to_json_dict(self) -> dict[str, object]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 #: The crypto-only policy: accepts any authentic report (for tests and diagnostics).

@@ -118,20 +118,16 @@ def _verify(
     now: datetime | None,
 ) -> VerificationResult:
     if expected is None:
-        expected = ExpectedValues.model_validate(
-            {
-                **CRYPTO_ONLY.model_dump(),
-                "run_id": merged.run_id,
-                "corpus_checksum": merged.corpus_checksum,
-                "tenant": merged.tenant,
-                "workload_digest": merged.workload.digest,
-                "result_digest": merged.result_digest,
-                "evaluation_digest": merged.evaluation_digest,
-                "shard_count": merged.shard_count,
-                "simulated_roots": (simulated_root,) if simulated_root else (),
-            },
-            by_name=True,
-            by_alias=False,
+        expected = ExpectedValues(
+            run_id=merged.run_id,
+            corpus_checksum=merged.corpus_checksum,
+            tenant=merged.tenant,
+            workload_digest=merged.workload.digest,
+            result_digest=merged.result_digest,
+            evaluation_digest=merged.evaluation_digest,
+            shard_count=merged.shard_count,
+            simulated_roots=(simulated_root,) if simulated_root else (),
+            policy=CRYPTO_ONLY,
         )
     result = verify_envelope(envelope_bytes, expected, now=now or datetime.now(UTC))
     if not result.ok:

@@ -40,19 +40,15 @@ def self_verify(
     chain once.
     """
     roots = (simulated_root,) if simulated_root else ()
-    expected = ExpectedValues.model_validate(
-        {
-            **CRYPTO_ONLY.model_dump(),
-            "run_id": binding.run_id,
-            "corpus_checksum": binding.corpus_checksum,
-            "tenant": binding.tenant,
-            "workload_digest": binding.workload.digest,
-            "result_digest": binding.result_digest,
-            "evaluation_digest": binding.evaluation_digest,
-            "simulated_roots": roots,
-        },
-        by_name=True,
-        by_alias=False,
+    expected = ExpectedValues(
+        run_id=binding.run_id,
+        corpus_checksum=binding.corpus_checksum,
+        tenant=binding.tenant,
+        workload_digest=binding.workload.digest,
+        result_digest=binding.result_digest,
+        evaluation_digest=binding.evaluation_digest,
+        simulated_roots=roots,
+        policy=CRYPTO_ONLY,
     )
     result = verify_envelope(
         envelope_bytes, expected, now=now or datetime.now(UTC), shard=shard, verifier=verifier

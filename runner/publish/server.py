@@ -19,13 +19,14 @@ import anyio.to_thread
 import structlog
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from starlette.routing import BaseRoute
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
     RUN_ID_GRAMMAR,
     Sha256Digest,
+    WireModel,
     format_sha256,
     is_run_id,
     is_sha256_digest,
@@ -50,10 +51,9 @@ CONTENT_DIGEST = re.compile(r"^\s*sha-256=:([A-Za-z0-9+/=]+):\s*$")
 log = structlog.get_logger("attested-replay.serve")
 
 
-class RunPointerBody(BaseModel):
+class RunPointerBody(WireModel):
     """Body of ``PUT runs/{runId}``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     envelope: Sha256Digest
 
 
