@@ -238,7 +238,7 @@ class WireModel(BaseModel):
 
 class SnakeWireModel(WireModel):
     """The same base for the documents spelled in snake_case (corpus files, the evaluation
-    report, shard results: the evaluation design pack's spelling), with strict types: a
+    report, shard results: the spelling of docs/replay.md), with strict types: a
     number in a corpus is never coerced from a string."""
 
     model_config = ConfigDict(alias_generator=None, strict=True)

@@ -36,7 +36,8 @@ class AmdRole(enum.StrEnum):
     ASVK = "asvk"
 
 
-#: SHA-256 of each pinned AMD certificate's DER (vectors README / PROVENANCE.md section 1).
+#: SHA-256 of each pinned AMD certificate's DER: AMD's public certificates, as KDS serves them
+#: at ``/vcek/v1/<line>/cert_chain`` (ASK, ARK) and ``/vlek/v1/<line>/cert_chain`` (ASVK, ARK).
 PINNED_FINGERPRINTS: Mapping[tuple[ProductLine, AmdRole], str] = types.MappingProxyType(
     {
         (ProductLine.MILAN, AmdRole.ARK): (

@@ -1,9 +1,10 @@
 """The evaluation's committed files as frozen models: ``plan.json`` and ``marks.json``.
 
-Field names follow the evaluation-design pack. Numbers are the doubles the evaluation digest
-hashes, read as scoring reads them (:data:`ExactNumber`, :func:`~.numbers.scored_value`).
-These models are shared by the replay (which reads the files) and the verifier (which
-rebuilds a merged report from the plan and marks a shard attested).
+Field names are those of docs/replay.md (the corpus format). Numbers are the doubles the
+evaluation digest hashes, read as scoring reads them (:data:`ExactNumber`,
+:func:`~.numbers.scored_value`). These models are shared by the replay (which reads the
+files) and the verifier (which rebuilds a merged report from the plan and marks a shard
+attested).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 DESCRIPTION = """\
-FILE is the evaluation-design pack's worked-example shape (cases, runs with predictions and
+FILE is a worked example (docs/replay.md, "score": cases, runs with predictions and
 cost_usd, pass_marks, positive_label; an "expected" key is ignored); the output is
 {"metrics": {run_id: {...}}, "marks": {id: result}}. DIR is a corpus directory; the output
 is its full evaluation report. Output is deterministic JSON (sorted keys); no evidence."""

@@ -1,4 +1,4 @@
-"""The corpus files as frozen pydantic models (field names follow the evaluation-design pack)."""
+"""The corpus files as frozen pydantic models (every file and field: docs/replay.md)."""
 
 from __future__ import annotations
 
