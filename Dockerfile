@@ -50,12 +50,10 @@ LABEL org.opencontainers.image.title="attested-replay" \
 # hadolint ignore=DL3067
 COPY --from=python / /
 # Read-only root filesystem: nothing may write outside /tmp and /replay/out (both volumes in
-# the Job). No .pyc files, state and caches under /tmp, HOME for libraries that want one.
+# the Job). State and caches under /tmp, HOME for libraries that want one. No PYTHON* variable:
+# the entrypoint's isolated interpreter (-I) ignores them all.
 ENV PATH=/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin \
     LANG=C.UTF-8 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PYTHONHASHSEED=0 \
     HOME=/tmp \
     TMPDIR=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
@@ -64,4 +62,7 @@ COPY --from=build /opt/attested-replay /opt/attested-replay
 WORKDIR /replay/out
 # Numeric UID/GID so that Kubernetes runAsNonRoot can check it without /etc/passwd.
 USER 10001:10001
-ENTRYPOINT ["attested-replay", "run"]
+# The Job's command (runner/k8s/job.py RUNNER_COMMAND): python -I ignores every PYTHON* variable
+# and the user site, and keeps the working directory off sys.path, so the pod's environment and
+# volumes cannot load code; -B and -u: no .pyc writes on the read-only root, unbuffered output.
+ENTRYPOINT ["/opt/attested-replay/bin/python", "-I", "-B", "-u", "-m", "runner", "run"]

@@ -64,16 +64,21 @@ ENDORSEMENT_KEY: Final = "endorsement.pem"
 DEFAULT_ACTIVE_DEADLINE_SECONDS: Final = 7200
 #: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.
 RUN_AS_UID: Final = 65532
+#: The replay container's process (the Dockerfile's ENTRYPOINT is this plus ``run``): the
+#: image's interpreter in isolated mode. ``-I`` makes it ignore every ``PYTHON*`` variable and
+#: the user site directory, and keeps the working directory (``/replay/out``, which the process
+#: writes) off ``sys.path``, so nothing in the pod's environment or volumes can load code before
+#: ours; the agent policy pins these arguments with the rest. ``-B`` and ``-u`` do what
+#: ``PYTHONDONTWRITEBYTECODE`` and ``PYTHONUNBUFFERED`` did before ``-I`` made them inert: no
+#: ``.pyc`` writes on the read-only root, and the log reaches the kubelet line by line.
+RUNNER_COMMAND: Final = ("/opt/attested-replay/bin/python", "-I", "-B", "-u", "-m", "runner")
 #: The runner image's whole environment (the Dockerfile's final stage sets exactly these). The
 #: pod sets each one too, so the container's environment is this list whatever the image says,
 #: and the agent policy pins it: a variable the host adds (PYTHONPATH, HTTPS_PROXY, LD_PRELOAD
-#: ...) is refused.
+#: ...) is refused. No ``PYTHON*`` variable: the isolated interpreter would ignore it.
 RUNNER_ENV: Final = (
     ("PATH", "/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin"),
     ("LANG", "C.UTF-8"),
-    ("PYTHONDONTWRITEBYTECODE", "1"),
-    ("PYTHONUNBUFFERED", "1"),
-    ("PYTHONHASHSEED", "0"),
     ("HOME", "/tmp"),  # noqa: S108 - paths in the container's /tmp emptyDir
     ("TMPDIR", "/tmp"),  # noqa: S108 - paths in the container's /tmp emptyDir
     ("XDG_CACHE_HOME", "/tmp/.cache"),  # noqa: S108 - paths in the container's /tmp emptyDir
@@ -535,7 +540,7 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
                 "name": CONTAINER_NAME,
                 "image": spec.image,
                 "imagePullPolicy": "Always",
-                "command": ["attested-replay"],
+                "command": list(RUNNER_COMMAND),
                 "args": args,
                 "workingDir": OUT_DIR,
                 "env": [{"name": name, "value": value} for name, value in RUNNER_ENV],

@@ -348,7 +348,9 @@ CONTRACT: Final = Contract(
             attempts="redirect trust (`HTTPS_PROXY`, `REQUESTS_CA_BUNDLE`, `~/.netrc`, "
             "`SSLKEYLOGFILE`) or load code (`LD_PRELOAD`, `PYTHONPATH`, `OPENSSL_CONF`)",
             defence="the agent policy in init-data pins every variable and mount (HOST_DATA, row "
-            "7); on top of it the HTTP client reads no trust variable (`--ca-bundle` names "
+            "7) and the process, an isolated interpreter (`python -I`: no `PYTHON*` variable, "
+            "user site or working-directory module is read); on top of it the HTTP client reads "
+            "no trust variable (`--ca-bundle` names "
             "another CA), a run with genuine evidence refuses to start while a code-loading "
             "variable is set, and every run records both in its log and summary",
             see=(Reference(doc="environment.md", label="environment variables"),),

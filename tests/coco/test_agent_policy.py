@@ -174,6 +174,10 @@ def _arg_mutations(pod: ReplayPod) -> dict[str, Mutation]:
     mutations["arg appended"] = _edit("OCI.Process.Args", lambda a: [*a, "--evidence", "simulated"])
     mutations["arg removed"] = _edit("OCI.Process.Args", lambda a: a[:-1])
     mutations["command replaced"] = _set("OCI.Process.Args.0", "python3")
+    # python -I is what keeps PYTHON* variables and the working directory from loading code
+    mutations["isolated mode dropped"] = _edit(
+        "OCI.Process.Args", lambda a: [item for item in a if item != "-I"]
+    )
     mutations["shell instead"] = _set(
         "OCI.Process.Args", ["/bin/sh", "-c", "attested-replay run ..."]
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.k8s.job import OUT_DIR, RUNNER_ENV
+from runner.k8s.job import OUT_DIR, RUNNER_COMMAND, RUNNER_ENV
 from tests.tools import installed_tool
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -99,7 +99,8 @@ def parse_dockerfile() -> tuple[dict[str, str], list[str], list[tuple[str, str]]
 
 def test_dockerfile_shape() -> None:
     env, pip_args, copies, entrypoint = parse_dockerfile()
-    assert entrypoint == ["attested-replay", "run"]
+    # The Job runs the same process (its command is RUNNER_COMMAND, its args start with run).
+    assert entrypoint == [*RUNNER_COMMAND, "run"]
     assert pip_args[-1] == "/src"
     assert "--constraint" in pip_args
     assert env["PIP_CONSTRAINT"] == "/src/constraints.txt"
@@ -182,7 +183,8 @@ def test_install_like_the_dockerfile_and_run_entrypoint_help(tmp_path: Path) -> 
         check=False,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
-    executable = venv / "bin" / entrypoint[0]
+    # The image's interpreter path (/opt/attested-replay/bin/python), in this venv.
+    executable = venv / "bin" / Path(entrypoint[0]).name
     result = subprocess.run(
         [str(executable), *entrypoint[1:], "--help"],
         env={

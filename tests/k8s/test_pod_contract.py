@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from runner.k8s.job import (
     ENVELOPE_PATH,
     OVERLAYS,
     PUBLISH_TOKEN_DIR,
+    RUNNER_COMMAND,
     CorpusSource,
     CorpusUrl,
     CorpusVolume,
@@ -79,7 +82,7 @@ def replay_spec(overlay: str, **changes: Any) -> ReplaySpec:
 def parse_pod_command(job: dict[str, Any]) -> argparse.Namespace:
     """The container's command line as the runner image's ``attested-replay`` parses it."""
     container = container_of(job)
-    assert container["command"] == ["attested-replay"]
+    assert container["command"] == list(RUNNER_COMMAND)
     return build_parser().parse_args(container["args"])
 
 
@@ -145,6 +148,56 @@ def test_every_overlays_job_args_are_accepted_by_the_real_run_parser(overlay: st
     assert args.evidence == OVERLAYS[overlay].evidence
     assert args.image_digest == "sha256:" + "0" * 64
     assert container_of(job)["image"].endswith("@" + args.image_digest)
+
+
+def _plant_code(directory: Path, where: str) -> None:
+    """A ``runner`` package and a ``sitecustomize`` module that announce being loaded."""
+    (directory / "runner").mkdir(parents=True)
+    for module in (directory / "runner" / "__init__.py", directory / "sitecustomize.py"):
+        module.write_text(f"raise SystemExit('code loaded from {where}')\n")
+
+
+def test_the_pods_interpreter_loads_no_code_from_its_environment_or_working_directory(
+    tmp_path: Path,
+) -> None:
+    """The container's command is ``python -I``: PYTHONPATH, the user site and the working
+    directory (an emptyDir the run writes) cannot put code in front of the installed runner.
+    The same command without ``-I`` loads the planted code, so the test can fail."""
+    _plant_code(tmp_path / "pythonpath", "PYTHONPATH")
+    _plant_code(tmp_path / "workdir", "the working directory")
+    user_site = tmp_path / "userbase" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (user_site / "site-packages").mkdir(parents=True)
+    (user_site / "site-packages" / "usercustomize.py").write_text(
+        "raise SystemExit('code loaded from the user site')\n"
+    )
+    environment = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(tmp_path / "pythonpath"),
+        "PYTHONUSERBASE": str(tmp_path / "userbase"),
+        "PYTHONINSPECT": "1",
+    }
+
+    def pod_process(command: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *command[1:], "run", "--help"],
+            cwd=tmp_path / "workdir",
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+
+    isolated = pod_process(list(RUNNER_COMMAND))
+    assert isolated.returncode == 0, isolated.stderr
+    assert "--evidence" in isolated.stdout
+    assert "code loaded" not in isolated.stdout + isolated.stderr
+    assert RUNNER_COMMAND[1] == "-I"
+    plain = pod_process([RUNNER_COMMAND[0], *RUNNER_COMMAND[2:]])
+    assert plain.returncode != 0
+    assert "code loaded from PYTHONPATH" in plain.stderr
 
 
 def writable_paths(pod: dict[str, Any]) -> list[str]:
