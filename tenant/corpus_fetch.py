@@ -24,7 +24,7 @@ from typing import IO, Any, Final
 
 import structlog
 
-from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_sha256_digest
+from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, format_sha256, is_sha256_digest
 from tenant.corpus_export import ExportError, ExportManifest, peek_manifest, read_export
 from tenant.errors import ServiceUnavailableError, TamperingError, TenantInputError
 from tenant.fetch import load_index
@@ -194,7 +194,7 @@ def _receive(
         raise TamperingError(f"corpus export {digest} is listed, but the service has none")
     if answer.status != 200:
         raise ServiceUnavailableError(f"GET {url} answered HTTP {answer.status}: {answer.text()}")
-    actual = "sha256:" + sink.digest.hexdigest()
+    actual = format_sha256(sink.digest.digest())
     if actual != digest:
         raise TamperingError(f"corpus export {digest} arrived with other bytes ({actual})")
     try:

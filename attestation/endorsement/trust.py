@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from attestation.abi.product import ProductLine, SignerKind
+from attestation.contracts import sha256_digest
 from attestation.errors import MalformedError, UntrustedChainError, UsageError
 
 #: Organization (O) of every simulated certificate; AMD's is "Advanced Micro Devices".
@@ -77,8 +77,7 @@ _ROLE_FOR_SIGNER: Mapping[SignerKind, AmdRole] = types.MappingProxyType(
 
 def fingerprint(certificate: x509.Certificate) -> str:
     """``sha256:<hex>`` of the certificate's DER: how roots are pinned and reported."""
-    der = certificate.public_bytes(serialization.Encoding.DER)
-    return f"sha256:{hashlib.sha256(der).hexdigest()}"
+    return sha256_digest(certificate.public_bytes(serialization.Encoding.DER))
 
 
 def intermediate_role(signer_kind: SignerKind) -> AmdRole:

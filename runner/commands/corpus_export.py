@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attestation.contracts import is_tenant_id, sha256_digest
+from attestation.contracts import format_sha256, is_tenant_id, sha256_digest
 from runner.commands.parsing import add_command, input_dir, input_file, output_file
 from runner.corpus.checksum import scan_cases
 from runner.errors import InputError, PublishError, UsageError
@@ -114,7 +114,7 @@ def handle_export(args: argparse.Namespace) -> int:
         while chunk := written.read(_CHUNK):
             digest.update(chunk)
     print(f"wrote {out}: {manifest.case_count} cases, corpus checksum {manifest.corpus_checksum}")
-    print(f"archive sha256:{digest.hexdigest()}")
+    print(f"archive {format_sha256(digest.digest())}")
     return 0
 
 

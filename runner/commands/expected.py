@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
-from attestation.contracts import explain_problem
+from attestation.contracts import explain_problem, format_sha256
 from attestation.envelope.expected import ExpectedValues
 from attestation.errors import AttestationError
 from attestation.verify.policy import load_policy
@@ -186,7 +186,7 @@ _OPTION_OF_KEY: Final = MappingProxyType(
 )
 #: Stands for the checksum of --corpus while the other options are checked (before the
 #: corpus is read, which can take long).
-_PENDING_CHECKSUM: Final = "sha256:" + "0" * 64
+_PENDING_CHECKSUM: Final = format_sha256(bytes(32))
 
 
 def build_expected(args: argparse.Namespace) -> ExpectedValues:

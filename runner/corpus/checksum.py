@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from attestation.contracts import format_sha256
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from runner.corpus.canonical_lines import CaseLine, LineDecoder
 from runner.corpus.errors import CorpusError, CorpusOrderError
@@ -206,7 +207,7 @@ def scan_cases(
     if progress is not None:
         progress(scanner.count, None)
     return CaseScan(
-        checksum="sha256:" + scanner.digest.hexdigest(),
+        checksum=format_sha256(scanner.digest.digest()),
         case_count=scanner.count,
         labels=scanner.labels,
     )

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from attestation.contracts import format_sha256
 from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.metrics import RunTally
@@ -124,7 +125,7 @@ def replay_corpus(
         if progress is not None:
             progress(done, total)
     _check_complete(partials, evaluation)
-    evaluation_digest = "sha256:" + digest.hexdigest()
+    evaluation_digest = format_sha256(digest.digest())
     ordered = [
         partials[(arm.arm_id, index)]
         for arm in plan.arms

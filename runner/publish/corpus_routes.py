@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from attestation.contracts import is_sha256_digest
+from attestation.contracts import format_sha256, is_sha256_digest
 from runner.publish.corpus_store import CorpusStore, StoredExport, utc_now
 from runner.publish.server import ApiError, authorize_request
 from runner.publish.storage import Storage
@@ -76,7 +76,7 @@ def corpus_routes(storage: Storage, store: CorpusStore, *, max_bytes: int) -> li
                 raise too_large()
             digest.update(chunk)
             spool.write(chunk)
-        return "sha256:" + digest.hexdigest(), size
+        return format_sha256(digest.digest()), size
 
     async def spool_body(request: Request) -> tuple[IO[bytes], str, int]:
         """The body in a temporary file (memory up to 8 MiB), its digest and size."""
