@@ -18,6 +18,7 @@ from typing import Any, Final
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.evaluation.models import PassMarks, Plan
+from runner.corpus.canonical_lines import LineDecoder
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
     MAX_RUN_LINE_BYTES,
@@ -32,6 +33,9 @@ from runner.corpus.models import RunHeader, validate_record
 PLAN_FILE: Final = "plan.json"
 MARKS_FILE: Final = "marks.json"
 RUNS_FILE: Final = "runs.jsonl"
+#: A run record as msgspec reads it for its RFC 8785 bytes (any object: validation is the
+#: models', with their messages).
+_RUN_LINES: Final = LineDecoder(dict[str, Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,18 +113,14 @@ class RunLine:
 def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
     """Validated run records in file order; checks arms, indices and their order.
 
-    Each record is one line and is held in memory while it is processed, parsed once: the
-    values scored are the doubles hashed (``runner.corpus.numbers``).
+    Each record is one line and is held in memory while it is processed; the values scored
+    are the doubles hashed (``runner.corpus.numbers``).
     """
     arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
     previous: tuple[str, int] | None = None
     with open_corpus_file(corpus_dir / RUNS_FILE) as handle:
         for number, line in iter_lines(handle, RUNS_FILE, MAX_RUN_LINE_BYTES):
-            data, numbers_safe = parse_line_with_number_check(line, RUNS_FILE, number)
-            if is_canonical_line(line, data, numbers_safe=numbers_safe):
-                canonical = line
-            else:
-                canonical = _canonical(data, RUNS_FILE, number)
+            data, canonical = _parse_run_line(line, number)
             cases = data.pop("cases", None)
             record = validate_record(RunHeader, data, RUNS_FILE, number)
             if cases is None:
@@ -157,3 +157,24 @@ def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
                 )
             previous = key
             yield RunLine(line=number, canonical=canonical, header=record, cases=cases)
+
+
+def _parse_run_line(line: bytes, number: int) -> tuple[dict[str, Any], bytes]:
+    """A run record's JSON object and its RFC 8785 bytes.
+
+    Fast path: msgspec writes the RFC 8785 bytes in C (``canonical_lines``, which declines any
+    line it cannot vouch for: several values, a duplicate key, an integer beyond 2**53, a
+    number that is no double, key orders that differ); a line it accepts is then plainly
+    ``json.loads``-ed, which reads exactly the values the exact path reads. Everything else
+    takes the exact path, which also writes the error messages.
+    """
+    fast = _RUN_LINES.canonical_chunk(line + b"\n")
+    if fast is not None:
+        try:
+            return json.loads(line), fast[1][:-1]
+        except (ValueError, RecursionError):
+            pass  # the exact path names the problem
+    data, numbers_safe = parse_line_with_number_check(line, RUNS_FILE, number)
+    if is_canonical_line(line, data, numbers_safe=numbers_safe):
+        return data, line
+    return data, _canonical(data, RUNS_FILE, number)

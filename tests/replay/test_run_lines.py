@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.corpus.evaluation import is_canonical_line
+from runner.corpus.errors import CorpusError
+from runner.corpus.evaluation import _parse_run_line, is_canonical_line
 from runner.corpus.jsonio import parse_line_with_number_check
 from runner.pipeline.replay import replay_corpus
 from tests.replay.golden import (
@@ -70,3 +72,75 @@ def test_reformatted_runs_give_the_same_digests(example_copy: Path) -> None:
     outcome = replay_corpus(example_copy)
     assert outcome.evaluation_digest == EXAMPLE_EVALUATION_DIGEST
     assert outcome.result_digest == EXAMPLE_RESULT_DIGEST
+
+
+# -- the msgspec path for whole run records ------------------------------------------------
+
+CASE_VALUES = (
+    st.none()
+    | st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+    | (st.integers(min_value=0, max_value=2**53 - 1))
+)
+RUN_CASES = st.lists(
+    st.fixed_dictionaries(
+        {
+            "case_id": st.from_regex(r"c-[0-9]{4}", fullmatch=True),
+            "prediction": st.none() | st.text(max_size=8),
+            "cost_usd": CASE_VALUES,
+            "latency_ms": CASE_VALUES,
+        },
+        optional={"error": st.text(max_size=12)},
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=300)
+@given(
+    cases=RUN_CASES,
+    extra=st.dictionaries(st.text(max_size=4), VALUES, max_size=3),
+    ascii_only=st.booleans(),
+    spaced=st.booleans(),
+)
+def test_run_records_read_by_msgspec_give_the_exact_paths_bytes_and_values(
+    cases: list[dict[str, Any]], extra: dict[str, Any], ascii_only: bool, spaced: bool
+) -> None:
+    record = {**extra, "arm_id": "A1", "run_index": 1, "cases": cases}
+    separators = (", ", ": ") if spaced else (",", ":")
+    raw = json.dumps(record, ensure_ascii=ascii_only, separators=separators).encode(
+        "utf-8", "surrogatepass"
+    )
+    try:
+        exact, _ = parse_line_with_number_check(raw, "runs.jsonl", 1)
+    except CorpusError:
+        with pytest.raises(CorpusError):  # the fast path declined, the exact path refuses
+            _parse_run_line(raw, 1)
+        return
+    data, canonical = _parse_run_line(raw, 1)
+    assert canonical == rfc8785.dumps(exact)
+    assert data == exact
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"arm_id":"A1","arm_id":"A2","cases":[]}', "duplicate key 'arm_id'"),
+        (b'{"cases":[{"cost_usd":9007199254740993}]}', "outside the I-JSON range"),
+        (b'{"cases":[{"latency_ms":NaN}]}', "NaN is not JSON"),
+        (b'{"cases":[{"latency_ms":1e400}]}', "beyond the range of a double"),
+        (b'{"a":1}{"b":2}', "invalid JSON"),
+    ],
+)
+def test_lines_the_fast_path_declines_get_the_exact_paths_error(line: bytes, message: str) -> None:
+    with pytest.raises(CorpusError, match=message):
+        _parse_run_line(line, 7)
+
+
+def test_numbers_written_any_way_hash_as_rfc_8785_writes_them() -> None:
+    line = b'{"cases":[{"cost_usd":12.0,"latency_ms":1e-06},{"cost_usd":2.5E-7,"latency_ms":100}]}'
+    data, canonical = _parse_run_line(line, 1)
+    assert canonical == (
+        b'{"cases":[{"cost_usd":12,"latency_ms":0.000001},{"cost_usd":2.5e-7,"latency_ms":100}]}'
+    )
+    assert data["cases"][0] == {"cost_usd": 12.0, "latency_ms": 1e-06}
