@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,13 @@ RUN_CASES = st.lists(
 )
 
 
+def _outcome(read: Callable[[], object]) -> tuple[str, object]:
+    try:
+        return "read", read()
+    except CorpusError as exc:
+        return "refused", str(exc)
+
+
 @settings(max_examples=300)
 @given(
     cases=RUN_CASES,
@@ -111,15 +119,13 @@ def test_run_records_read_by_msgspec_give_the_exact_paths_bytes_and_values(
     raw = json.dumps(record, ensure_ascii=ascii_only, separators=separators).encode(
         "utf-8", "surrogatepass"
     )
-    try:
-        exact, _ = parse_line_with_number_check(raw, "runs.jsonl", 1)
-    except CorpusError:
-        with pytest.raises(CorpusError):  # the fast path declined, the exact path refuses
-            _parse_run_line(raw, 1)
+    exact = _outcome(lambda: parse_line_with_number_check(raw, "runs.jsonl", 1)[0])
+    fast = _outcome(lambda: _parse_run_line(raw, 1))
+    if exact[0] == "refused":  # the fast path declined: the exact path's message
+        assert fast == exact
         return
-    data, canonical = _parse_run_line(raw, 1)
-    assert canonical == rfc8785.dumps(exact)
-    assert data == exact
+    value: Any = exact[1]
+    assert fast == ("read", (value, rfc8785.dumps(value)))
 
 
 @pytest.mark.parametrize(
@@ -144,3 +150,48 @@ def test_numbers_written_any_way_hash_as_rfc_8785_writes_them() -> None:
         b'{"cases":[{"cost_usd":12,"latency_ms":0.000001},{"cost_usd":2.5e-7,"latency_ms":100}]}'
     )
     assert data["cases"][0] == {"cost_usd": 12.0, "latency_ms": 1e-06}
+
+
+def _member(key: str, value: Any, *, escape_colons: bool) -> str:
+    name = json.dumps(key)
+    if escape_colons:
+        name = name.replace(":", "\\u003a")
+    return f"{name}:{json.dumps(value)}"
+
+
+def _object(members: list[tuple[str, Any]], *, escape_colons: bool) -> str:
+    return "{" + ",".join(_member(k, v, escape_colons=escape_colons) for k, v in members) + "}"
+
+
+@settings(max_examples=300)
+@given(
+    cases=RUN_CASES,
+    where=st.none() | st.integers(min_value=0),
+    member=st.tuples(
+        st.sampled_from(["case_id", "error", "a:b", ":", "\ue000", "\U00010000"]), VALUES
+    ),
+    escape_colons=st.booleans(),
+)
+def test_a_duplicated_member_is_refused_whichever_path_reads_the_line(
+    cases: list[dict[str, Any]],
+    where: int | None,
+    member: tuple[str, Any],
+    escape_colons: bool,
+) -> None:
+    # msgspec keeps the last of two equal keys; the colon count must send the line to the
+    # exact path, which names the problem (escaped colons in keys count as colons).
+    case_texts = [_object(list(case.items()), escape_colons=escape_colons) for case in cases]
+    header: list[tuple[str, Any]] = [("arm_id", "A1"), ("run_index", 1)]
+    if where is None:  # in the header
+        header += [member, member]
+    else:  # in one of the cases
+        index = where % len(cases)
+        members = [*cases[index].items(), member, member]
+        case_texts[index] = _object(members, escape_colons=escape_colons)
+    head = _object(header, escape_colons=escape_colons)[:-1]
+    raw = (head + ',"cases":[' + ",".join(case_texts) + "]}").encode("utf-8", "surrogatepass")
+    with pytest.raises(CorpusError) as exact:
+        parse_line_with_number_check(raw, "runs.jsonl", 1)
+    with pytest.raises(CorpusError) as fast:
+        _parse_run_line(raw, 1)
+    assert str(fast.value) == str(exact.value)
