@@ -199,6 +199,11 @@ def merge_envelopes(shards: Sequence[Envelope], *, include_result: bool = True) 
     """
     if not shards:
         raise ShardMergeError("no shard envelopes to merge")
+    if len(shards) > MAX_SHARD_COUNT:
+        raise ShardMergeError(
+            f"{len(shards)} shard envelopes, more than the {MAX_SHARD_COUNT} shards a replay "
+            "can have"
+        )
     positions = []
     for shard in shards:
         if shard.binding.shard is None:
@@ -235,7 +240,7 @@ def merged_envelope_bytes(merged: MergedEnvelope) -> bytes:
         ShardMergeError: the envelope would exceed the limits every verifier applies
             (:data:`MAX_ENVELOPE_BYTES`, :data:`MAX_ENVELOPE_JSON_ITEMS`): fewer shards fit.
     """
-    data = (json.dumps(merged.to_json_dict(), ensure_ascii=False) + "\n").encode()
+    data = (_json_text(merged.to_json_dict()) + "\n").encode()
     items = json_item_bound(data)
     if len(data) > MAX_ENVELOPE_BYTES or items > MAX_ENVELOPE_JSON_ITEMS:
         raise ShardMergeError(
@@ -245,3 +250,15 @@ def merged_envelope_bytes(merged: MergedEnvelope) -> bytes:
             "fewer shards"
         )
     return data
+
+
+def bytes_in_merged(shard: Envelope) -> int:
+    """The bytes ``shard`` takes inside any merged envelope (as :func:`merged_envelope_bytes`
+    writes it). Their sum over the shards read so far is a lower bound of the merged
+    envelope's size: a reader of N shard files stops as soon as it passes
+    :data:`MAX_ENVELOPE_BYTES`, instead of holding N envelopes of up to that size each."""
+    return len(_json_text(shard.to_json_dict()).encode())
+
+
+def _json_text(document: object) -> str:
+    return json.dumps(document, ensure_ascii=False)

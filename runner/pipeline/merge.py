@@ -18,13 +18,19 @@ from pathlib import Path
 import structlog
 from pydantic import JsonValue
 
-from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_SHARD_COUNT, sha256_digest
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.merged import MergedEnvelope, merge_envelopes, merged_envelope_bytes
+from attestation.envelope.merged import (
+    MergedEnvelope,
+    bytes_in_merged,
+    merge_envelopes,
+    merged_envelope_bytes,
+)
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
+from attestation.files import open_regular
 from attestation.verify.checks import VerificationResult
 from attestation.verify.policy import CRYPTO_ONLY
 from runner.errors import InputError, UsageError, VerificationFailedError
@@ -74,7 +80,7 @@ def merge_shards(
     for target, option in ((out, "--out"), (result_path, "--result-out")):
         if target.resolve() in resolved:
             raise UsageError(f"{option} {target} is one of the shard envelopes")
-    shards = [_read_shard(path) for path in shard_paths]
+    shards = _read_shards(shard_paths)
     try:
         merged = merge_envelopes(shards)
     except AttestationError as exc:
@@ -95,9 +101,33 @@ def merge_shards(
     return MergeResult(merged, envelope_bytes, digest, out, result_path, report, verification)
 
 
+def _read_shards(paths: Sequence[Path]) -> list[Envelope]:
+    """The shard envelopes, refused before reading when there are more than a replay can have,
+    and while reading once those read could no longer fit in one merged envelope (so at most
+    about one envelope cap is held, whatever the number of files)."""
+    if len(paths) > MAX_SHARD_COUNT:
+        raise InputError(
+            f"{len(paths)} shard envelopes, more than the {MAX_SHARD_COUNT} shards a replay "
+            "can have"
+        )
+    shards: list[Envelope] = []
+    size = 0
+    for path in paths:
+        shard = _read_shard(path)
+        size += bytes_in_merged(shard)
+        if size > MAX_ENVELOPE_BYTES:
+            raise InputError(
+                f"{path}: with the {len(shards)} shard envelope(s) before it, the merged "
+                f"envelope would be over the {MAX_ENVELOPE_BYTES}-byte envelope limit every "
+                "verifier applies: split the replay into fewer shards"
+            )
+        shards.append(shard)
+    return shards
+
+
 def _read_shard(path: Path) -> Envelope:
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:  # a FIFO or device is refused, never waited on
             data = handle.read(MAX_ENVELOPE_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"cannot read shard envelope {path}: {exc.strerror or exc}") from None
