@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, NoReturn
 
-from attestation import __version__
+from attestation import __version__, files
 from attestation.contracts import (
     MAX_CERTIFICATE_BYTES,
     MAX_CRL_BYTES,
@@ -54,6 +54,10 @@ from attestation.verify.policy import Policy, load_policy
 from attestation.verify.verifier import Verifier
 
 PROG: Final = "verify-attested-run"
+#: How long a FIFO or device input (``<(curl ...)``) may take to end: bounded, so that a FIFO
+#: without a writer cannot hold the verifier forever.
+DEFAULT_INPUT_WAIT: Final = 30.0
+MAX_INPUT_WAIT: Final = 3600.0
 _SERIAL_ZERO_WARNING: Final = "Parsed a serial number which wasn't positive"
 
 
@@ -134,25 +138,40 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="trust this simulated ARK (PEM/DER) in addition to AMD's roots (raw-report mode)",
     )
+    parser.add_argument(
+        "--input-timeout",
+        type=_seconds,
+        default=DEFAULT_INPUT_WAIT,
+        metavar="SECONDS",
+        help="how long an input that is a FIFO or device, such as <(command), may take to end",
+    )
     parser.add_argument("--json", action="store_true", help="print every check as JSON")
     return parser
 
 
-def read_input(path: Path, limit: int, what: str) -> bytes:
-    """Read a file of at most ``limit`` bytes.
+def read_input(path: Path, limit: int, what: str, *, wait: float = DEFAULT_INPUT_WAIT) -> bytes:
+    """Read a file of at most ``limit`` bytes (a FIFO or device for at most ``wait`` s).
 
     Raises:
-        UsageError: the file cannot be read (exit 9).
+        UsageError: the file cannot be read, or a stream did not end in time (exit 9).
         MalformedError: the file is larger than ``limit`` (exit 1).
     """
     try:
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+        return files.read_input(path, limit, wait=wait)
+    except files.FileTooLargeError:
+        raise MalformedError(f"{what} {str(path)!r} is over the {limit}-byte limit") from None
     except OSError as error:
         raise UsageError(f"cannot read {what} {str(path)!r}: {error.strerror or error}") from None
-    if len(data) > limit:
-        raise MalformedError(f"{what} {str(path)!r} is over the {limit}-byte limit")
-    return data
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_INPUT_WAIT:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_INPUT_WAIT:g} seconds")
+    return value
 
 
 def parse_now(value: str | None) -> datetime:
@@ -174,26 +193,30 @@ def parse_now(value: str | None) -> datetime:
 def trust_store(args: argparse.Namespace) -> TrustStore:
     store = TrustStore.amd()
     if args.simulated_root is not None:
-        root = read_input(args.simulated_root, MAX_CERTIFICATE_BYTES, "simulated root")
+        root = read_input(
+            args.simulated_root, MAX_CERTIFICATE_BYTES, "simulated root", wait=args.input_timeout
+        )
         store = store.with_simulated_root(root)
     return store
 
 
-def load_policy_file(path: Path | None) -> Policy:
+def load_policy_file(path: Path | None, *, wait: float = DEFAULT_INPUT_WAIT) -> Policy:
     if path is None:
         return Policy()
-    return load_policy(read_input(path, MAX_POLICY_BYTES, "policy"))
+    return load_policy(read_input(path, MAX_POLICY_BYTES, "policy", wait=wait))
 
 
 def _run_report(args: argparse.Namespace) -> VerificationResult:
     if args.endorsement is None:
         raise UsageError("--report needs --endorsement")
-    report = read_input(args.report, MAX_REPORT_FILE_BYTES, "report")
-    endorsement = read_input(args.endorsement, MAX_CERTIFICATE_BYTES, "endorsement")
-    policy = load_policy_file(args.policy)
-    crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL")
+    now = parse_now(args.now)  # a usage error before any input is read
+    wait = args.input_timeout
+    report = read_input(args.report, MAX_REPORT_FILE_BYTES, "report", wait=wait)
+    endorsement = read_input(args.endorsement, MAX_CERTIFICATE_BYTES, "endorsement", wait=wait)
+    policy = load_policy_file(args.policy, wait=wait)
+    crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL", wait=wait)
     verifier = Verifier(trust_store(args), policy=policy, crl=crl)
-    return verifier.verify(report, endorsement, now=parse_now(args.now))
+    return verifier.verify(report, endorsement, now=now)
 
 
 def _run_envelope(args: argparse.Namespace) -> VerificationResult:
@@ -209,10 +232,14 @@ def _run_envelope(args: argparse.Namespace) -> VerificationResult:
                 f"{option} does not apply to --envelope: the envelope carries its endorsement "
                 "and the expected-values file holds the policy and any simulatedRoots"
             )
-    envelope = read_input(args.envelope, MAX_ENVELOPE_BYTES, "envelope")
-    expected = load_expected(read_input(args.expected, MAX_EXPECTED_BYTES, "expected-values file"))
-    crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL")
-    return verify_envelope(envelope, expected, now=parse_now(args.now), crl=crl)
+    now = parse_now(args.now)  # a usage error before any input is read
+    wait = args.input_timeout
+    envelope = read_input(args.envelope, MAX_ENVELOPE_BYTES, "envelope", wait=wait)
+    expected = load_expected(
+        read_input(args.expected, MAX_EXPECTED_BYTES, "expected-values file", wait=wait)
+    )
+    crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL", wait=wait)
+    return verify_envelope(envelope, expected, now=now, crl=crl)
 
 
 def run_mode(args: argparse.Namespace) -> VerificationResult:

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
+import time
 from pathlib import Path
 from typing import BinaryIO, Final
 
+_STREAM_CHUNK: Final = 64 * 1024
 #: The UTF-8 encoding of U+FEFF, which a file of "plain UTF-8" must not start with.
 UTF8_BOM: Final = b"\xef\xbb\xbf"
 
@@ -104,3 +107,57 @@ def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> byt
     if len(data) > limit:
         raise FileTooLargeError(errno.EFBIG, f"is larger than {limit} bytes", str(path))
     return data
+
+
+def read_input(path: Path, limit: int, *, wait: float) -> bytes:
+    """An input the user named: a regular file (as :func:`read_regular`), or a FIFO, socket
+    or character device such as the pipe of a shell's ``<(command)``, read until its end for
+    at most ``wait`` seconds in all: a FIFO that never gets a writer cannot hold the reader.
+
+    Raises:
+        FileTooLargeError: more than ``limit`` bytes.
+        TimeoutError: the stream did not end within ``wait`` seconds.
+        NotRegularFileError: a directory or a block device.
+        OSError: any other failure to open or read it.
+    """
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode):
+        return read_regular(path, limit)
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        raise _refuse(path, mode)
+    # O_NONBLOCK: opening a FIFO for reading returns at once, writer or not.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        return _read_stream(fd, path, limit, wait)
+    finally:
+        os.close(fd)
+
+
+def _read_stream(fd: int, path: Path, limit: int, wait: float) -> bytes:
+    deadline = time.monotonic() + wait
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poller.poll(remaining * 1000):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    errno.ETIMEDOUT,
+                    f"did not end within {wait:g} s (a FIFO without a writer?)",
+                    str(path),
+                )
+            continue
+        try:
+            chunk = os.read(fd, min(_STREAM_CHUNK, limit + 1 - size))
+        except BlockingIOError:
+            continue
+        if not chunk:
+            # End of file: a FIFO reports it once a writer has come and gone (poll wakes up
+            # only then, so "no writer yet" is waited for, not mistaken for an empty file).
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise FileTooLargeError(errno.EFBIG, f"is larger than {limit} bytes", str(path))

@@ -8,7 +8,9 @@ a size cap checked before parsing, strict JSON, a top-level object, then the pyd
   pydantic keep the last, others the first), so a document a person reviewed could verify
   with a value they never saw;
 * ``NaN``, ``Infinity`` and numbers that overflow to infinity are refused: they are not
-  JSON (RFC 8259) and have no canonical form to hash.
+  JSON (RFC 8259) and have no canonical form to hash; so are integers longer than any double;
+* the bytes must be UTF-8 without a byte order mark (RFC 8259 section 8.1): ``json.loads``
+  alone would also accept UTF-16 and UTF-32.
 
 A document may also bound how many JSON values it holds (``max_items``): counted in C
 before parsing (every value but the first of an array or object follows a ``,``, and every
@@ -19,15 +21,22 @@ cost 30-100 bytes each, while a value in the text can be 2 bytes.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from attestation.errors import MalformedError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+#: No JSON integer needs more digits: a double (RFC 8259's interoperable range, I-JSON) ends
+#: below 1.8e308. Python itself refuses to read integers past 4300 digits (a ValueError that
+#: would otherwise escape as an internal error); this bound keeps such inputs malformed (1).
+MAX_INTEGER_DIGITS: Final = 309
 
 
 class _NotStrictJsonError(ValueError):
@@ -54,20 +63,36 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_integer(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INTEGER_DIGITS:
+        raise _NotStrictJsonError(f"an integer of {digits} digits is out of range")
+    return int(text)
+
+
 def parse_strict_json(data: bytes, *, what: str) -> object:
-    """Parse strict JSON (UTF-8, no duplicate keys, no NaN/infinity).
+    """Parse strict JSON (UTF-8 without a byte order mark, no duplicate keys, no NaN/infinity,
+    no number beyond the double range).
 
     Raises:
         MalformedError: naming ``what`` and the problem.
     """
+    if data.startswith(codecs.BOM_UTF8):
+        raise MalformedError(f"{what} starts with a byte order mark; it must be plain UTF-8")
+    try:
+        # Decoded here: json.loads would otherwise guess UTF-16 and UTF-32 from the bytes.
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise MalformedError(f"{what} is not UTF-8: {error.reason} at byte {error.start}") from None
     try:
         return json.loads(
-            data,
+            text,
             object_pairs_hook=_object_without_duplicate_keys,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
+            parse_int=_bounded_integer,
         )
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except json.JSONDecodeError as error:
         raise MalformedError(f"{what} is not valid JSON: {error}") from None
     except (_NotStrictJsonError, RecursionError) as error:
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)

@@ -66,6 +66,7 @@ _AMD_PSS_IDENTIFIERS = frozenset(
 AMD_RSA_KEY_BITS = 4096
 
 _VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
+_ARK_PREFIX = "ARK-"
 _VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, *PARSE_ERRORS)
 _HANDLED_CRITICAL = frozenset(
     {x509.BasicConstraints.oid.dotted_string, x509.KeyUsage.oid.dotted_string}
@@ -123,6 +124,7 @@ def verify_chain(
             _pinned_algorithm_checked(certificate, label)
         else:
             require_amd_signature_algorithm(_der(certificate), label)
+        _require_version_3(certificate, label)
         _require_validity(certificate, label, now)
         _require_no_unknown_critical_extensions(certificate, label)
     for certificate, label in ((ark, ark_label), (intermediate, intermediate_label)):
@@ -230,18 +232,28 @@ def _find_path(
     anchors: list[tuple[x509.Certificate, list[x509.Certificate], bool]] = [
         (trust.ark(product_line), [pinned, *matching_role], False)
     ]
-    if trust.simulated_root is not None:
-        anchors.append((trust.simulated_root, matching_role, True))
+    # Every pinned simulated root is tried, under exactly the rules of AMD's chains.
+    anchors.extend((root, matching_role, True) for root in trust.simulated_roots)
     failures: list[str] = []
     for ark, candidates, simulated in anchors:
         root_label = "simulated ARK" if simulated else f"{product_line.value} ARK"
+        if not _cn(ark).startswith(_ARK_PREFIX):
+            # AMD's roots are "ARK-<line>": a root named like an intermediate is not one.
+            failures.append(f"{root_label} {_cn(ark)!r} is not named like an ARK ('ARK-...')")
+            continue
         # Roots are pinned (by the trust store or the tenant's fingerprint): their
         # self-signature is the same check every time.
-        if not _pinned_pair_signed(ark, ark):
+        if ark.subject != ark.issuer or not _pinned_pair_signed(ark, ark):
             failures.append(f"{root_label} {_cn(ark)!r} is not validly self-signed")
             continue
         for candidate in candidates:
-            if candidate.subject != leaf.issuer:
+            # An intermediate is issued by the root (by name and by signature) and is not
+            # itself a root: a certificate that is both cannot stand for two links.
+            if (
+                candidate.subject != leaf.issuer
+                or candidate.issuer != ark.subject
+                or candidate.subject == candidate.issuer
+            ):
                 continue
             candidate_label = f"{_intermediate_kind(kind)} {_cn(candidate)!r}"
             if not _signed_by(leaf, candidate):
@@ -259,12 +271,14 @@ def _find_path(
                 )
                 continue
             return ark, candidate, simulated
-    if trust.simulated_root is None and (
+    if not trust.simulated_roots and (
         _looks_simulated(leaf.issuer) or any(_looks_simulated(c.subject) for c in supplied)
     ):
+        roots = _supplied_simulated_roots(supplied)
+        which = f" {', '.join(roots)}" if roots else ""
         raise UntrustedChainError(
-            f"{label} chains to a simulated root (O={SIMULATED_ORGANIZATION}), which is not "
-            f"trusted; {_HOW_TO_PIN}"
+            f"{label} chains to a simulated root{which} (O={SIMULATED_ORGANIZATION}), and no "
+            f"simulated root is pinned; {_HOW_TO_PIN}"
         )
     if failures:
         raise UntrustedChainError("; ".join(dict.fromkeys(failures)))
@@ -303,10 +317,12 @@ def _no_issuer_message(
                 f"{other_kind.value.upper()}s; a {label} must chain through the {wanted}"
             )
     if _looks_simulated(leaf.issuer) or any(_looks_simulated(c.subject) for c in supplied):
-        assert trust.simulated_root is not None  # _find_path reported the unpinned case
+        pinned = ", ".join(fingerprint(root) for root in trust.simulated_roots)
+        roots = _supplied_simulated_roots(supplied)
+        carried = f"the chain carries root {', '.join(roots)}" if roots else "it carries no root"
         return (
-            f"{label} is issued by {issuer}, a simulated certificate that does not chain to the "
-            f"pinned simulated root {fingerprint(trust.simulated_root)}"
+            f"{label} is issued by {issuer}, a simulated certificate that does not chain to a "
+            f"pinned simulated root ({carried}; pinned: {pinned})"
         )
     return (
         f"{label} issuer {issuer} is neither the pinned {product_line.value} {wanted} nor a "
@@ -410,6 +426,15 @@ def _pinned_algorithm_checked(certificate: x509.Certificate, label: str) -> None
     require_amd_signature_algorithm(_der(certificate), label)
 
 
+def _require_version_3(certificate: x509.Certificate, label: str) -> None:
+    # Every AMD certificate is X.509 v3; an older version cannot carry the extensions the chain
+    # rules read (RFC 5280 4.1.2.9), so one that does is malformed, not "v1 with extensions".
+    if certificate.version is not x509.Version.v3:
+        raise UntrustedChainError(
+            f"{label} is an X.509 {certificate.version.name} certificate; AMD's are v3"
+        )
+
+
 def _require_validity(certificate: x509.Certificate, label: str, now: dt.datetime) -> None:
     not_before = certificate.not_valid_before_utc
     not_after = certificate.not_valid_after_utc
@@ -459,6 +484,16 @@ def _require_end_entity(certificate: x509.Certificate, label: str) -> None:
         return
     if constraints.value.ca:
         raise UntrustedChainError(f"{label} is marked as a CA (basicConstraints cA=true)")
+
+
+def _supplied_simulated_roots(supplied: Sequence[x509.Certificate]) -> list[str]:
+    """The fingerprints of the simulated roots the input carries: what a tenant would pin (or
+    sees it pinned something else)."""
+    return [
+        fingerprint(certificate)
+        for certificate in supplied
+        if certificate.subject == certificate.issuer and _looks_simulated(certificate.subject)
+    ]
 
 
 def _is_intermediate_for(certificate: x509.Certificate, kind: SignerKind) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
 from attestation.abi.product import ProductLine, SignerKind
@@ -113,10 +114,11 @@ def _amd_certificates() -> Mapping[tuple[ProductLine, AmdRole], x509.Certificate
 
 @dataclass(frozen=True, slots=True)
 class TrustStore:
-    """Immutable set of trust anchors: AMD's pinned certificates plus an optional simulated ARK."""
+    """Immutable set of trust anchors: AMD's pinned certificates plus any simulated ARKs the
+    caller pinned (every one of them is tried)."""
 
     _amd: Mapping[tuple[ProductLine, AmdRole], x509.Certificate]
-    simulated_root: x509.Certificate | None = None
+    simulated_roots: tuple[x509.Certificate, ...] = ()
 
     @classmethod
     def amd(cls) -> TrustStore:
@@ -127,14 +129,22 @@ class TrustStore:
         """A new store that also trusts the given simulated ARK (PEM/DER bytes or certificate).
 
         Pinning one of AMD's own certificates this way is refused: it would make AMD-signed
-        evidence look simulated.
+        evidence look simulated. A root whose public key cannot be read is malformed input.
         """
         if isinstance(ark, bytes):
             ark = _load_single_certificate(ark)
         pinned = fingerprint(ark)
         if pinned in PINNED_FINGERPRINTS.values():
             raise UsageError(f"{pinned} is an AMD certificate, not a simulated root")
-        return TrustStore(self._amd, ark)
+        try:
+            ark.public_key()
+        except (ValueError, UnsupportedAlgorithm) as exc:
+            raise MalformedError(
+                f"simulated root {pinned}: its public key cannot be read: {exc}"
+            ) from exc
+        if any(fingerprint(root) == pinned for root in self.simulated_roots):
+            return self
+        return TrustStore(self._amd, (*self.simulated_roots, ark))
 
     def ark(self, product_line: ProductLine) -> x509.Certificate:
         """AMD's root for a product line."""
@@ -151,13 +161,12 @@ class TrustStore:
     @property
     def has_simulated_root(self) -> bool:
         """Whether the caller opted in to a simulated root."""
-        return self.simulated_root is not None
+        return bool(self.simulated_roots)
 
     def is_simulated(self, root: x509.Certificate) -> bool:
-        """Whether ``root`` (e.g. the ARK of a verified chain) is this store's simulated root."""
-        return self.simulated_root is not None and fingerprint(root) == fingerprint(
-            self.simulated_root
-        )
+        """Whether ``root`` (e.g. the ARK of a verified chain) is one of this store's
+        simulated roots."""
+        return fingerprint(root) in {fingerprint(pinned) for pinned in self.simulated_roots}
 
 
 def _load_single_certificate(data: bytes) -> x509.Certificate:

@@ -78,11 +78,16 @@ def verify_merged(
     # Stable: within a class each shard's checks keep their order, shard 0 first.
     checks.extend(sorted(per_shard, key=lambda check: _CLASS_ORDER[check.failure_class]))
     first = verified[0]
+    # The verdict rests on every shard's chain: simulated if any of them is.
+    chain = next(
+        (result.chain for result in verified if result.chain and result.chain.simulated),
+        first.chain,
+    )
     if not all(result.ok for result in verified):
         why = "a shard envelope does not verify"
         checks.extend(Check.not_run(name, _BINDING, why) for name in MERGED_CHECKS)
         checks.extend(Check.not_run(name, _EXPECTATION, why) for name in EXPECTATION_CHECKS)
-        return VerificationResult.from_checks(checks, first.report, first.product_line)
+        return VerificationResult.from_checks(checks, first.report, first.product_line, chain)
 
     merge_checks = [_shards_check(merged)]
     if merge_checks[0].ok:
@@ -98,7 +103,7 @@ def verify_merged(
     else:
         checks.extend(expectation_checks(header_binding(merged), expected))
         checks.append(merged_shard_check(merged.shard_count, expected, shard))
-    return VerificationResult.from_checks(checks, first.report, first.product_line)
+    return VerificationResult.from_checks(checks, first.report, first.product_line, chain)
 
 
 def header_binding(merged: MergedEnvelope) -> Binding:

@@ -161,15 +161,17 @@ def verify_parsed_envelope(
 def _with_pinned_simulated_root(
     base: TrustStore, certificates: tuple[x509.Certificate, ...], expected: ExpectedValues
 ) -> TrustStore:
-    """Trust a simulated root from the chain only when the tenant pinned its fingerprint."""
+    """Trust the simulated roots from the chain whose fingerprints the tenant pinned (each of
+    them: a chain may carry several)."""
     pinned = set(expected.simulated_roots)
+    store = base
     for certificate in certificates:
         if fingerprint(certificate) in pinned:
             try:
-                return base.with_simulated_root(certificate)
+                store = store.with_simulated_root(certificate)
             except AttestationError:
-                continue  # an AMD certificate listed as "simulated": ignore the listing
-    return base
+                continue  # an AMD certificate listed as "simulated", or unreadable: not trusted
+    return store
 
 
 def platform_of_chain(certificates: Sequence[x509.Certificate], *, now: datetime) -> Platform:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from attestation.abi.product import ProductLine
 from attestation.abi.report import AttestationReport
@@ -55,6 +55,11 @@ class Check:
         }
 
 
+#: How a verdict that rests on a simulated root says so: nobody may mistake operator-signed
+#: evidence for AMD's.
+SIMULATED_VERDICT: Final = "SIMULATED \N{EM DASH} not AMD hardware"
+
+
 @dataclass(frozen=True, slots=True)
 class VerificationResult:
     """The ordered checks of one verification, the report they were about (if it parsed) and
@@ -82,6 +87,11 @@ class VerificationResult:
         if self.chain is None:
             return None
         return "simulated" if self.chain.simulated else "sev-snp"
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the verdict rests on a simulated root (operator-signed, not AMD hardware)."""
+        return self.chain is not None and self.chain.simulated
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -115,6 +125,8 @@ class VerificationResult:
             if report is not None:
                 signer = report.signer_kind.value if report.signer_kind else "unsigned"
                 what = f" (report version {report.version}, {self.product_line}, {signer})"
+            if self.simulated:
+                return f"VERIFIED ({SIMULATED_VERDICT}){what}\n"
             return f"VERIFIED{what}\n"
         failure = self.failure_class or FailureClass.USAGE
         lines = [f"NOT VERIFIED: {failure.value} (exit {self.exit_code})"]
@@ -129,6 +141,7 @@ class VerificationResult:
         failure = self.failure_class
         return {
             "verified": self.ok,
+            "simulated": self.simulated,
             "exitCode": self.exit_code,
             "failureClass": None if failure is None else failure.value,
             "checks": [check.to_json_dict() for check in self.checks],

@@ -116,8 +116,11 @@ def test_json_output_shape(capsys: pytest.CaptureFixture[str]) -> None:
     )  # fmt: skip
     assert code == 0
     document = json.loads(out)
-    assert set(document) == {"verified", "exitCode", "failureClass", "checks", "report"}
+    assert set(document) == {
+        "verified", "simulated", "exitCode", "failureClass", "checks", "report"
+    }  # fmt: skip
     assert document["verified"] is True
+    assert document["simulated"] is False  # an AMD chain
     assert document["exitCode"] == 0
     assert document["failureClass"] is None
     assert all(set(c) == {"name", "class", "ok", "detail"} for c in document["checks"])
@@ -349,7 +352,12 @@ def test_simulated_root_needs_the_opt_in(
     assert "FAILED endorsement.chain [untrusted-chain]" in out
     code, out, _ = run(capsys, *base, "--simulated-root", sim_files["root"])
     assert code == 0
-    assert out == "VERIFIED (report version 5, Turin, vcek)\n"
+    assert (
+        out == "VERIFIED (SIMULATED \N{EM DASH} not AMD hardware) (report version 5, Turin, vcek)\n"
+    )
+    code, out, _ = run(capsys, *base, "--simulated-root", sim_files["root"], "--json")
+    assert code == 0
+    assert json.loads(out)["simulated"] is True
 
 
 def test_pinning_an_amd_root_as_simulated_is_refused(

@@ -53,7 +53,7 @@ def test_store_exposes_the_right_certificate_per_line_and_signer() -> None:
         assert vlek.subject.rfc4514_string().startswith(f"CN=SEV-VLEK-{line.value},")
         assert fingerprint(vcek) == trust.PINNED_FINGERPRINTS[line, AmdRole.ASK]
         assert fingerprint(vlek) == trust.PINNED_FINGERPRINTS[line, AmdRole.ASVK]
-    assert store.simulated_root is None
+    assert store.simulated_roots == ()
     assert not store.has_simulated_root
 
 
@@ -71,16 +71,19 @@ def test_a_modified_root_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_with_simulated_root_returns_a_new_store(simulated_amd: SimulatedAmd) -> None:
     base = TrustStore.amd()
     pinned = base.with_simulated_root(simulated_amd.ark_pem.encode())
-    assert base.simulated_root is None
-    assert pinned.simulated_root is not None
-    assert fingerprint(pinned.simulated_root) == simulated_amd.root_fingerprint
+    assert base.simulated_roots == ()
+    assert [fingerprint(root) for root in pinned.simulated_roots] == [
+        simulated_amd.root_fingerprint
+    ]
     assert pinned.is_simulated(simulated_amd.ark_certificate)
     assert not pinned.is_simulated(base.ark(ProductLine.MILAN))
     assert not base.is_simulated(simulated_amd.ark_certificate)
+    # Pinning the same root again changes nothing; another root is added, not swapped in.
+    assert pinned.with_simulated_root(simulated_amd.ark_certificate) is pinned
     with pytest.raises(
-        dataclasses.FrozenInstanceError, match="cannot assign to field 'simulated_root'"
+        dataclasses.FrozenInstanceError, match="cannot assign to field 'simulated_roots'"
     ):
-        pinned.simulated_root = None  # type: ignore[misc]
+        pinned.simulated_roots = ()  # type: ignore[misc]
 
 
 def test_an_amd_certificate_cannot_be_pinned_as_simulated() -> None:

@@ -529,8 +529,11 @@ def test_cli_json_document_in_envelope_mode(
     argv = write_pair(tmp_path, sim_envelope(sim), values)
     assert cli.main([*argv, "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert set(document) == {"verified", "exitCode", "failureClass", "checks", "report"}
+    assert set(document) == {
+        "verified", "simulated", "exitCode", "failureClass", "checks", "report"
+    }  # fmt: skip
     assert (document["verified"], document["exitCode"], document["failureClass"]) == (True, 0, None)
+    assert document["simulated"] is True
     names = [check["name"] for check in document["checks"]]
     assert names[:4] == [
         "envelope.parse",

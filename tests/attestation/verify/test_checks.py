@@ -15,6 +15,7 @@ def test_all_passed_is_verified() -> None:
     assert result.exit_code == 0
     assert result.to_json_dict() == {
         "verified": True,
+        "simulated": False,
         "exitCode": 0,
         "failureClass": None,
         "checks": [{"name": "a", "class": "malformed", "ok": True, "detail": "ok"}],

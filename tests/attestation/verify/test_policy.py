@@ -102,7 +102,7 @@ def test_a_full_policy_loads_and_round_trips_through_json() -> None:
     [
         (b"[]", "must be a JSON object"),
         (b"{", "not valid JSON"),
-        (b"\xff", "not valid JSON"),
+        (b"\xff", "not UTF-8"),
         (b'{"allowDebugg": true}', "allowDebugg: Extra inputs are not permitted"),
         (b'{"allow_debug": true}', "allow_debug: Extra inputs are not permitted"),
         (b'{"allowDebug": "yes"}', "allowDebug: Input should be a valid boolean"),
