@@ -102,7 +102,9 @@ Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{128}$")]
 #: simulated AMD (the chain reached a simulated root a tenant pinned).
 Platform = Literal["sev-snp", "simulated"]
 #: A tenant-chosen nonce bound into REPORT_DATA with the run.
-Nonce = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+MAX_NONCE_LENGTH: Final = 256
+Nonce = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NONCE_LENGTH)]
+NONCE_RULE: Final = f"1 to {MAX_NONCE_LENGTH} characters"
 
 #: Each identifier's rule in words, for messages: a user reads these, not regular expressions.
 IDENTIFIER_RULES: Final = MappingProxyType(
@@ -129,6 +131,11 @@ def is_run_id(text: str) -> bool:
 def is_tenant_id(text: str) -> bool:
     """Whether ``text`` is a valid tenant ID (:data:`TenantId`, a DNS label)."""
     return _TENANT_ID.fullmatch(text) is not None
+
+
+def is_nonce(text: str) -> bool:
+    """Whether ``text`` is a valid nonce (:data:`Nonce`)."""
+    return 1 <= len(text) <= MAX_NONCE_LENGTH
 
 
 def is_sha256_digest(text: str) -> bool:

@@ -24,6 +24,7 @@ EXPECTATION_CHECKS: Final = (
     "expectation.result-digest",
     "expectation.evaluation-digest",
     "expectation.image-digest",
+    "expectation.nonce",
     "expectation.shard",
 )
 
@@ -58,6 +59,9 @@ def expectation_checks(binding: Binding, expected: ExpectedValues) -> list[Check
             binding.evaluation_digest,
         ),
         ("expectation.image-digest", "imageDigest", expected.image_digest, binding.image_digest),
+        # Freshness: the tenant chose the nonce, so an envelope carrying another (or none) is
+        # not the run it asked for, however genuine.
+        ("expectation.nonce", "nonce", expected.nonce, binding.nonce),
     ]
     checks = []
     for name, key, wanted, actual in comparisons:

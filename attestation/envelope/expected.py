@@ -1,13 +1,13 @@
 """The tenant's expected-values file: what a genuine envelope for *my* run must say.
 
 camelCase JSON, one flat object. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
-``workloadDigest``, ``resultDigest``, ``evaluationDigest`` and ``imageDigest`` are checked when
-present (a binding without ``imageDigest`` then fails); ``shardCount`` pins into how many
-shards the run was split (1: an unsharded run; a merged envelope of N shards has N); every
-key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too (``{}``-style
-secure defaults otherwise): in Python they are ``expected.policy``, a :class:`Policy` of its
-own; ``simulatedRoots`` lists the ``sha256:`` fingerprints (of the DER) of
-simulated roots the tenant accepts: the only way simulated evidence can verify.
+``workloadDigest``, ``resultDigest``, ``evaluationDigest``, ``imageDigest`` and ``nonce`` are
+checked when present (a binding without ``imageDigest`` or ``nonce`` then fails); ``shardCount``
+pins into how many shards the run was split (1: an unsharded run; a merged envelope of N shards
+has N); every key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too
+(``{}``-style secure defaults otherwise): in Python they are ``expected.policy``, a
+:class:`Policy` of its own; ``simulatedRoots`` lists the ``sha256:`` fingerprints (of the DER)
+of simulated roots the tenant accepts: the only way simulated evidence can verify.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pydantic_core import InitErrorDetails
 from attestation.contracts import (
     MAX_EXPECTED_BYTES,
     MAX_SHARD_COUNT,
+    Nonce,
     RunId,
     Sha256Digest,
     TenantId,
@@ -54,6 +55,8 @@ class ExpectedValues(WireModel):
     evaluation_digest: Sha256Digest | None = None
     #: The container image the tenant expects the operator to have run (bound by the Job).
     image_digest: Sha256Digest | None = None
+    #: The nonce the tenant chose for this run (freshness): a binding without it fails.
+    nonce: Nonce | None = None
     #: Into how many shards the run was split (1 = unsharded); any count when absent.
     shard_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)] | None = None
     simulated_roots: tuple[Sha256Digest, ...] = ()

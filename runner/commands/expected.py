@@ -181,7 +181,8 @@ _OPTION_OF_KEY: Final = MappingProxyType(
         "measurements": "--measurement",
         "hostData": "--host-data",
         "simulatedRoots": "--simulated-root",
-        "shardCount": "--shard-count",
+        "shardCount": "--shards",
+        "nonce": "--nonce",
     }
 )
 #: Stands for the checksum of --corpus while the other options are checked (before the
@@ -202,6 +203,8 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         "imageDigest": args.image_digest,
         # --shards (a Job parameter below) also pins into how many shards the run is split.
         "shardCount": args.shards,
+        # --nonce (a Job parameter too) pins the nonce the tenant chose for this run.
+        "nonce": args.nonce,
         "workloadDigest": current_workload().digest if args.this_workload else args.workload_digest,
     }
     document.update({key: value for key, value in optional.items() if value is not None})

@@ -58,6 +58,12 @@ def add_job_arguments(
         "that send no certificates",
     )
     parser.add_argument(
+        "--nonce",
+        metavar="TEXT",
+        help="the tenant's nonce for this run, bound into REPORT_DATA (the tenant pins it with "
+        "`expected --nonce`)",
+    )
+    parser.add_argument(
         "--shards",
         type=int,
         metavar="N",
@@ -91,4 +97,5 @@ def replay_spec(args: argparse.Namespace, *, checksum: str, flag: str = "--corpu
         publish_token_secret=args.publish_token_secret,
         endorsement_secret=args.endorsement_secret,
         shards=args.shards,
+        nonce=args.nonce,
     )

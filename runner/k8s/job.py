@@ -20,7 +20,9 @@ from typing import Any, Final, Literal
 
 from attestation.contracts import (
     MAX_SHARD_COUNT,
+    NONCE_RULE,
     RUN_ID_GRAMMAR,
+    is_nonce,
     is_run_id,
     is_sha256_digest,
     is_tenant_id,
@@ -242,6 +244,8 @@ class ReplaySpec:
     shards: int | None = None
     #: How many indices run at once (default: all of them). Not part of the pod or its policy.
     parallelism: int | None = None
+    #: The tenant's nonce, bound into REPORT_DATA (``run --nonce``): its freshness pin.
+    nonce: str | None = None
     #: Data the /tmp emptyDir must hold (the corpus download and its unpacked copy).
     scratch_size: str = DEFAULT_SCRATCH_SIZE
     #: Size of the kubelet filesystem on the replay nodes (block-encrypted emptyDir overhead).
@@ -259,6 +263,8 @@ class ReplaySpec:
             raise UsageError(f"namespace {self.namespace!r} is not a DNS-1123 label")
         if self.runtime_class is not None and not _RUNTIME_CLASS.fullmatch(self.runtime_class):
             raise UsageError(f"runtime class {self.runtime_class!r} is not a valid name")
+        if self.nonce is not None and not is_nonce(self.nonce):
+            raise UsageError(f"--nonce {self.nonce[:80]!r}: must be {NONCE_RULE}")
         if type(self.cpu) is not int or not 1 <= self.cpu <= 64:
             raise UsageError(
                 f"cpu must be a whole number of vCPUs from 1 to 64, got {self.cpu!r} "
@@ -473,6 +479,8 @@ def _pod_spec(spec: ReplaySpec, profile: OverlayProfile) -> dict[str, Any]:
         "/dev/termination-log",
         "--frame-envelope",
     ]
+    if spec.nonce is not None:
+        args += ["--nonce", spec.nonce]
     if spec.shards is not None:
         # The same for every index: each pod's index is JOB_COMPLETION_INDEX, which the Job
         # controller adds to the container (the agent policy admits exactly 0..shards-1).

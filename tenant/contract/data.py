@@ -231,7 +231,8 @@ CONTRACT: Final = Contract(
             "operator's statement (a guest cannot read its own image digest); the image is "
             "enforced through init-data's image policy, i.e. HOST_DATA. They pin nothing "
             "outside the guest: the host, other tenants' jobs, or when the replay ran (the "
-            "report carries no trusted time; use `binding.nonce` for freshness).",
+            "report carries no trusted time: the tenant pins a nonce of its own choosing, "
+            "`submit --nonce N` and `expected --nonce N`, for freshness).",
             hosted=Availability.YES,
         ),
     ),

@@ -53,6 +53,7 @@ EXPECTATION_CHECKS = [
     "expectation.result-digest",
     "expectation.evaluation-digest",
     "expectation.image-digest",
+    "expectation.nonce",
     "expectation.shard",
 ]
 
