@@ -7,8 +7,9 @@ replay pod, the Kubernetes operator commands and the publication service. A chan
 grammar or a limit is one edit, and no two components can disagree on it.
 
 Identifiers
-    :data:`RunId` (``[A-Za-z0-9._-]{1,128}``), :data:`TenantId` (a DNS label: it appears in
-    Kubernetes names and URL paths) and :data:`Sha256Digest` (``sha256:`` + 64 lowercase hex)
+    :data:`RunId` (``[A-Za-z0-9._-]{1,128}``, not ``.`` or ``..``), :data:`TenantId` (a DNS
+    label: it appears in Kubernetes names and URL paths) and :data:`Sha256Digest` (``sha256:``
+    + 64 lowercase hex)
     are pydantic types; :func:`is_run_id`, :func:`is_tenant_id` and :func:`is_sha256_digest`
     test plain strings with the same regular expressions.
 
@@ -84,9 +85,16 @@ from attestation.errors import MalformedError
 
 # -- identifiers ------------------------------------------------------------------------------
 
-#: The grammar of a run ID, as shown in messages.
-RUN_ID_GRAMMAR: Final = "[A-Za-z0-9._-]{1,128}"
-RUN_ID_PATTERN: Final = rf"^{RUN_ID_GRAMMAR}$"
+#: The grammar of a run ID, as shown in messages. "." and ".." are refused: a run ID names
+#: files and URL path segments, where they mean this and the parent directory.
+RUN_ID_GRAMMAR: Final = "[A-Za-z0-9._-]{1,128}, not '.' or '..'"
+#: The same without look-ahead (pydantic's regex engine has none): a first character other
+#: than '.', or '.' and then another character, or '..' and at least one more.
+RUN_ID_PATTERN: Final = (
+    r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}"
+    r"|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}"
+    r"|\.\.[A-Za-z0-9._-]{1,126})$"
+)
 #: Tenants are DNS labels: they appear in Kubernetes object names, labels and URL paths.
 TENANT_ID_PATTERN: Final = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 SHA256_DIGEST_PATTERN: Final = r"^sha256:[0-9a-f]{64}$"

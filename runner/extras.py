@@ -9,7 +9,8 @@ extra          packages                         commands
 ============== ================================ ==========================================
 ``kubernetes`` kubernetes, PyYAML               ``submit``, ``status``, ``collect``,
                                                 ``cancel``, ``list``
-``server``     fastapi, uvicorn, psycopg        ``serve``, ``token create``
+``server``     starlette, uvicorn, httptools,   ``serve``, ``server backup``, ``token``
+               psycopg
 ============== ================================ ==========================================
 
 A command imports the modules of its extra inside :func:`extra_required`; if exactly one of
@@ -32,7 +33,7 @@ Extra = Literal["kubernetes", "server"]
 EXTRA_MODULES: Final[Mapping[Extra, frozenset[str]]] = MappingProxyType(
     {
         "kubernetes": frozenset({"kubernetes", "yaml"}),
-        "server": frozenset({"fastapi", "uvicorn", "psycopg", "psycopg_binary"}),
+        "server": frozenset({"starlette", "uvicorn", "httptools", "psycopg", "psycopg_binary"}),
     }
 )
 _LABELS: Final[Mapping[Extra, str]] = MappingProxyType(

@@ -1,7 +1,7 @@
 """The tenant's tools that need the network, and the one HTTP client module.
 
 Depends on ``attestation`` (the pure verifier), ``requests`` and ``structlog``; never on
-``runner``, ``kubernetes``, FastAPI or psycopg, so a tenant can install and use it alone
+``runner``, ``kubernetes``, Starlette, uvicorn or psycopg, so a tenant can install and use it alone
 (a test enforces it). ``runner`` uses :mod:`tenant.http` and :mod:`tenant.fsutil` too
 (``runner`` may import ``tenant``, never the reverse).
 

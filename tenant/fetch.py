@@ -2,9 +2,11 @@
 
 State kept in the output directory (each file written atomically, the checkpoint last):
 ``log-key.pub`` (the pinned verifier key), ``checkpoint`` (the last verified signed note),
-``envelopes/sha256-<hex>.json`` (exact bytes) and ``index.json`` (log index -> digest, run).
-Each fetch verifies the new checkpoint's signature with the pinned key, its consistency with
-the kept checkpoint, and every new entry's inclusion proof; any failure is tampering.
+``envelopes/sha256-<hex>.json`` (exact bytes) and ``index.json`` (log index -> digest, run,
+shard). Each fetch verifies the new checkpoint's signature with the pinned key, its
+consistency with the kept checkpoint, and every new entry's inclusion proof; any failure is
+tampering. So is a log holding two envelopes for one run (or one shard of a run): the service
+never logs a replacement, so a second one means the operator rewrote which envelope a run has.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Final
 import structlog
 
 from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
-from attestation.envelope.model import parse_envelope
+from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.transparency.checkpoint import (
     Checkpoint,
@@ -189,11 +191,12 @@ def fetch_tenant(
                 )
             for offset, encoded in enumerate(raw_entries):
                 position = page_start + offset
-                digest, run_id = _fetch_entry(
+                digest, run_id, shard = _fetch_entry(
                     api, out_dir, tenant=tenant, position=position, encoded=encoded, new=new
                 )
-                index[str(position)] = {"digest": digest, "runId": run_id}
+                index[str(position)] = {"digest": digest, "runId": run_id, "shard": shard}
                 new_digests.append(digest)
+    _check_one_envelope_per_run(index, out_dir)
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
@@ -254,7 +257,7 @@ def _check_consistency(api: _Api, old: Checkpoint, new: Checkpoint) -> None:
 
 def _fetch_entry(
     api: _Api, out_dir: Path, *, tenant: str, position: int, encoded: object, new: Checkpoint
-) -> tuple[str, str]:
+) -> tuple[str, str, int | None]:
     try:
         raw = base64.b64decode(str(encoded), validate=True)
         entry = LogEntry.from_bytes(raw)
@@ -272,14 +275,44 @@ def _fetch_entry(
     if sha256_digest(data) != entry.envelope:
         raise TamperingError(f"envelope {entry.envelope} (entry {position}) has other bytes")
     try:
-        envelope = parse_envelope(data)
+        envelope = parse_any_envelope(data)
     except MalformedError as exc:
         raise TamperingError(f"envelope {entry.envelope} is not a valid envelope: {exc}") from exc
     if envelope.tenant != tenant or envelope.run_id != entry.run_id:
         raise TamperingError(f"envelope {entry.envelope} does not match its log entry {position}")
-    hex_digest = entry.envelope.removeprefix("sha256:")
-    atomic_write(out_dir / "envelopes" / f"sha256-{hex_digest}.json", data)
-    return entry.envelope, entry.run_id
+    atomic_write(_envelope_path(out_dir, entry.envelope), data)
+    return entry.envelope, entry.run_id, shard_index(envelope)
+
+
+def _envelope_path(out_dir: Path, digest: str) -> Path:
+    return out_dir / "envelopes" / f"sha256-{digest.removeprefix('sha256:')}.json"
+
+
+def _check_one_envelope_per_run(index: dict[str, Any], out_dir: Path) -> None:
+    """Tampering when two log entries publish one run (or one shard of a run)."""
+    first: dict[tuple[str, int | None], int] = {}
+    for position in sorted(index, key=int):
+        item = index[position]
+        if "shard" not in item:  # kept by an older tenant fetch: read its envelope once
+            item["shard"] = _kept_shard(out_dir, str(item["digest"]))
+        shard = item["shard"]
+        key = (str(item["runId"]), None if shard is None else int(shard))
+        if key in first:
+            what = f"run {key[0]!r}" if shard is None else f"shard {shard} of run {key[0]!r}"
+            raise TamperingError(
+                f"log entries {first[key]} and {position} both publish {what} "
+                f"({index[str(first[key])]['digest']} and {item['digest']}): the service "
+                "never logs a second envelope for a run, so the run's envelope was replaced"
+            )
+        first[key] = int(position)
+
+
+def _kept_shard(out_dir: Path, digest: str) -> int | None:
+    path = _envelope_path(out_dir, digest)
+    try:
+        return shard_index(parse_any_envelope(path.read_bytes()))
+    except (OSError, MalformedError) as exc:
+        raise TenantInputError(f"kept envelope {path} cannot be read: {exc}") from exc
 
 
 def _load_index(out_dir: Path) -> dict[str, Any]:

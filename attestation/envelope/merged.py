@@ -82,6 +82,15 @@ class MergedEnvelope(WireModel):
 AnyEnvelope = Envelope | MergedEnvelope
 
 
+def shard_index(envelope: AnyEnvelope) -> int | None:
+    """Which part of its run an envelope stands for: a shard envelope its shard's index, an
+    unsharded or merged envelope the whole run (None). A publication log holds at most one
+    envelope per (run ID, part)."""
+    if isinstance(envelope, MergedEnvelope) or envelope.binding.shard is None:
+        return None
+    return envelope.binding.shard.index
+
+
 def parse_any_envelope(data: bytes) -> AnyEnvelope:
     """An envelope of either kind from its JSON bytes, as strictly as :func:`parse_envelope`
     (at most :data:`MAX_ENVELOPE_BYTES` and :data:`MAX_ENVELOPE_JSON_ITEMS`, counted before

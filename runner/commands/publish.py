@@ -1,8 +1,10 @@
-"""``publish``, ``serve``, ``token create`` and ``tenant fetch``: envelope publication."""
+"""``publish``, ``serve``, ``server backup``, ``token`` and ``tenant fetch``: envelope
+publication."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,16 +13,21 @@ from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_tenant_id
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
+    PathArgument,
     add_actions,
     add_ca_bundle,
     add_command,
+    input_dir,
     input_file,
     output_dir,
+    output_file,
 )
 from runner.errors import InputError, PublishError, UsageError
 from runner.exit_codes import Family
 from runner.extras import extra_required
+from tenant.errors import TenantUsageError
 from tenant.http import HttpClient, read_token
+from tenant.paths import check_input_dir
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -29,8 +36,46 @@ if TYPE_CHECKING:
 def register(subparsers: Subparsers) -> None:
     _register_publish(subparsers)
     _register_serve(subparsers)
+    _register_server(subparsers)
     _register_token(subparsers)
     _register_tenant(subparsers)
+
+
+def _check_state_dir(path: Path, label: str) -> Path:
+    """The service's state directory: an existing one (written only when something in it
+    changes, so it may be on a read-only filesystem) or a new one in an existing directory
+    (created after the port is bound)."""
+    if path.exists():
+        return check_input_dir(path, label)
+    if not path.parent.is_dir():
+        raise TenantUsageError(f"{label} {path}: directory {path.parent} does not exist")
+    return path
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
+    return value
+
+
+def _connections(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count from 1 to 1000000")
+    return int(text)
+
+
+def _rate(text: str) -> str:
+    from runner.publish.ratelimit import Rate
+
+    try:
+        Rate.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def _register_publish(subparsers: Subparsers) -> None:
@@ -91,10 +136,10 @@ live in the state directory unless --db and --log-signing-key say otherwise.""",
     parser.add_argument("--port", type=int, default=8443, help="port to listen on")
     parser.add_argument(
         "--state-dir",
-        type=output_dir("--state-dir", create=True),
+        type=PathArgument("--state-dir", _check_state_dir),
         metavar="DIR",
-        help="keys and the SQLite database live here (default: $ATTESTED_REPLAY_STATE_DIR/"
-        "server, else $XDG_DATA_HOME/attested-replay/server, else "
+        help="the log key, the head journal and the SQLite database live here (default: "
+        "$ATTESTED_REPLAY_STATE_DIR/server, else $XDG_DATA_HOME/attested-replay/server, else "
         "~/.local/share/attested-replay/server)",
     )
     parser.add_argument(
@@ -140,7 +185,88 @@ live in the state directory unless --db and --log-signing-key say otherwise.""",
         metavar="SIZE",
         help="largest corpus export accepted, e.g. 256M or 2G (default: 256M)",
     )
+    parser.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="a client has this long to send a request line and headers",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="a client has this long to send a request body once its headers are in "
+        "(60 s is 16 MiB at 280 KB/s)",
+    )
+    parser.add_argument(
+        "--keep-alive",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="an idle keep-alive connection is closed after this long",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_connections,
+        default=1024,
+        metavar="N",
+        help="connections open at once (always below the process's descriptor limit); over "
+        "it the longest idle one is closed",
+    )
+    parser.add_argument(
+        "--rate-limit",
+        type=_rate,
+        default="5000/s",
+        metavar="RATE",
+        help="requests per token, as N/s, N/min or N/h, in bursts of twice that; 0 for none",
+    )
+    parser.add_argument(
+        "--adopt-database-heads",
+        action="store_true",
+        help="accept the signed heads the database records although this state directory's "
+        "head journal does not know them (a new state directory for an existing database); "
+        "check first that the database is the right one",
+    )
     parser.set_defaults(handler=_serve)
+
+
+def _register_server(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
+        "server",
+        summary="maintain the publication service's data",
+        description="What an operator runs beside `serve`.",
+        family=Family.PUBLICATION,
+    )
+    actions = add_actions(parser)
+    backup = add_command(
+        actions,
+        "backup",
+        summary="write a consistent copy of the SQLite database while the service runs",
+        description="""\
+SQLite's online backup API copies one committed state; the copy is checked and made durable
+before it gets its name (an existing file is never overwritten). PostgreSQL: use pg_dump
+(docs/publishing.md, Backups). Back up the log signing key too; never restore the head
+journal.""",
+        family=Family.PUBLICATION,
+    )
+    backup.add_argument(
+        "--out", required=True, type=output_file("--out"), metavar="FILE", help="the backup file"
+    )
+    backup.add_argument(
+        "--state-dir",
+        type=input_dir("--state-dir"),
+        metavar="DIR",
+        help="the service's state directory (default: serve's)",
+    )
+    backup.add_argument(
+        "--db",
+        metavar="FILE",
+        help="the SQLite database (default: publish.sqlite3 in the state directory)",
+    )
+    backup.set_defaults(handler=_server_backup)
 
 
 def _register_token(subparsers: Subparsers) -> None:
@@ -164,13 +290,39 @@ def _register_token(subparsers: Subparsers) -> None:
     create.add_argument(
         "--role", required=True, choices=["operator", "tenant"], help="what the token may do"
     )
-    create.add_argument(
-        "--db",
-        required=True,
-        metavar="LOCATION",
-        help="the service's SQLite file or postgresql:// DSN",
-    )
+    database_help = "the service's SQLite file or postgresql:// DSN (default: serve's)"
+    create.add_argument("--db", metavar="LOCATION", help=database_help)
     create.set_defaults(handler=_token_create)
+    revoke = add_command(
+        actions,
+        "revoke",
+        summary="revoke a token",
+        description="Every service process refuses it (401) within 2 seconds; the row stays, "
+        "for the audit trail.",
+        family=Family.PUBLICATION,
+    )
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--token-file",
+        type=input_file("--token-file"),
+        metavar="FILE",
+        help="file holding the token to revoke",
+    )
+    which.add_argument(
+        "--id", dest="token_id", metavar="ID", help="the token's id, as `token list` shows it"
+    )
+    revoke.add_argument("--db", metavar="LOCATION", help=database_help)
+    revoke.set_defaults(handler=_token_revoke)
+    listing = add_command(
+        actions,
+        "list",
+        summary="list tokens: id, tenant, role, created, revoked",
+        description="The id is the first 12 hex digits of the token's SHA-256, as the audit "
+        "log names it.",
+        family=Family.PUBLICATION,
+    )
+    listing.add_argument("--db", metavar="LOCATION", help=database_help)
+    listing.set_defaults(handler=_token_list)
 
 
 def _register_tenant(subparsers: Subparsers) -> None:
@@ -287,62 +439,147 @@ def _run_id_of(data: bytes, path: Path) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     with extra_required("serve", "server"):
-        import uvicorn
-
-        from runner.publish.corpus_routes import corpus_routes
-        from runner.publish.corpus_store import open_corpus_store
-        from runner.publish.panel import panel_routes
-        from runner.publish.server import create_app
+        from runner.publish.guard import ConnectionLimits
+        from runner.publish.ratelimit import Rate
         from runner.publish.service import (
             DEFAULT_LOG_NAME,
             ServiceConfig,
             default_state_dir,
-            open_service,
+            serve,
         )
 
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise UsageError("--tls-cert and --tls-key go together")
     config = ServiceConfig(
         state_dir=args.state_dir or default_state_dir(),
         database=args.db,
         signing_key=args.log_signing_key,
         log_name=args.log_name or os.environ.get("ATTESTED_REPLAY_LOG_NAME") or DEFAULT_LOG_NAME,
         sqlite_synchronous=args.sqlite_synchronous.upper(),
+        adopt_database_heads=args.adopt_database_heads,
+        rate_limit=Rate.parse(args.rate_limit),
+        limits=ConnectionLimits(
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            keep_alive=args.keep_alive,
+            max_connections=args.max_connections,
+        ),
+        max_corpus_export_bytes=args.max_corpus_export_bytes,
     )
-    storage, signer = open_service(config)
-    print(f"log verifier key (tenants pin this): {signer.verifier_key.encode()}", flush=True)
-    store = open_corpus_store(config.storage_location())
-    extra_routes = [
-        *corpus_routes(storage, store, max_bytes=args.max_corpus_export_bytes),
-        *panel_routes(storage, store),
-    ]
-    app = create_app(storage, signer, log_name=config.log_name, extra_routes=extra_routes)
-    try:
-        uvicorn.run(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level="warning",
-            ssl_certfile=args.tls_cert,
-            ssl_keyfile=args.tls_key,
-        )
-    finally:
-        storage.close()
+    serve(
+        config,
+        host=args.host,
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        say=lambda line: print(line, flush=True),
+    )
     return 0
+
+
+def _server_backup(args: argparse.Namespace) -> int:
+    with extra_required("server backup", "server"):
+        from runner.publish.backup import backup_sqlite
+        from runner.publish.service import DATABASE_FILE, default_state_dir
+        from runner.publish.storage import StorageError, is_postgres_location
+
+    location = args.db or str((args.state_dir or default_state_dir()) / DATABASE_FILE)
+    if is_postgres_location(location):
+        raise UsageError(
+            "--db: server backup copies SQLite files; back up PostgreSQL with pg_dump "
+            "(docs/publishing.md, 'Backups')"
+        )
+    try:
+        sizes = backup_sqlite(Path(location), args.out)
+    except StorageError as exc:
+        raise PublishError(f"backup of {location} failed: {exc}") from exc
+    logs = ", ".join(f"{tenant} {size}" for tenant, size in sorted(sizes.items())) or "none"
+    print(f"backup of {location} written to {args.out} (log entries per tenant: {logs})")
+    return 0
+
+
+def _token_database(args: argparse.Namespace) -> str:
+    """The token commands' database: --db, else the one ``serve`` uses by default (the
+    caller imported the server extra)."""
+    from runner.publish.service import DATABASE_FILE, default_state_dir
+    from runner.publish.storage import is_postgres_location
+
+    location = str(args.db or default_state_dir() / DATABASE_FILE)
+    if not is_postgres_location(location) and not Path(location).parent.is_dir():
+        raise UsageError(f"--db {location}: directory {Path(location).parent} does not exist")
+    return location
 
 
 def _token_create(args: argparse.Namespace) -> int:
     with extra_required("token create", "server"):
-        from runner.publish.storage import Role, open_storage
+        import runner.publish.service  # noqa: F401 - the whole extra, before _token_database
+        from runner.publish.storage import Role, StorageError, open_storage
         from runner.publish.tokens import create_token
 
     if not is_tenant_id(args.tenant):
         raise UsageError(f"tenant {args.tenant!r} is not a tenant id (a DNS label)")
-    storage = open_storage(args.db)
+    location = _token_database(args)
     try:
-        print(create_token(storage, args.tenant, Role(args.role)))
-    finally:
-        storage.close()
+        storage = open_storage(location)
+        try:
+            print(create_token(storage, args.tenant, Role(args.role)))
+        finally:
+            storage.close()
+    except StorageError as exc:
+        raise PublishError(f"cannot store the token in {location}: {exc}") from exc
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    with extra_required("token revoke", "server"):
+        import runner.publish.service  # noqa: F401 - the whole extra, before _token_database
+        from runner.publish.storage import StorageError, open_storage
+        from runner.publish.tokens import ID_HEX, hash_token, token_id
+
+    if args.token_file is not None:
+        prefix = hash_token(read_token(args.token_file))
+    else:
+        prefix = args.token_id.strip().lower()
+        if len(prefix) < ID_HEX or any(c not in "0123456789abcdef" for c in prefix):
+            raise UsageError(
+                f"--id {args.token_id}: give at least {ID_HEX} hex digits of the token's id "
+                "(see `attested-replay token list`)"
+            )
+    location = _token_database(args)
+    try:
+        storage = open_storage(location)
+        try:
+            revoked = storage.revoke_tokens(prefix)
+        finally:
+            storage.close()
+    except StorageError as exc:
+        raise PublishError(f"cannot revoke in {location}: {exc}") from exc
+    if not revoked:
+        raise UsageError(f"no unrevoked token matches {prefix[:ID_HEX]} in {location}")
+    for record in revoked:
+        print(f"revoked {token_id(record.token_hash)} ({record.tenant}, {record.role.value})")
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    with extra_required("token list", "server"):
+        import runner.publish.service  # noqa: F401 - the whole extra, before _token_database
+        from runner.publish.storage import StorageError, open_storage
+        from runner.publish.tokens import token_id
+
+    location = _token_database(args)
+    try:
+        storage = open_storage(location)
+        try:
+            records = storage.tokens()
+        finally:
+            storage.close()
+    except StorageError as exc:
+        raise PublishError(f"cannot read {location}: {exc}") from exc
+    print("id            tenant  role      created               revoked")
+    for record in records:
+        print(
+            f"{token_id(record.token_hash)}  {record.tenant}  {record.role.value:8}  "
+            f"{record.created_at or '-':20}  {record.revoked_at or '-'}"
+        )
     return 0
 
 

@@ -2,10 +2,12 @@
 
 An envelope that could not be delivered (an outage after all retries, a refusal, an exception)
 is written to the spool before the error propagates; ``publish --flush`` delivers the spool
-later and removes an item only once its target confirmed it. HTTP delivery is two
-idempotent PUTs (``docs/publishing.md``): the envelope under its digest, then the write-once
-``runs/{runId}`` pointer. Connection errors, 429 and 5xx are retried with exponential
-backoff, honouring ``Retry-After`` (the policy of ``tenant.http``).
+later and removes an item only once its target confirmed it. HTTP delivery is one idempotent
+PUT of the envelope under its digest (``docs/publishing.md``); the service sets the run's
+write-once pointer in the same transaction and answers with the log receipt (a service too old
+to do so gets the ``runs/{runId}`` PUT as well). Connection errors, 429 and 5xx other than 507
+are retried with exponential backoff, honouring ``Retry-After`` (the policy of
+``tenant.http``); 507 (the service's storage is full) is spooled at once.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from attestation.contracts import RUN_ID_GRAMMAR, is_run_id, is_tenant_id, sha256_digest
-from attestation.envelope.model import parse_envelope
+from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.transparency.checkpoint import CheckpointError, parse_signed_note
 from attestation.transparency.entries import LogEntry
@@ -86,7 +88,7 @@ def _check_envelope(envelope_bytes: bytes, tenant: str, run_id: str) -> None:
     if not is_run_id(run_id):
         raise UsageError(f"run id {run_id!r} must match {RUN_ID_GRAMMAR}")
     try:
-        envelope = parse_envelope(envelope_bytes)
+        envelope = parse_any_envelope(envelope_bytes)
     except MalformedError as exc:
         raise InputError(f"not a valid attestation envelope: {exc}") from exc
     if envelope.tenant != tenant or envelope.run_id != run_id:
@@ -199,9 +201,21 @@ def _directory_of(target: str) -> Path:
 
 
 def _deliver_to_directory(item: SpoolItem, data: bytes, target: str) -> PublishOutcome:
-    """``<root>/<tenant>/envelopes/sha256-<hex>.json`` and ``<root>/<tenant>/runs/<runId>``."""
+    """``<root>/<tenant>/envelopes/sha256-<hex>.json`` and the run pointer:
+    ``<root>/<tenant>/runs/<runId>``, or ``<root>/<tenant>/shards/<runId>/<index>`` for a
+    shard envelope."""
     root = _directory_of(target) / item.tenant
     path = root / "envelopes" / f"sha256-{item.digest.removeprefix('sha256:')}.json"
+    shard = shard_index(parse_any_envelope(data))  # checked before it was spooled
+    run_path = root / "runs" / item.run_id
+    what = f"run {item.run_id!r}"
+    if shard is not None:
+        run_path = root / "shards" / item.run_id / str(shard)
+        what = f"shard {shard} of run {item.run_id!r}"
+    if run_path.exists():  # checked first: another envelope for this run is not stored
+        existing = run_path.read_text(encoding="utf-8").strip()
+        if existing != item.digest:
+            raise DeliveryError(f"{what} already points to {existing}")
     status: Status = "created"
     if path.exists():
         if path.read_bytes() != data:
@@ -209,12 +223,7 @@ def _deliver_to_directory(item: SpoolItem, data: bytes, target: str) -> PublishO
         status = "already-present"
     else:
         atomic_write(path, data)
-    run_path = root / "runs" / item.run_id
-    if run_path.exists():
-        existing = run_path.read_text(encoding="utf-8").strip()
-        if existing != item.digest:
-            raise DeliveryError(f"run {item.run_id!r} already points to {existing}")
-    else:
+    if not run_path.exists():
         atomic_write(run_path, item.digest.encode() + b"\n")
     return PublishOutcome(digest=item.digest, status=status, target=target)
 
@@ -237,6 +246,16 @@ def _deliver_http(item: SpoolItem, data: bytes, target: str, client: HttpClient)
         raise DeliveryError(f"envelope upload answered {_describe(response)}")
     body = _receipt(response)
     status: Status = "created" if response.status == 201 else "already-present"
+    if "runId" not in body:  # a service that does not set the run pointer with the envelope
+        _put_run_pointer(base, item, client)
+    outcome = PublishOutcome(digest=item.digest, status=status, target=target)
+    if "logIndex" in body:
+        outcome = _with_log_receipt(outcome, item, body)
+    log.info("envelope_published", digest=item.digest, status=status, target=target)
+    return outcome
+
+
+def _put_run_pointer(base: str, item: SpoolItem, client: HttpClient) -> None:
     try:
         pointer = client.put(
             f"{base}/runs/{item.run_id}",
@@ -248,11 +267,6 @@ def _deliver_http(item: SpoolItem, data: bytes, target: str, client: HttpClient)
         raise DeliveryError(f"run pointer failed: {exc}") from exc
     if pointer.status not in (200, 201):
         raise DeliveryError(f"run pointer answered {_describe(pointer)}")
-    outcome = PublishOutcome(digest=item.digest, status=status, target=target)
-    if "logIndex" in body:
-        outcome = _with_log_receipt(outcome, item, body)
-    log.info("envelope_published", digest=item.digest, status=status, target=target)
-    return outcome
 
 
 def _with_log_receipt(

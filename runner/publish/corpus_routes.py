@@ -25,9 +25,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from attestation.contracts import format_sha256, is_sha256_digest
-from runner.publish.corpus_store import CorpusStore, StoredExport, utc_now
-from runner.publish.server import ApiError, authorize_request
-from runner.publish.storage import Storage
+from runner.publish.corpus_store import CorpusStore, StoredExport
+from runner.publish.server import ApiError, Service, json_response, not_found
+from runner.publish.storage import utc_now
 from tenant.corpus_export import MEDIA_TYPE, ExportError, peek_manifest
 
 log = structlog.get_logger("attested-replay.serve")
@@ -49,23 +49,25 @@ def _export_json(export: StoredExport) -> dict[str, Any]:
 def _checked_digest(request: Request) -> str:
     digest = str(request.path_params["digest"])
     if not is_sha256_digest(digest):
-        raise ApiError(400, "the path must name the export as sha256:<64 lowercase hex>")
+        raise ApiError(
+            400, "the path must name the export as sha256:<64 lowercase hex>", reason="bad-request"
+        )
     return digest
 
 
-def corpus_routes(storage: Storage, store: CorpusStore, *, max_bytes: int) -> list[BaseRoute]:
-    """The routes, authorizing with ``storage``'s tokens and keeping exports in ``store``;
+def corpus_routes(service: Service, store: CorpusStore, *, max_bytes: int) -> list[BaseRoute]:
+    """The routes, authorizing with the service's tokens and keeping exports in ``store``;
     an upload above ``max_bytes`` is refused (413)."""
 
     async def authorize(request: Request, *, write: bool) -> str:
         tenant = str(request.path_params["tenant"])
-        await anyio.to_thread.run_sync(
-            lambda: authorize_request(storage, request, tenant, write=write)
-        )
+        await service.authorize(request, tenant, write=write)
         return tenant
 
     def too_large() -> ApiError:
-        return ApiError(413, f"a corpus export may have at most {max_bytes} bytes")
+        return ApiError(
+            413, f"a corpus export may have at most {max_bytes} bytes", reason="too-large"
+        )
 
     async def copy_body(request: Request, spool: IO[bytes]) -> tuple[str, int]:
         digest = hashlib.sha256()
@@ -81,7 +83,9 @@ def corpus_routes(storage: Storage, store: CorpusStore, *, max_bytes: int) -> li
     async def spool_body(request: Request) -> tuple[IO[bytes], str, int]:
         """The body in a temporary file (memory up to 8 MiB), its digest and size."""
         if request.headers.get("content-encoding"):
-            raise ApiError(415, "Content-Encoding is not accepted; send the exact bytes")
+            raise ApiError(
+                415, "Content-Encoding is not accepted; send the exact bytes", reason="encoding"
+            )
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
             raise too_large()
@@ -100,11 +104,13 @@ def corpus_routes(storage: Storage, store: CorpusStore, *, max_bytes: int) -> li
         body, actual, size = await spool_body(request)
         with body:
             if actual != digest:
-                raise ApiError(422, f"body digest {actual} does not match the path")
+                raise ApiError(
+                    422, f"body digest {actual} does not match the path", reason="digest-mismatch"
+                )
             try:
                 manifest = await anyio.to_thread.run_sync(lambda: peek_manifest(body))
             except ExportError as exc:
-                raise ApiError(422, f"not a corpus export: {exc}") from exc
+                raise ApiError(422, f"not a corpus export: {exc}", reason="invalid-export") from exc
             body.seek(0)
             export = StoredExport(
                 digest=digest,
@@ -127,7 +133,7 @@ def corpus_routes(storage: Storage, store: CorpusStore, *, max_bytes: int) -> li
         else:
             status = 200
         payload = {**_export_json(stored), "status": "created" if created else "already-present"}
-        return JSONResponse(payload, status_code=status, headers={"ETag": f'"{digest}"'})
+        return json_response(payload, status, {"ETag": f'"{digest}"'})
 
     async def list_exports(request: Request) -> Response:
         tenant = await authorize(request, write=False)
@@ -142,7 +148,7 @@ def corpus_routes(storage: Storage, store: CorpusStore, *, max_bytes: int) -> li
         digest = _checked_digest(request)
         export = await anyio.to_thread.run_sync(lambda: store.get(tenant, digest))
         if export is None:
-            raise ApiError(404, "not found")
+            raise not_found()
         raw = bytes.fromhex(digest.removeprefix("sha256:"))
 
         def chunks() -> Iterator[bytes]:

@@ -11,7 +11,6 @@ a digest, once stored, is never rewritten.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -54,11 +53,6 @@ class CorpusStore(Protocol):
     def chunks(self, tenant: str, digest: str) -> Iterator[bytes]: ...
     def list(self, tenant: str) -> list[StoredExport]: ...
     def close(self) -> None: ...
-
-
-def utc_now() -> str:
-    """The server clock as RFC 3339 UTC (an upload time is the operator's statement)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _read_chunks(body: IO[bytes]) -> Iterator[tuple[int, bytes]]:
@@ -160,16 +154,25 @@ class SqliteCorpusStore(_SqlCorpusStore):
     """The tables in the service's SQLite file (WAL mode, set by the service's storage);
     ``BEGIN IMMEDIATE`` serializes writers with it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self._path = path
+        # On a read-only filesystem (the service's storage found one) exports are served,
+        # not stored: the file is opened immutable, and a write fails as SQLite's READONLY.
+        self._read_only = read_only
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        connection = sqlite3.connect(self._path, timeout=60, isolation_level=None)
+        mode = "ro&immutable=1" if self._read_only else "rwc"
+        connection = sqlite3.connect(
+            f"{self._path.resolve().as_uri()}?mode={mode}",
+            uri=True,
+            timeout=60,
+            isolation_level=None,
+        )
         try:
             connection.execute("PRAGMA busy_timeout = 60000")
             connection.execute("PRAGMA synchronous = FULL")
-            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
             try:
                 yield connection
             except BaseException:
@@ -180,9 +183,23 @@ class SqliteCorpusStore(_SqlCorpusStore):
             connection.close()
 
     def initialize(self) -> None:
+        if self._read_only or self._has_tables():
+            # Nothing to create (a write a file that is briefly not writable would refuse),
+            # or nothing can be: reads answer from what is there.
+            return
         with self._transaction() as db:
             for statement in SCHEMA:
                 db.execute(statement.format(blob="BLOB"))
+
+    def _has_tables(self) -> bool:
+        if not self._path.exists():
+            return False
+        connection = sqlite3.connect(f"{self._path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        finally:
+            connection.close()
+        return {"corpus_exports", "corpus_chunks"} <= names
 
 
 class PostgresCorpusStore(_SqlCorpusStore):
@@ -206,11 +223,12 @@ class PostgresCorpusStore(_SqlCorpusStore):
                 db.execute(statement.format(blob="BYTEA"))
 
 
-def open_corpus_store(location: str) -> CorpusStore:
-    """The store in the service's database: a ``postgresql://`` DSN or a SQLite file."""
+def open_corpus_store(location: str, *, read_only: bool = False) -> CorpusStore:
+    """The store in the service's database: a ``postgresql://`` DSN or a SQLite file (which
+    the service's storage created; ``read_only`` when it is on a read-only filesystem)."""
     if location.startswith(("postgresql://", "postgres://")):
         store: CorpusStore = PostgresCorpusStore(location)
     else:
-        store = SqliteCorpusStore(Path(location))
+        store = SqliteCorpusStore(Path(location), read_only=read_only)
     store.initialize()
     return store

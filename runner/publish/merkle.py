@@ -53,6 +53,14 @@ class MerkleTree:
             height += 1
         return index
 
+    def truncate(self, size: int) -> None:
+        """Forget every leaf from ``size`` on (appends whose transaction did not commit)."""
+        self._check_size(size)
+        for height, level in enumerate(self._levels):
+            del level[size >> height :]
+        while len(self._levels) > 1 and not self._levels[-1]:
+            self._levels.pop()
+
     def leaf_hash_at(self, index: int) -> bytes:
         return self._levels[0][index]
 

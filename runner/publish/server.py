@@ -1,54 +1,108 @@
-"""The publication service: an ASGI app (FastAPI) over a :class:`~runner.publish.storage.Storage`.
+"""The publication service as an ASGI app (Starlette), one router per concern.
 
 ``docs/publishing.md`` is the API reference. Every route under ``/v1/tenants/{tenant}`` needs a
 bearer token of that tenant; a token of another tenant gets the same 404 as a missing object,
-so the API is no existence oracle.
+so the API is no existence oracle. Routers: :func:`publish_routes` (the PUTs),
+:func:`read_routes` (envelopes, runs, the listing), :func:`log_routes` (checkpoint, entries,
+proofs) and :func:`meta_routes` (public key, health). Other features (corpus exports, the trust
+panel) mount their own routes through :func:`create_app` and authorize with
+:meth:`Service.authorize` and :meth:`Service.identify`.
+
+Every error is JSON ``{"error": <message>, "reason": <code>}``: storage faults are 507 (full)
+or 503 (unavailable, with ``Retry-After``), a refused log 503 without ``Retry-After`` (an
+operator has to act).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
+import json
 import re
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-import anyio.to_thread
+import psycopg
 import structlog
-from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
-from starlette.routing import BaseRoute
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
     RUN_ID_GRAMMAR,
     Sha256Digest,
     WireModel,
-    format_sha256,
     is_run_id,
     is_sha256_digest,
     is_tenant_id,
 )
-from attestation.envelope.model import parse_envelope
+from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
-from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
-from attestation.transparency.merkle import leaf_hash
 from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.merkle import MerkleTree
-from runner.publish.storage import DigestCollisionError, Role, RunPointer, Storage
-from runner.publish.tokens import authenticate, hash_token
+from runner.publish.guard import QuietLog
+from runner.publish.log import AppendRequest, LogRefusedError, Outcome, PublicationLog, Receipt
+from runner.publish.ratelimit import RateLimiter
+from runner.publish.storage import (
+    WHOLE_RUN,
+    DigestCollisionError,
+    Role,
+    Storage,
+    StorageError,
+    StorageFullError,
+    StorageUnavailableError,
+    classify_database_error,
+)
+from runner.publish.tokens import TokenCache, hash_token, token_id
 
-MAX_RUN_BODY_BYTES = 4096
-MAX_PAGE = 1000
-#: Log entries read from storage per query while a cached tree catches up.
-_CATCH_UP_BATCH = 10_000
-CONTENT_DIGEST = re.compile(r"^\s*sha-256=:([A-Za-z0-9+/=]+):\s*$")
+MAX_RUN_BODY_BYTES: Final = 4096
+MAX_PAGE: Final = 1000
+#: The largest integer a query parameter may carry (SQLite's and PostgreSQL's BIGINT).
+MAX_QUERY_INTEGER: Final = 2**63 - 1
+#: What a client waits before retrying a store that is unavailable for now.
+RETRY_AFTER_SECONDS: Final = 5
+CONTENT_DIGEST: Final = re.compile(r"^\s*sha-256=:([A-Za-z0-9+/=]+):\s*$")
 
 log = structlog.get_logger("attested-replay.serve")
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        reason: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.headers = dict(headers or {})
+
+
+def json_response(
+    payload: object, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def not_found() -> ApiError:
+    return ApiError(404, "not found", reason="not-found")
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, message, reason="bad-request")
 
 
 class RunPointerBody(WireModel):
@@ -57,327 +111,596 @@ class RunPointerBody(WireModel):
     envelope: Sha256Digest
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
+@dataclass(frozen=True, slots=True)
+class Identity:
+    tenant: str
+    role: Role
+    token_id: str  # the token's id (first hex digits of its hash), for the audit log
 
 
-def _not_found() -> ApiError:
-    return ApiError(404, "not found")
+class Service:
+    """What every router needs: storage, the log, authorization and rate limits.
 
-
-@dataclass
-class _TenantTree:
-    tree: MerkleTree = field(default_factory=MerkleTree)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class LogView:
-    """In-memory Merkle trees, one per tenant, caught up from storage on each use.
-
-    The log is append-only, so catching up only reads entries past the cached size.
+    ``owns_storage``: :meth:`stop` closes the storage (``serve``); tests keep theirs open.
     """
 
-    def __init__(self, storage: Storage, signer: CheckpointSigner, log_name: str) -> None:
-        self._storage = storage
-        self._signer = signer
-        self._log_name = log_name
-        self._trees: dict[str, _TenantTree] = {}
-        self._trees_lock = threading.Lock()
+    def __init__(
+        self,
+        storage: Storage,
+        signer: CheckpointSigner,
+        publication_log: PublicationLog,
+        *,
+        rate_limiter: RateLimiter | None = None,
+        failure_limiter: RateLimiter | None = None,
+        owns_storage: bool = False,
+    ) -> None:
+        self.storage = storage
+        self.signer = signer
+        self.log = publication_log
+        self._tokens = TokenCache(storage)
+        self._rate = rate_limiter
+        self._failures = failure_limiter
+        self._owns_storage = owns_storage
+        self._started = False
 
-    def origin(self, tenant: str) -> str:
-        return f"{self._log_name}/t/{tenant}"
+    def start(self) -> None:
+        """Check the logs and start sequencing (once; later calls do nothing)."""
+        if not self._started:
+            self.log.start()
+            self._started = True
 
-    def _tenant(self, tenant: str) -> _TenantTree:
-        with self._trees_lock:
-            return self._trees.setdefault(tenant, _TenantTree())
+    def stop(self) -> None:
+        """Integrate what is queued, stop sequencing and, when owned, close the storage."""
+        if self._started:
+            self.log.stop()
+            self._started = False
+        if self._owns_storage:
+            self.storage.close()
 
-    def _caught_up(self, tenant: str, state: _TenantTree) -> MerkleTree:
-        tree = state.tree
-        while True:
-            batch = self._storage.log_entries(tenant, tree.size, tree.size + _CATCH_UP_BATCH)
-            for entry in batch:
-                tree.append_leaf_hash(leaf_hash(entry))
-            if len(batch) < _CATCH_UP_BATCH:
-                return tree
+    async def identify(self, request: Request) -> Identity:
+        """The caller's token: 401 without a valid one, 429 over the rate limit."""
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        record = None
+        if scheme.lower() == "bearer" and token:
+            token_hash = hash_token(token)
+            record = self._tokens.cached(token_hash)
+            if record is None:
+                record = await asyncio.to_thread(self._tokens.lookup, token_hash)
+        if record is None:
+            address = request.client.host if request.client else "unknown"
+            self._limit(self._failures, f"address:{address}", "failed authentications")
+            raise ApiError(
+                401,
+                "a valid bearer token is required",
+                reason="unauthenticated",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        self._limit(self._rate, record.token_hash, "requests with this token")
+        return Identity(record.tenant, record.role, token_id(record.token_hash))
 
-    def snapshot(self, tenant: str, proof_for: int | None = None) -> dict[str, Any]:
-        """The current signed checkpoint and, when asked, an inclusion proof under it."""
-        state = self._tenant(tenant)
-        with state.lock:
-            tree = self._caught_up(tenant, state)
-            size = tree.size
-            note = self._signer.sign(Checkpoint(self.origin(tenant), size, tree.root(size)))
-            result: dict[str, Any] = {"treeSize": size, "checkpoint": note}
-            if proof_for is not None:
-                result["logIndex"] = proof_for
-                result["inclusionProof"] = _b64_list(tree.inclusion_proof(proof_for, size))
-            return result
+    async def authorize(self, request: Request, tenant: str, *, write: bool) -> Identity:
+        """The caller's identity on ``tenant``'s paths: 401 without a valid token, 404 for
+        another tenant (the answer for a missing object: no existence oracle), 403 for a
+        write with a read-only token, 429 over the rate limit."""
+        identity = await self.identify(request)
+        if identity.tenant != tenant or not is_tenant_id(tenant):
+            raise not_found()
+        if write and identity.role is not Role.OPERATOR:
+            raise ApiError(403, "this token may read, not publish", reason="forbidden")
+        return identity
 
-    def with_tree(self, tenant: str) -> tuple[MerkleTree, threading.Lock]:
-        state = self._tenant(tenant)
-        with state.lock:
-            self._caught_up(tenant, state)
-        return state.tree, state.lock
+    @staticmethod
+    def _limit(limiter: RateLimiter | None, key: str, what: str) -> None:
+        if limiter is None:
+            return
+        wait = limiter.acquire(key)
+        if wait > 0:
+            raise ApiError(
+                429,
+                f"too many {what}: at most {limiter.rate.per_second:g} per second",
+                reason="rate-limited",
+                headers={"Retry-After": str(max(1, round(wait)))},
+            )
 
 
-def _b64_list(hashes: list[bytes]) -> list[str]:
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _bound(handler: Callable[[Service, Request], Awaitable[Response]], service: Service) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        return await handler(service, request)
+
+    return endpoint
+
+
+def query_int(
+    request: Request,
+    name: str,
+    *,
+    default: int | None = None,
+    minimum: int = 0,
+    maximum: int = MAX_QUERY_INTEGER,
+) -> int:
+    """An integer query parameter within [minimum, maximum]; 400 naming it otherwise."""
+    text = request.query_params.get(name)
+    if text is None:
+        if default is None:
+            raise bad_request(f"query parameter {name!r} is required")
+        return default
+    if not (text.isascii() and text.isdigit()) or not minimum <= int(text) <= maximum:
+        raise bad_request(
+            f"query parameter {name!r} must be an integer from {minimum} to {maximum}"
+        )
+    return int(text)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it exceeds ``limit`` bytes."""
+    if request.headers.get("content-encoding"):
+        raise ApiError(
+            415, "Content-Encoding is not accepted; send the exact bytes", reason="encoding"
+        )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"body exceeds {limit} bytes", reason="too-large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"body exceeds {limit} bytes", reason="too-large")
+    return bytes(body)
+
+
+def _b64(hashes: Sequence[bytes]) -> list[str]:
     return [base64.b64encode(h).decode() for h in hashes]
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
+def _checked_digest(digest: str, what: str = "envelope") -> str:
+    if not is_sha256_digest(digest):
+        raise bad_request(f"the path must name the {what} as sha256:<64 lowercase hex>")
+    return digest
 
 
-def identify_request(storage: Storage, request: Request) -> tuple[str, Role]:
-    """The (tenant, role) of the request's bearer token; 401 without a known token."""
-    token = _bearer(request)
-    identity = None if token is None else authenticate(storage, token)
-    if identity is None:
-        raise ApiError(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
-    return identity
+def _checked_run_id(run_id: str) -> str:
+    if not is_run_id(run_id):
+        raise bad_request(f"run id {run_id[:140]!r} must match {RUN_ID_GRAMMAR}")
+    return run_id
 
 
-def authorize_request(storage: Storage, request: Request, tenant: str, *, write: bool) -> Role:
-    """The role of the request's token on ``tenant``'s paths: 401 without a known token, 404
-    for another tenant (the answer for a missing object: no existence oracle), 403 for a
-    write with a read-only token."""
-    token_tenant, role = identify_request(storage, request)
-    if token_tenant != tenant or not is_tenant_id(tenant):
-        raise _not_found()
-    if write and role is not Role.OPERATOR:
-        raise ApiError(403, "this token may read, not publish")
-    return role
+# -- publishing -----------------------------------------------------------------------------
 
 
-def create_app(
-    storage: Storage,
-    signer: CheckpointSigner,
-    *,
-    log_name: str,
-    extra_routes: Sequence[BaseRoute] = (),
-) -> FastAPI:
-    """The publication service for ``storage``, signing checkpoints with ``signer``;
-    ``extra_routes``: other features' routers (corpus exports, the trust panel)."""
-    app = FastAPI(title="attested-replay publication service", docs_url=None, redoc_url=None)
-    logs = LogView(storage, signer, log_name)
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
-
-    def authorize(request: Request, tenant: str, *, write: bool) -> None:
-        authorize_request(storage, request, tenant, write=write)
-
-    async def authorize_async(request: Request, tenant: str, *, write: bool) -> str:
-        """Authorize in a worker thread; return the token hash prefix for the audit log."""
-        await anyio.to_thread.run_sync(lambda: authorize(request, tenant, write=write))
-        return hash_token(_bearer(request) or "")[:12]
-
-    def checked_digest(digest: str) -> str:
-        if not is_sha256_digest(digest):
-            raise ApiError(400, "the path must name the envelope as sha256:<64 lowercase hex>")
-        return digest
-
-    async def read_body(request: Request, limit: int) -> bytes:
-        if request.headers.get("content-encoding"):
-            raise ApiError(415, "Content-Encoding is not accepted; send the exact bytes")
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise ApiError(413, f"body exceeds {limit} bytes")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise ApiError(413, f"body exceeds {limit} bytes")
-        return bytes(body)
-
-    @app.get("/v1/log/public-key", response_class=PlainTextResponse)
-    def public_key() -> str:
-        """The log's verifier key. Tenants pin a copy received out of band, not this answer."""
-        return signer.verifier_key.encode() + "\n"
-
-    @app.put("/v1/tenants/{tenant}/envelopes/{digest}")
-    async def put_envelope(request: Request, tenant: str, digest: str) -> Response:
-        token_id = await authorize_async(request, tenant, write=True)
-        checked_digest(digest)
-        body = await read_body(request, MAX_ENVELOPE_BYTES)
-        actual = hashlib.sha256(body).digest()
-        match = CONTENT_DIGEST.fullmatch(request.headers.get("content-digest", ""))
-        if match is None:
-            raise ApiError(400, "Content-Digest: sha-256=:<base64>: is required")
-        if match.group(1) != base64.b64encode(actual).decode():
-            raise ApiError(422, "Content-Digest does not match the body")
-        if digest != format_sha256(actual):
-            raise ApiError(422, f"body digest {format_sha256(actual)} does not match the path")
-        try:
-            envelope = parse_envelope(body)
-        except MalformedError as exc:
-            raise ApiError(422, f"not a valid envelope: {exc}") from exc
-        if envelope.tenant != tenant:
-            raise ApiError(422, f"envelope tenant {envelope.tenant!r} is not {tenant!r}")
-        entry = LogEntry(tenant=tenant, run_id=envelope.run_id, envelope=digest).to_bytes()
-
-        def store() -> tuple[bool, dict[str, Any]]:
-            try:
-                result = storage.publish_envelope(tenant, digest, body, entry)
-            except DigestCollisionError as exc:
-                raise ApiError(500, "stored bytes under this digest differ") from exc
-            return result.created, logs.snapshot(tenant, proof_for=result.log_index)
-
-        created, proof = await anyio.to_thread.run_sync(store)
-        log.info(
-            "envelope_put",
-            token=token_id,
-            tenant=tenant,
-            digest=digest,
-            created=created,
-            logIndex=proof["logIndex"],
+def envelope_part(data: bytes, tenant: str) -> tuple[str, str]:
+    """The run ID and run part an envelope's bytes stand for (422 when they are no envelope
+    of ``tenant``): a shard envelope is its shard's part, an unsharded or merged envelope
+    the whole run's."""
+    try:
+        envelope = parse_any_envelope(data)
+    except MalformedError as exc:
+        raise ApiError(422, f"not a valid envelope: {exc}", reason="invalid-envelope") from exc
+    if envelope.tenant != tenant:
+        raise ApiError(
+            422,
+            f"envelope tenant {envelope.tenant!r} is not {tenant!r}",
+            reason="invalid-envelope",
         )
-        payload = {"digest": digest, "status": "created" if created else "already-present", **proof}
-        if created:
-            status = 201
-        elif request.headers.get("if-none-match", "").strip() == "*":
-            status = 412
-        else:
-            status = 200
-        return JSONResponse(payload, status_code=status, headers={"ETag": f'"{digest}"'})
+    shard = shard_index(envelope)
+    return envelope.run_id, WHOLE_RUN if shard is None else str(shard)
 
-    @app.put("/v1/tenants/{tenant}/runs/{run_id}")
-    async def put_run(request: Request, tenant: str, run_id: str) -> Response:
-        await authorize_async(request, tenant, write=True)
-        if not is_run_id(run_id):
-            raise ApiError(400, f"run id must match {RUN_ID_GRAMMAR}")
-        body = await read_body(request, MAX_RUN_BODY_BYTES)
-        try:
-            pointer = RunPointerBody.model_validate_json(body)
-        except ValidationError as exc:
-            raise ApiError(
-                422, f'body must be {{"envelope": "sha256:<hex>"}}: {exc.errors(include_url=False)}'
-            ) from exc
 
-        def store() -> tuple[RunPointer, dict[str, Any]]:
-            stored = storage.envelope(tenant, pointer.envelope)
-            if stored is None:
-                raise ApiError(422, f"envelope {pointer.envelope} is not published for this tenant")
-            data, index = stored
-            if parse_envelope(data).run_id != run_id:
-                raise ApiError(422, f"envelope {pointer.envelope} is not for run {run_id!r}")
-            return storage.set_run(tenant, run_id, pointer.envelope), logs.snapshot(
-                tenant, proof_for=index
-            )
+def _receipt_json(receipt: Receipt, digest: str, run_id: str, part: str) -> dict[str, Any]:
+    assert receipt.head is not None
+    assert receipt.log_index is not None
+    payload: dict[str, Any] = {
+        "digest": digest,
+        "runId": run_id,
+        "status": receipt.outcome.value,
+        "logIndex": receipt.log_index,
+        "treeSize": receipt.head.size,
+        "checkpoint": receipt.head.note,
+        "inclusionProof": _b64(receipt.inclusion_proof),
+    }
+    if part != WHOLE_RUN:
+        payload["shard"] = int(part)
+    return payload
 
-        outcome, proof = await anyio.to_thread.run_sync(store)
-        if outcome is RunPointer.CONFLICT:
-            raise ApiError(409, f"run {run_id!r} already points to a different envelope")
-        payload = {"runId": run_id, "digest": pointer.envelope, "status": outcome.value, **proof}
-        return JSONResponse(payload, status_code=201 if outcome is RunPointer.CREATED else 200)
 
-    def envelope_response(data: bytes, digest: str, index: int) -> Response:
-        content_digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
-        return Response(
-            data,
-            media_type="application/json",
-            headers={
-                "ETag": f'"{digest}"',
-                "Content-Digest": f"sha-256=:{content_digest}:",
-                "X-Log-Index": str(index),
-                "Cache-Control": "private, max-age=31536000, immutable",
-            },
+def _conflict(run_id: str, part: str, pointed: str | None) -> ApiError:
+    what = f"run {run_id!r}" if part == WHOLE_RUN else f"shard {part} of run {run_id!r}"
+    return ApiError(
+        409,
+        f"{what} already points to {pointed}; this envelope was not logged",
+        reason="run-conflict",
+    )
+
+
+async def _integrate(service: Service, request: AppendRequest) -> Receipt:
+    try:
+        return await asyncio.wrap_future(service.log.submit(request))
+    except DigestCollisionError as exc:
+        raise ApiError(500, str(exc), reason="corrupt") from exc
+
+
+async def put_envelope(service: Service, request: Request) -> Response:
+    tenant, digest = request.path_params["tenant"], request.path_params["digest"]
+    identity = await service.authorize(request, tenant, write=True)
+    _checked_digest(digest)
+    body = await read_body(request, MAX_ENVELOPE_BYTES)
+    actual = hashlib.sha256(body).digest()
+    match = CONTENT_DIGEST.fullmatch(request.headers.get("content-digest", ""))
+    if match is None:
+        raise bad_request("Content-Digest: sha-256=:<base64>: is required")
+    if match.group(1) != base64.b64encode(actual).decode():
+        raise ApiError(422, "Content-Digest does not match the body", reason="digest-mismatch")
+    if digest != "sha256:" + actual.hex():
+        raise ApiError(
+            422,
+            f"body digest sha256:{actual.hex()} does not match the path",
+            reason="digest-mismatch",
         )
+    run_id, part = envelope_part(body, tenant)
+    entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
+    receipt = await _integrate(service, AppendRequest(tenant, digest, body, run_id, part, entry))
+    log.info(
+        "envelope_put",
+        token=identity.token_id,
+        tenant=tenant,
+        digest=digest,
+        runId=run_id,
+        outcome=receipt.outcome.value,
+        logIndex=receipt.log_index,
+    )
+    if receipt.outcome is Outcome.RUN_CONFLICT:
+        raise _conflict(run_id, part, receipt.run_digest)
+    if receipt.outcome is Outcome.CREATED:
+        status = 201
+    elif request.headers.get("if-none-match", "").strip() == "*":
+        status = 412
+    else:
+        status = 200
+    return json_response(
+        _receipt_json(receipt, digest, run_id, part), status, {"ETag": f'"{digest}"'}
+    )
 
-    @app.get("/v1/tenants/{tenant}/envelopes/{digest}")
-    def get_envelope(request: Request, tenant: str, digest: str) -> Response:
-        authorize(request, tenant, write=False)
-        stored = storage.envelope(tenant, checked_digest(digest))
-        if stored is None:
-            raise _not_found()
-        return envelope_response(stored[0], digest, stored[1])
 
-    @app.get("/v1/tenants/{tenant}/runs/{run_id}")
-    def get_run(request: Request, tenant: str, run_id: str) -> Response:
-        authorize(request, tenant, write=False)
-        digest = storage.run_digest(tenant, run_id) if is_run_id(run_id) else None
-        stored = None if digest is None else storage.envelope(tenant, digest)
-        if digest is None or stored is None:
-            raise _not_found()
-        return envelope_response(stored[0], digest, stored[1])
+async def put_run(service: Service, request: Request) -> Response:
+    """For publishers that still send the run pointer separately: the envelope PUT already
+    set it, so this confirms it (200), refuses another envelope (409) or sets one that an
+    older service left unset (201)."""
+    tenant, run_id = request.path_params["tenant"], request.path_params["run_id"]
+    await service.authorize(request, tenant, write=True)
+    _checked_run_id(run_id)
+    body = await read_body(request, MAX_RUN_BODY_BYTES)
+    try:
+        digest = RunPointerBody.model_validate_json(body).envelope
+    except ValidationError as exc:
+        raise ApiError(
+            422, 'body must be {"envelope": "sha256:<64 hex>"}', reason="bad-pointer"
+        ) from exc
+    stored = await asyncio.to_thread(service.storage.envelope, tenant, digest)
+    if stored is None:
+        raise ApiError(
+            422, f"envelope {digest} is not published for this tenant", reason="not-published"
+        )
+    envelope_run, part = envelope_part(stored[0], tenant)
+    if envelope_run != run_id:
+        raise ApiError(422, f"envelope {digest} is not for run {run_id!r}", reason="wrong-run")
+    entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
+    previous = await asyncio.to_thread(service.storage.run_digest, tenant, run_id, part)
+    receipt = await _integrate(
+        service, AppendRequest(tenant, digest, stored[0], run_id, part, entry)
+    )
+    if receipt.outcome is Outcome.RUN_CONFLICT:
+        raise _conflict(run_id, part, receipt.run_digest)
+    payload = _receipt_json(receipt, digest, run_id, part)
+    payload["status"] = "unchanged" if previous == digest else "created"
+    return json_response(payload, 200 if previous == digest else 201)
 
-    @app.get("/v1/tenants/{tenant}/envelopes")
-    def list_envelopes(
-        request: Request,
-        tenant: str,
-        start: Annotated[int, Query(ge=0)] = 0,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
-    ) -> dict[str, Any]:
-        authorize(request, tenant, write=False)
-        entries = storage.log_entries(tenant, start, start + limit)
+
+def publish_routes(service: Service) -> list[BaseRoute]:
+    return [
+        Route(
+            "/v1/tenants/{tenant}/envelopes/{digest}",
+            _bound(put_envelope, service),
+            methods=["PUT"],
+        ),
+        Route("/v1/tenants/{tenant}/runs/{run_id}", _bound(put_run, service), methods=["PUT"]),
+    ]
+
+
+# -- reading envelopes ----------------------------------------------------------------------
+
+
+def _envelope_response(data: bytes, digest: str, index: int) -> Response:
+    content_digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    return Response(
+        data,
+        media_type="application/json",
+        headers={
+            "ETag": f'"{digest}"',
+            "Content-Digest": f"sha-256=:{content_digest}:",
+            "X-Log-Index": str(index),
+            "Cache-Control": "private, max-age=31536000, immutable",
+        },
+    )
+
+
+async def get_envelope(service: Service, request: Request) -> Response:
+    tenant, digest = request.path_params["tenant"], request.path_params["digest"]
+    await service.authorize(request, tenant, write=False)
+    stored = await asyncio.to_thread(service.storage.envelope, tenant, _checked_digest(digest))
+    if stored is None:
+        raise not_found()
+    return _envelope_response(stored[0], digest, stored[1])
+
+
+async def _run_envelope(service: Service, request: Request, part: str) -> Response:
+    tenant, run_id = request.path_params["tenant"], request.path_params["run_id"]
+    await service.authorize(request, tenant, write=False)
+    if not is_run_id(run_id):
+        raise not_found()
+
+    def lookup() -> tuple[str, tuple[bytes, int]] | None:
+        digest = service.storage.run_digest(tenant, run_id, part)
+        stored = None if digest is None else service.storage.envelope(tenant, digest)
+        return None if digest is None or stored is None else (digest, stored)
+
+    found = await asyncio.to_thread(lookup)
+    if found is None:
+        raise not_found()
+    digest, (data, index) = found
+    return _envelope_response(data, digest, index)
+
+
+async def get_run(service: Service, request: Request) -> Response:
+    return await _run_envelope(service, request, WHOLE_RUN)
+
+
+async def get_shard(service: Service, request: Request) -> Response:
+    shard = request.path_params["shard"]
+    if not (shard.isascii() and shard.isdigit()) or len(shard) > 4:
+        raise not_found()
+    return await _run_envelope(service, request, str(int(shard)))
+
+
+async def list_envelopes(service: Service, request: Request) -> Response:
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    start = query_int(request, "start", default=0)
+    limit = query_int(request, "limit", default=MAX_PAGE, minimum=1, maximum=MAX_PAGE)
+
+    def read() -> list[dict[str, Any]]:
+        with service.log.view(tenant) as (_tree, head):
+            signed = head.size
         items = []
-        for offset, raw in enumerate(entries):
-            entry = LogEntry.from_bytes(raw)
+        for row in service.storage.listing(tenant, start, min(limit, max(signed - start, 0))):
+            entry = LogEntry.from_bytes(row.entry)
             items.append(
-                {"logIndex": start + offset, "digest": entry.envelope, "runId": entry.run_id}
+                {
+                    "logIndex": row.log_index,
+                    "digest": entry.envelope,
+                    "runId": entry.run_id,
+                    "publishedAt": row.published_at,
+                }
             )
-        return {"envelopes": items, "next": start + len(items) if len(items) == limit else None}
+        return items
 
-    @app.get("/v1/tenants/{tenant}/log/checkpoint", response_class=PlainTextResponse)
-    def get_checkpoint(request: Request, tenant: str) -> Response:
-        authorize(request, tenant, write=False)
-        note = logs.snapshot(tenant)["checkpoint"]
-        return PlainTextResponse(note, headers={"Cache-Control": "no-store"})
+    items = await asyncio.to_thread(read)
+    return json_response(
+        {"envelopes": items, "next": start + len(items) if len(items) == limit else None}
+    )
 
-    @app.get("/v1/tenants/{tenant}/log/entries")
-    def get_entries(
-        request: Request,
-        tenant: str,
-        start: Annotated[int, Query(ge=0)],
-        end: Annotated[int, Query(ge=1)],
-    ) -> dict[str, Any]:
-        authorize(request, tenant, write=False)
-        if end <= start or end - start > MAX_PAGE:
-            raise ApiError(400, f"need start < end and at most {MAX_PAGE} entries per page")
-        entries = storage.log_entries(tenant, start, end)
-        return {
-            "start": start,
-            "entries": [base64.b64encode(entry).decode() for entry in entries],
-        }
 
-    @app.get("/v1/tenants/{tenant}/log/proof/inclusion")
-    def get_inclusion(
-        request: Request,
-        tenant: str,
-        index: Annotated[int, Query(ge=0)],
-        size: Annotated[int, Query(ge=1)],
-    ) -> dict[str, Any]:
-        authorize(request, tenant, write=False)
-        tree, lock = logs.with_tree(tenant)
-        with lock:
-            if size > tree.size or index >= size:
-                raise ApiError(400, f"need index < size <= {tree.size}")
-            proof = tree.inclusion_proof(index, size)
-        return {"logIndex": index, "treeSize": size, "hashes": _b64_list(proof)}
+def read_routes(service: Service) -> list[BaseRoute]:
+    return [
+        Route(
+            "/v1/tenants/{tenant}/envelopes/{digest}",
+            _bound(get_envelope, service),
+            methods=["GET"],
+        ),
+        Route("/v1/tenants/{tenant}/runs/{run_id}", _bound(get_run, service), methods=["GET"]),
+        Route(
+            "/v1/tenants/{tenant}/runs/{run_id}/shards/{shard}",
+            _bound(get_shard, service),
+            methods=["GET"],
+        ),
+        Route("/v1/tenants/{tenant}/envelopes", _bound(list_envelopes, service), methods=["GET"]),
+    ]
 
-    @app.get("/v1/tenants/{tenant}/log/proof/consistency")
-    def get_consistency(
-        request: Request,
-        tenant: str,
-        old_size: Annotated[int, Query(alias="from", ge=0)],
-        new_size: Annotated[int, Query(alias="to", ge=0)],
-    ) -> dict[str, Any]:
-        authorize(request, tenant, write=False)
-        tree, lock = logs.with_tree(tenant)
-        with lock:
-            if not old_size <= new_size <= tree.size:
-                raise ApiError(400, f"need from <= to <= {tree.size}")
-            proof = tree.consistency_proof(old_size, new_size)
-        return {"from": old_size, "to": new_size, "hashes": _b64_list(proof)}
 
-    app.router.routes.extend(extra_routes)
-    return app
+# -- the log --------------------------------------------------------------------------------
+
+
+async def get_checkpoint(service: Service, request: Request) -> Response:
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+
+    def note() -> str:
+        with service.log.view(tenant) as (_tree, head):
+            return head.note
+
+    return Response(
+        await asyncio.to_thread(note),
+        media_type="text/plain; charset=utf-8",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def get_entries(service: Service, request: Request) -> Response:
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    start, end = query_int(request, "start"), query_int(request, "end", minimum=1)
+    if end <= start or end - start > MAX_PAGE:
+        raise bad_request(f"need start < end and at most {MAX_PAGE} entries per page")
+
+    def read() -> list[bytes]:
+        with service.log.view(tenant) as (_tree, head):
+            signed = head.size  # entries past the signed head are not served: unprovable
+        return service.storage.log_entries(tenant, start, min(end, signed))
+
+    entries = await asyncio.to_thread(read)
+    return json_response({"start": start, "entries": _b64(entries)})
+
+
+async def get_inclusion(service: Service, request: Request) -> Response:
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    index, size = query_int(request, "index"), query_int(request, "size", minimum=1)
+
+    def prove() -> list[bytes]:
+        with service.log.view(tenant) as (tree, head):
+            if size > head.size or index >= size:
+                raise bad_request(f"need index < size <= {head.size}")
+            return tree.inclusion_proof(index, size)
+
+    proof = await asyncio.to_thread(prove)
+    return json_response({"logIndex": index, "treeSize": size, "hashes": _b64(proof)})
+
+
+async def get_consistency(service: Service, request: Request) -> Response:
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    old_size, new_size = query_int(request, "from"), query_int(request, "to")
+
+    def prove() -> list[bytes]:
+        with service.log.view(tenant) as (tree, head):
+            if not old_size <= new_size <= head.size:
+                raise bad_request(f"need from <= to <= {head.size}")
+            return tree.consistency_proof(old_size, new_size)
+
+    proof = await asyncio.to_thread(prove)
+    return json_response({"from": old_size, "to": new_size, "hashes": _b64(proof)})
+
+
+def log_routes(service: Service) -> list[BaseRoute]:
+    base = "/v1/tenants/{tenant}/log"
+    return [
+        Route(f"{base}/checkpoint", _bound(get_checkpoint, service), methods=["GET"]),
+        Route(f"{base}/entries", _bound(get_entries, service), methods=["GET"]),
+        Route(f"{base}/proof/inclusion", _bound(get_inclusion, service), methods=["GET"]),
+        Route(f"{base}/proof/consistency", _bound(get_consistency, service), methods=["GET"]),
+    ]
+
+
+# -- meta -----------------------------------------------------------------------------------
+
+
+async def public_key(service: Service, _request: Request) -> Response:
+    """The log's verifier key. Tenants pin a copy received out of band, not this answer."""
+    return Response(
+        service.signer.verifier_key.encode() + "\n", media_type="text/plain; charset=utf-8"
+    )
+
+
+async def health(service: Service, _request: Request) -> Response:
+    """Readiness, without naming tenants: 200 while every log is served, else 503."""
+    refused = len(service.log.refusals())
+    if refused:
+        return json_response(
+            {"status": "refusing", "refusedLogs": refused, "reason": "log-refused"}, 503
+        )
+    return json_response({"status": "ok"}, headers={"Cache-Control": "no-store"})
+
+
+def meta_routes(service: Service) -> list[BaseRoute]:
+    return [
+        Route("/v1/log/public-key", _bound(public_key, service), methods=["GET"]),
+        Route("/v1/health", _bound(health, service), methods=["GET"]),
+    ]
+
+
+# -- errors and the app ---------------------------------------------------------------------
+
+
+def error_response(exc: BaseException) -> Response | None:
+    """The JSON answer for an exception of the service's own kinds, or None."""
+    if isinstance(exc, ApiError):
+        return json_response({"error": exc.message, "reason": exc.reason}, exc.status, exc.headers)
+    if isinstance(exc, LogRefusedError):
+        return json_response({"error": str(exc), "reason": "log-refused"}, 503)
+    fault: StorageError | None = exc if isinstance(exc, StorageError) else None
+    if fault is None:
+        fault = classify_database_error(exc)
+    if isinstance(fault, StorageFullError):
+        return json_response(
+            {"error": f"nothing was stored: {fault}", "reason": "storage-full"}, 507
+        )
+    if isinstance(fault, StorageUnavailableError):
+        return json_response(
+            {"error": f"nothing was stored: {fault}", "reason": "storage-unavailable"},
+            503,
+            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    return None
+
+
+#: Storage faults are logged once per message and interval: a full disk under load must not
+#: fill the rest of the disk with log lines. (A refused log is logged once, when refused.)
+_FAULTS: Final = QuietLog(interval=30.0)
+
+
+async def _service_error(_request: Request, exc: Exception) -> Response:
+    found = error_response(exc)
+    if found is not None:
+        if found.status_code in (503, 507) and not isinstance(exc, LogRefusedError | ApiError):
+            suppressed = _FAULTS.admit(str(exc))
+            if suppressed is not None:
+                log.warning(
+                    "storage_fault",
+                    status=found.status_code,
+                    error=str(exc),
+                    suppressed_since_last=suppressed,
+                )
+        return found
+    log.error("internal_error", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+    return json_response({"error": "internal error", "reason": "internal"}, 500)
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return json_response({"error": "not found", "reason": "not-found"}, 404)
+    return json_response({"error": str(exc.detail), "reason": "http"}, exc.status_code, exc.headers)
+
+
+async def _client_gone(_request: Request, _exc: Exception) -> Response:
+    return Response(status_code=400)  # nobody reads it: the client left in the middle
+
+
+def create_app(service: Service, *, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The publication service; ``extra_routes``: other features' routers. The app's lifespan
+    starts the service (the fork guard's check of every log) and stops it."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(service.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(service.stop)
+
+    routes = [
+        *meta_routes(service),
+        *publish_routes(service),
+        *read_routes(service),
+        *log_routes(service),
+        *extra_routes,
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
+            # The service's own failures and the database drivers' faults; anything else is a
+            # bug, answered 500 by the same handler (and logged by the server).
+            ApiError: _service_error,
+            LogRefusedError: _service_error,
+            StorageError: _service_error,
+            sqlite3.Error: _service_error,
+            psycopg.Error: _service_error,
+            Exception: _service_error,
+        },
+    )

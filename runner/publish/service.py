@@ -1,21 +1,66 @@
-"""Wiring of ``attested-replay serve``: state directory, storage, log key, uvicorn."""
+"""``attested-replay serve``: state directory, storage, log key, the app and its HTTP server.
+
+The sequence (:func:`serve`): bind the listening socket first (a busy port fails before
+anything is created), warn about plain HTTP on a non-loopback address, open the state (log
+key, head journal, database; on a read-only filesystem with the key files in place, the
+service starts and serves reads), check every tenant's log against its last signed head,
+print where everything is, then serve with the connection guards of
+:mod:`runner.publish.guard` until SIGTERM or SIGINT. Stopping integrates what is queued,
+moves SQLite's WAL into the database file and closes the storage, then exits 0.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import logging
 import os
-from dataclasses import dataclass
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
+import structlog
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES
 from attestation.transparency.checkpoint import CheckpointError
 from runner.errors import UsageError
 from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.storage import Storage, open_storage
+from runner.publish.corpus_routes import corpus_routes
+from runner.publish.corpus_store import open_corpus_store
+from runner.publish.guard import (
+    LISTEN_BACKLOG,
+    ConnectionLimits,
+    QuietLog,
+    connection_cap,
+    guarded_protocol,
+    raise_open_file_limit,
+)
+from runner.publish.heads import JOURNAL_FILE, HeadJournal, JournalError
+from runner.publish.log import PublicationLog
+from runner.publish.panel import panel_routes
+from runner.publish.ratelimit import Rate, RateLimiter
+from runner.publish.server import Service, create_app
+from runner.publish.storage import Storage, StorageError, is_postgres_location, open_storage
 from tenant.fsutil import atomic_write_text
 
-DEFAULT_LOG_NAME = "attested-replay.local"
-SIGNING_KEY_FILE = "log-signing-key.pem"
-PUBLIC_KEY_FILE = "log-key.pub"
-DATABASE_FILE = "publish.sqlite3"
+DEFAULT_LOG_NAME: Final = "attested-replay.local"
+SIGNING_KEY_FILE: Final = "log-signing-key.pem"
+PUBLIC_KEY_FILE: Final = "log-key.pub"
+DATABASE_FILE: Final = "publish.sqlite3"
+#: Requests per second one token may make (bursts of twice that), unless --rate-limit says.
+DEFAULT_RATE_LIMIT: Final = "5000/s"
+#: Failed authentications per second one client address may make.
+FAILED_AUTH_RATE: Final = Rate(per_second=50.0, burst=100.0)
+
+log = structlog.get_logger("attested-replay.serve")
 
 
 def default_state_dir() -> Path:
@@ -36,14 +81,25 @@ class ServiceConfig:
     signing_key: Path | None = None  # default: state_dir/log-signing-key.pem, made on first start
     log_name: str = DEFAULT_LOG_NAME
     sqlite_synchronous: str = "FULL"
+    adopt_database_heads: bool = False
+    rate_limit: Rate | None = field(default_factory=lambda: Rate.parse(DEFAULT_RATE_LIMIT))
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    max_corpus_export_bytes: int = DEFAULT_MAX_CORPUS_EXPORT_BYTES
 
     def storage_location(self) -> str:
         return self.database or str(self.state_dir / DATABASE_FILE)
 
+    def journal_path(self) -> Path:
+        return self.state_dir / JOURNAL_FILE
+
 
 def open_service(config: ServiceConfig) -> tuple[Storage, CheckpointSigner]:
-    """Open storage and the log key, creating them on first start; export the public key."""
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Open the log key and storage, creating them on first start; export the public key.
+
+    Nothing is written that is already in place, so a service whose state is complete starts
+    on a read-only filesystem."""
+    if not config.state_dir.is_dir():
+        config.state_dir.mkdir(parents=True, mode=0o700)
     key_file = config.signing_key or config.state_dir / SIGNING_KEY_FILE
     try:
         signer = CheckpointSigner.load_or_create(
@@ -51,7 +107,177 @@ def open_service(config: ServiceConfig) -> tuple[Storage, CheckpointSigner]:
         )
     except CheckpointError as exc:
         raise UsageError(str(exc)) from exc
-    atomic_write_text(config.state_dir / PUBLIC_KEY_FILE, signer.verifier_key.encode() + "\n")
+    public = config.state_dir / PUBLIC_KEY_FILE
+    text = signer.verifier_key.encode() + "\n"
+    if not public.is_file() or public.read_text(encoding="utf-8") != text:
+        atomic_write_text(public, text)
     return open_storage(
         config.storage_location(), sqlite_synchronous=config.sqlite_synchronous
     ), signer
+
+
+def build_service(
+    config: ServiceConfig, storage: Storage, signer: CheckpointSigner, *, owns_storage: bool
+) -> Service:
+    """The service over ``storage``: its head journal in the state directory, rate limits."""
+    journal = HeadJournal(config.journal_path(), signer.verifier_key)
+    publication_log = PublicationLog(
+        storage,
+        signer,
+        journal,
+        log_name=config.log_name,
+        adopt_database_heads=config.adopt_database_heads,
+    )
+    return Service(
+        storage,
+        signer,
+        publication_log,
+        rate_limiter=None if config.rate_limit is None else RateLimiter(config.rate_limit),
+        failure_limiter=RateLimiter(FAILED_AUTH_RATE),
+        owns_storage=owns_storage,
+    )
+
+
+def build_app(service: Service, config: ServiceConfig) -> Starlette:
+    """The service's app with the corpus-export and trust-panel routes."""
+    store = open_corpus_store(config.storage_location(), read_only=service.storage.read_only)
+    extra: Sequence[BaseRoute] = [
+        *corpus_routes(service, store, max_bytes=config.max_corpus_export_bytes),
+        *panel_routes(service, store),
+    ]
+    return create_app(service, extra_routes=extra)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before any state is created."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: cannot resolve it ({exc.strerror})") from exc
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        what = "is in use" if exc.errno == 98 else f"cannot be bound ({exc.strerror})"  # EADDRINUSE
+        raise UsageError(f"--port {port}: address {host}:{port} {what}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+@contextmanager
+def _clean_exit_on_signals() -> Iterator[None]:
+    """uvicorn handles SIGTERM and SIGINT while it serves, then restores the handlers it found
+    and re-raises the signal (``uvicorn/server.py``, ``capture_signals``): with the default
+    handlers that kills the process before any cleanup. The handlers it finds are these, which
+    do nothing, so ``serve`` returns and closes the storage."""
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve(
+    config: ServiceConfig,
+    *,
+    host: str,
+    port: int,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Run the publication service until SIGTERM or SIGINT (see the module docstring)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    sock = bind_socket(host, port)
+    try:
+        _serve_on(sock, config, host=host, tls_cert=tls_cert, tls_key=tls_key, say=say)
+    finally:
+        sock.close()
+
+
+def _serve_on(
+    sock: socket.socket,
+    config: ServiceConfig,
+    *,
+    host: str,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    say: Callable[[str], None],
+) -> None:
+    scheme = "https" if tls_cert else "http"
+    bound_port = sock.getsockname()[1]
+    if tls_cert is None and not is_loopback_host(host):
+        warning = (
+            f"WARNING: serving plain HTTP on {host}:{bound_port}, which is not a loopback "
+            "address: bearer tokens and envelopes cross the network unencrypted. Give "
+            "--tls-cert and --tls-key, or put a TLS-terminating proxy in front."
+        )
+        sys.stderr.write(warning + "\n")
+        sys.stderr.flush()
+        log.warning("plain_http_on_network", host=host, port=bound_port)
+    cap = connection_cap(config.limits, raise_open_file_limit())
+    storage, signer = open_service(config)
+    service = build_service(config, storage, signer, owns_storage=True)
+    try:
+        app = build_app(service, config)
+        service.start()
+    except (JournalError, StorageError) as exc:
+        service.stop()
+        raise UsageError(str(exc)) from exc
+    except BaseException:
+        service.stop()
+        raise
+    location = config.storage_location()
+    shown = "PostgreSQL" if is_postgres_location(location) else location
+    say(f"listening on {scheme}://{host}:{bound_port}")
+    say(f"database: {shown}{' (read-only)' if storage.read_only else ''}")
+    say(f"head journal: {config.journal_path()}")
+    say(
+        f"log key: {config.signing_key or config.state_dir / SIGNING_KEY_FILE} (key ID "
+        f"{signer.verifier_key.key_id.hex()})"
+    )
+    say(f"log verifier key (tenants pin this): {signer.verifier_key.encode()}")
+    for tenant, reason in sorted(service.log.refusals().items()):
+        say(f"REFUSED log of tenant {tenant}: {reason}")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            http=guarded_protocol(config.limits, cap),
+            timeout_keep_alive=int(max(1, config.limits.keep_alive)),
+            backlog=LISTEN_BACKLOG,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=tls_cert,
+            ssl_keyfile=tls_key,
+            # The log key, tokens and envelopes stay in this process: no reloader, no workers.
+            workers=None,
+        )
+    )
+    quiet = QuietLog()
+    logging.getLogger("uvicorn.error").addFilter(quiet.filter)
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(quiet.loop_exception)
+        await server.serve(sockets=[sock])
+
+    try:
+        with _clean_exit_on_signals():
+            asyncio.run(run())
+    finally:
+        service.stop()  # after a lifespan shutdown this only closes what is still open

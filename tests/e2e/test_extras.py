@@ -78,11 +78,11 @@ def _cli_without(blocked: set[str], *argv: str, cwd: Path) -> subprocess.Complet
             "attested-replay collect needs the Kubernetes extra",
         ),
         (
-            {"fastapi"},
+            {"starlette"},
             ["serve", "--state-dir", "server"],
             (
                 "attested-replay serve needs the publication-service extra: "
-                "pip install 'attested-replay[server]' (no module named 'fastapi')"
+                "pip install 'attested-replay[server]' (no module named 'starlette')"
             ),
         ),
         (
@@ -163,13 +163,15 @@ def test_a_fresh_install_without_extras_verifies_and_runs_the_demo(tmp_path: Pat
         """
         import importlib.util, json
         print(json.dumps({m: importlib.util.find_spec(m) is not None
-                          for m in ("kubernetes", "fastapi", "uvicorn", "psycopg")}))
+                          for m in ("kubernetes", "starlette", "uvicorn", "psycopg")}))
         """
     )
     found = subprocess.run(
         [str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert found == ('{"kubernetes": false, "fastapi": false, "uvicorn": false, "psycopg": false}')
+    assert found == (
+        '{"kubernetes": false, "starlette": false, "uvicorn": false, "psycopg": false}'
+    )
     clean_env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
     verify = subprocess.run(
         [

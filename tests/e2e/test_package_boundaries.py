@@ -29,7 +29,9 @@ from tests.publish.conftest import LOG_NAME, make_envelope, running_service
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("attestation", "tenant", "simulated_amd", "runner")
 #: Third-party modules of the optional extras (``runner.extras``) and what they pull in.
-OPTIONAL = frozenset({"kubernetes", "yaml", "fastapi", "uvicorn", "psycopg", "starlette", "anyio"})
+OPTIONAL = frozenset(
+    {"kubernetes", "yaml", "uvicorn", "httptools", "psycopg", "starlette", "anyio"}
+)
 #: What the base install runs: the CLIs (every subcommand module is imported to register it),
 #: the library objects, and the pure Job builders the ``expected`` command uses.
 BASE_ENTRY_POINTS = (

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attestation.contracts import RUN_ID_PATTERN
 from attestation.encoding.canonical import canonicalize
 from runner.errors import UsageError
 from runner.k8s.collect import read_termination_message
@@ -39,7 +40,7 @@ from runner.k8s.state import (
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 TENANTS = st.from_regex(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", fullmatch=True)
-RUN_IDS = st.from_regex(r"^[A-Za-z0-9._-]{1,128}$", fullmatch=True)
+RUN_IDS = st.from_regex(RUN_ID_PATTERN, fullmatch=True)
 
 
 def spec(**changes: Any) -> ReplaySpec:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -41,7 +42,13 @@ from runner.publish.panel import panel_routes
 from runner.publish.server import create_app
 from runner.publish.storage import Role, SqliteStorage
 from runner.publish.tokens import create_token
-from tests.publish.conftest import LOG_NAME, LiveServer, make_envelope, running_in_ci
+from tests.publish.conftest import (
+    LOG_NAME,
+    LiveServer,
+    make_envelope,
+    make_service,
+    running_in_ci,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
@@ -67,6 +74,7 @@ class Published:
     run_id: str
     digest: str
     corpus_export: str | None
+    published_at: str | None  # None: stored by an older service, which kept no time
 
 
 @dataclass(frozen=True)
@@ -126,8 +134,9 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
     storage.initialize()
     store = open_corpus_store(str(base / "publish.sqlite3"))
     signer = CheckpointSigner(LOG_NAME, Ed25519PrivateKey.generate())
-    routes = [*corpus_routes(storage, store, max_bytes=64 << 20), *panel_routes(storage, store)]
-    app = create_app(storage, signer, log_name=LOG_NAME, extra_routes=routes)
+    service = make_service(storage, signer, state_dir=base / "server-state")
+    routes = [*corpus_routes(service, store, max_bytes=64 << 20), *panel_routes(service, store)]
+    app = create_app(service, extra_routes=routes)
     witness = Ed25519PrivateKey.generate()
     server = LiveServer(_witness_cosigned(app, witness)).start()
     tokens = {
@@ -161,6 +170,9 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
                 token=operator,
                 spool_dir=base / "spool",
             )
+        with sqlite3.connect(storage.path) as db:  # as an older service would have stored it
+            db.execute("UPDATE envelopes SET published_at = NULL WHERE log_index = 1")
+        published_at = storage.listing("acme", 0, 1)[0].published_at
         archive = base / "corpus.tar.gz"
         assert runner_main(["corpus", "export", str(EXAMPLE_CORPUS), "--out", str(archive)]) == 0
         token_file = base / "operator.token"
@@ -172,8 +184,10 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
             url=server.url,
             tokens=tokens,
             runs=(
-                Published("backtest-2026-11", genuine.envelope_digest, export),
-                Published("backtest-2026-12", "sha256:" + hashlib.sha256(second).hexdigest(), None),
+                Published("backtest-2026-11", genuine.envelope_digest, export, published_at),
+                Published(
+                    "backtest-2026-12", "sha256:" + hashlib.sha256(second).hexdigest(), None, None
+                ),
             ),
             log_key=signer.verifier_key.encode(),
             witness_key_id=key_id(WITNESS_NAME, witness.public_key().public_bytes_raw()).hex(),

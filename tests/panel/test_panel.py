@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,11 +77,13 @@ def test_signed_in_the_tenant_sees_its_runs_checkpoint_and_commands(
     rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     cells = [[c.text for c in row.find_elements(By.CSS_SELECTOR, "th, td")] for row in rows]
     genuine, second = panel.runs
+    assert genuine.published_at is not None
+    assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ", genuine.published_at)
     assert cells == [
         [
             "0",
             genuine.run_id,
-            "not recorded",
+            genuine.published_at,
             genuine.digest,
             "simulated (proves nothing about hardware)",
             genuine.corpus_export,

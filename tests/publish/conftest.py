@@ -7,9 +7,12 @@ import base64
 import hashlib
 import logging
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,9 +29,13 @@ import structlog
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from attestation.envelope.model import Binding, Envelope, Evidence, Workload
+from attestation.envelope.merged import MergedEnvelope
+from attestation.envelope.model import Binding, Envelope, Evidence, ShardPosition, Workload
 from attestation.transparency.checkpoint import VerifierKey
 from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.heads import JOURNAL_FILE, HeadJournal
+from runner.publish.log import PublicationLog
+from runner.publish.server import Service as AppService
 from runner.publish.server import create_app
 from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
 from runner.publish.tokens import create_token
@@ -37,8 +44,11 @@ LOG_NAME = "publish.test"
 PG_DSN_VARIABLE = "ATTESTED_REPLAY_TEST_PG_DSN"
 
 
-def make_envelope(tenant: str, run_id: str, seed: int = 0) -> bytes:
-    """Canonical bytes of a schema-valid envelope (the service does not verify SNP evidence)."""
+def make_envelope(
+    tenant: str, run_id: str, seed: int = 0, shard: tuple[int, int] | None = None
+) -> bytes:
+    """Canonical bytes of a schema-valid envelope (the service does not verify SNP evidence);
+    ``shard``: (index, count) for a shard envelope."""
 
     def digest(label: str) -> str:
         return "sha256:" + hashlib.sha256(f"{label}-{seed}".encode()).hexdigest()
@@ -51,6 +61,7 @@ def make_envelope(tenant: str, run_id: str, seed: int = 0) -> bytes:
         evaluation_digest=digest("evaluation"),
         workload=workload,
         result_digest=digest("result"),
+        shard=None if shard is None else ShardPosition(index=shard[0], count=shard[1]),
     )
     envelope = Envelope(
         api_version="attested-replay.dev/v1",
@@ -71,6 +82,24 @@ def make_envelope(tenant: str, run_id: str, seed: int = 0) -> bytes:
     return envelope.canonical_bytes()
 
 
+def make_merged_envelope(tenant: str, run_id: str, shards: list[bytes]) -> bytes:
+    """A merged envelope over ``shards`` (schema-valid; the service checks no more)."""
+    parsed = [Envelope.model_validate_json(data) for data in shards]
+    binding = parsed[0].binding
+    return MergedEnvelope(
+        api_version="attested-replay.dev/v1",
+        kind="MergedAttestationEnvelope",
+        run_id=run_id,
+        tenant=tenant,
+        shard_count=len(parsed),
+        corpus_checksum=binding.corpus_checksum,
+        evaluation_digest=binding.evaluation_digest,
+        workload=binding.workload,
+        result_digest=binding.result_digest,
+        shards=tuple(parsed),
+    ).canonical_bytes()
+
+
 def sha256_name(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -80,7 +109,7 @@ class LiveServer:
 
     def __init__(self, app: Any, port: int = 0) -> None:
         self._config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="error", lifespan="off"
+            app, host="127.0.0.1", port=port, log_level="error", lifespan="on"
         )
         self._server = uvicorn.Server(self._config)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -117,6 +146,7 @@ class Service:
     verifier_key: VerifierKey
     url: str
     tokens: dict[tuple[str, str], str]
+    app_service: AppService | None = None
 
     def token(self, tenant: str, role: str = "operator") -> str:
         key = (tenant, role)
@@ -160,10 +190,15 @@ def postgres_schema(prefix: str = "publish") -> Iterator[str]:
         connection.execute(f"CREATE SCHEMA {schema}")
     separator = "&" if "?" in dsn else "?"
     try:
-        yield f"{dsn}{separator}options=-csearch_path%3D{schema}"
+        yield f"{dsn}{separator}application_name={schema}&options=-csearch_path%3D{schema}"
     finally:
         with psycopg.connect(dsn, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def application_name(dsn: str) -> str:
+    """The application name a :func:`postgres_schema` DSN connects with (its schema's)."""
+    return dsn.split("application_name=", 1)[1].split("&", 1)[0]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -181,11 +216,39 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]
             yield store
         finally:
             store.close()
+            shutil.rmtree(state_dir_for(store), ignore_errors=True)
 
 
 @pytest.fixture
 def signer() -> CheckpointSigner:
     return CheckpointSigner(LOG_NAME, Ed25519PrivateKey.generate())
+
+
+def state_dir_for(storage: Storage) -> Path:
+    """Where an in-process service over ``storage`` keeps its head journal: one directory per
+    database, so that a restarted service finds the heads it signed."""
+    if isinstance(storage, SqliteStorage):
+        return storage.path.parent / "server-state"
+    assert isinstance(storage, PostgresStorage)
+    schema = hashlib.sha256(storage.dsn.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"attested-replay-test-state-{schema}"
+
+
+def make_service(
+    storage: Storage,
+    signer: CheckpointSigner,
+    *,
+    state_dir: Path | None = None,
+    adopt_database_heads: bool = False,
+) -> AppService:
+    """The service over ``storage`` (its head journal in ``state_dir``), not started."""
+    directory = state_dir or state_dir_for(storage)
+    directory.mkdir(parents=True, exist_ok=True)
+    journal = HeadJournal(directory / JOURNAL_FILE, signer.verifier_key)
+    publication_log = PublicationLog(
+        storage, signer, journal, log_name=LOG_NAME, adopt_database_heads=adopt_database_heads
+    )
+    return AppService(storage, signer, publication_log)
 
 
 @contextmanager
@@ -195,11 +258,22 @@ def running_service(
     *,
     wrap: Callable[[Any], Any] | None = None,
     port: int = 0,
+    state_dir: Path | None = None,
+    adopt_database_heads: bool = False,
 ) -> Iterator[Service]:
-    app: Any = create_app(storage, signer, log_name=LOG_NAME)
+    service = make_service(
+        storage, signer, state_dir=state_dir, adopt_database_heads=adopt_database_heads
+    )
+    app: Any = create_app(service)
     server = LiveServer(wrap(app) if wrap else app, port=port).start()
     try:
-        yield Service(storage=storage, verifier_key=signer.verifier_key, url=server.url, tokens={})
+        yield Service(
+            storage=storage,
+            verifier_key=signer.verifier_key,
+            url=server.url,
+            tokens={},
+            app_service=service,
+        )
     finally:
         server.stop()
 
@@ -231,11 +305,32 @@ def _quiet_structlog() -> Iterator[None]:
     structlog.reset_defaults()
 
 
-@contextmanager
-def subprocess_service(storage: Storage, database: str, state_dir: Path) -> Iterator[Service]:
-    """``attested-replay serve`` in its own process (its own core and GIL) on a free port."""
-    port = free_port()
-    command = [
+@dataclass
+class ServeProcess:
+    """``attested-replay serve`` in a process of its own; its output goes to ``log``."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Send ``sig`` and return the exit status (killed after ``timeout`` seconds)."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:  # never leave a server running after the test
+                self.process.kill()
+                self.process.wait()
+                raise
+        return self.process.returncode
+
+
+def serve_command(database: str, state_dir: Path, port: int, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "runner",
@@ -250,35 +345,63 @@ def subprocess_service(storage: Storage, database: str, state_dir: Path) -> Iter
         str(state_dir),
         "--log-name",
         LOG_NAME,
-        # Locking, not durability, is under test here; an fsync per commit would dominate.
-        "--sqlite-synchronous",
-        "normal",
+        *extra,
     ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@contextmanager
+def serve_process(
+    database: str,
+    state_dir: Path,
+    *extra: str,
+    open_files: int | None = None,
+    honour_file_modes: bool = False,
+    ready: str = "/v1/log/public-key",
+    log_dir: Path | None = None,
+) -> Iterator[ServeProcess]:
+    """``serve`` on a free loopback port with ``extra`` options and at most ``open_files``
+    descriptors; ``honour_file_modes``: without root's power to write a file whose mode
+    forbids it (CAP_DAC_OVERRIDE), as a service account would run. Yields once the server
+    answers ``ready``; its output goes to a file in ``log_dir`` (default: beside the state)."""
+    port = free_port()
+    log_file = (log_dir or state_dir.parent) / f"serve-{port}.log"
+    command = serve_command(database, state_dir, port, *extra)
+    if open_files is not None:  # util-linux prlimit: the limit is in place before serve runs
+        command = ["prlimit", f"--nofile={open_files}:{open_files}", *command]
+    if honour_file_modes:  # util-linux setpriv: the capabilities are gone before serve runs
+        dropped = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--bounding-set={dropped}", f"--inh-caps={dropped}", *command]
+    with log_file.open("wb") as sink:
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, cwd=log_file.parent
+        )
+    running = ServeProcess(process, f"http://127.0.0.1:{port}", log_file)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while True:
             try:
-                answer = requests.get(f"{url}/v1/log/public-key", timeout=1)
+                requests.get(f"{running.url}{ready}", timeout=1)
                 break
             except requests.ConnectionError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    output = process.stdout.read().decode() if process.stdout else ""
-                    raise RuntimeError(f"serve did not start: {output}") from None
+                    raise RuntimeError(f"serve did not start: {running.output()}") from None
                 time.sleep(0.05)
-        key = VerifierKey.parse(answer.text)
-        assert (state_dir / "log-key.pub").read_text().strip() == key.encode()
-        yield Service(storage=storage, verifier_key=key, url=url, tokens={})
+        yield running
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # never leave a server running after the test
+        if process.poll() is None:
             process.kill()
             process.wait()
-        if process.stdout:
-            process.stdout.close()
+
+
+@contextmanager
+def subprocess_service(storage: Storage, database: str, state_dir: Path) -> Iterator[Service]:
+    """``attested-replay serve`` in its own process (its own core and GIL) on a free port."""
+    # Locking, not durability, is under test here; an fsync per commit would dominate.
+    with serve_process(database, state_dir, "--sqlite-synchronous", "normal") as running:
+        key = VerifierKey.parse(requests.get(f"{running.url}/v1/log/public-key", timeout=5).text)
+        assert (state_dir / "log-key.pub").read_text().strip() == key.encode()
+        yield Service(storage=storage, verifier_key=key, url=running.url, tokens={})
+        assert running.stop() == 0
 
 
 @pytest.fixture

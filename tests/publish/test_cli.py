@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from runner.cli import main
 from runner.publish.service import ServiceConfig, open_service
 from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import authenticate
+from runner.publish.tokens import authenticate, hash_token
 
 
 def test_token_create_prints_a_token_stored_only_as_hash(
@@ -24,7 +25,9 @@ def test_token_create_prints_a_token_stored_only_as_hash(
     assert token.startswith("arp_")
     assert len(token) == 4 + 43  # 32 random bytes, URL-safe base64 without padding
     storage = SqliteStorage(database)
-    assert authenticate(storage, token) == ("acme", Role.TENANT)
+    record = authenticate(storage, token)
+    assert record is not None
+    assert (record.tenant, record.role, record.revoked_at) == ("acme", Role.TENANT, None)
     assert authenticate(storage, token + "x") is None
     assert token.encode() not in database.read_bytes()
     assert (
@@ -71,3 +74,39 @@ def test_serve_refuses_a_missing_given_key(
     assert f"error: --log-signing-key {tmp_path / 'absent.pem'}: no such file" in (
         capsys.readouterr().err
     )
+
+
+def test_token_list_and_revoke_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    database = tmp_path / "publish.sqlite3"
+    base = ["--db", str(database)]
+    assert main(["token", "create", "--tenant", "acme", "--role", "operator", *base]) == 0
+    token = capsys.readouterr().out.strip()
+    assert main(["token", "list", *base]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    token_id = hash_token(token)[:12]
+    assert listed[0].split() == ["id", "tenant", "role", "created", "revoked"]
+    assert listed[1].split()[:3] == [token_id, "acme", "operator"]
+    assert listed[1].split()[4] == "-"
+    assert main(["token", "revoke", "--id", token_id[:6], *base]) == 9
+    assert "give at least 12 hex digits" in capsys.readouterr().err
+    assert main(["token", "revoke", "--id", token_id, *base]) == 0
+    assert capsys.readouterr().out == f"revoked {token_id} (acme, operator)\n"
+    assert authenticate(SqliteStorage(database), token) is None
+    assert main(["token", "list", *base]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[4] != "-"
+    assert main(["token", "revoke", "--id", token_id, *base]) == 9  # nothing left to revoke
+    assert main(["token", "list", "--db", str(tmp_path / "typo" / "x.sqlite3")]) == 9
+    assert "directory" in capsys.readouterr().err
+
+
+def test_serve_on_a_busy_port_fails_before_creating_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["serve", "--state-dir", str(tmp_path / "new"), "--port", str(port)]
+        assert main(argv) == 9
+    assert f"--port {port}: address 127.0.0.1:{port} is in use" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

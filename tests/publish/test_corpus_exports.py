@@ -28,7 +28,7 @@ from runner.publish.corpus_store import (
 )
 from runner.publish.server import create_app
 from runner.publish.storage import Storage
-from tests.publish.conftest import LOG_NAME, LiveServer, Service
+from tests.publish.conftest import LiveServer, Service, make_service
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
 CHECKSUM = "sha256:499e2f3c0ed9d665d0dcdca85f7602fabd1be0dd44dd9f84347b3f93ed9e61fc"
@@ -53,8 +53,9 @@ def served(
     storage: Storage, signer: CheckpointSigner, tmp_path: Path
 ) -> Iterator[tuple[Service, CorpusStore]]:
     with _corpus_store(storage, tmp_path) as store:
-        routes = corpus_routes(storage, store, max_bytes=1024 * 1024)
-        server = LiveServer(create_app(storage, signer, log_name=LOG_NAME, extra_routes=routes))
+        service = make_service(storage, signer)
+        routes = corpus_routes(service, store, max_bytes=1024 * 1024)
+        server = LiveServer(create_app(service, extra_routes=routes))
         server.start()
         try:
             yield Service(storage, signer.verifier_key, server.url, {}), store

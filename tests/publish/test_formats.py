@@ -6,12 +6,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attestation.contracts import RUN_ID_PATTERN
 from attestation.transparency.checkpoint import CheckpointError, VerifierKey, parse_signed_note
 from attestation.transparency.entries import EntryError, LogEntry
 
 DIGEST = "sha256:" + "ab" * 32
-run_ids = st.from_regex(r"\A[A-Za-z0-9._-]{1,128}\Z")
+run_ids = st.from_regex(RUN_ID_PATTERN, fullmatch=True)
 tenants = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+
+
+@pytest.mark.parametrize("run_id", [".", ".."])
+def test_dot_run_ids_are_refused(run_id: str) -> None:
+    # They name this and the parent directory in file paths and URLs: never a run.
+    with pytest.raises(EntryError, match="is not a run id"):
+        LogEntry(tenant="acme", run_id=run_id, envelope=DIGEST)
 
 
 @given(tenants, run_ids)

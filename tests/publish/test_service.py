@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.transparency.checkpoint import verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from tests.publish.conftest import make_merged_envelope
 
 EnvelopeFor = Callable[..., bytes]
 
@@ -96,34 +98,50 @@ def test_reads_by_digest_run_and_listing(service: Any, envelope_for: EnvelopeFor
     operator, reader = service.token("acme"), service.token("acme", "tenant")
     data = envelope_for("acme", "run-7", 7)
     assert _put(service, "acme", data, token=operator).status_code == 201
-    pointer = requests.put(
+    pointer = requests.put(  # set with the envelope already: confirmed
         f"{service.url}/v1/tenants/acme/runs/run-7",
         json={"envelope": _digest(data)},
         headers={"Authorization": f"Bearer {operator}"},
         timeout=10,
     )
-    assert pointer.status_code == 201
-    assert pointer.json()["status"] == "created"
+    assert pointer.status_code == 200
+    assert pointer.json()["status"] == "unchanged"
     by_digest = _get(service, f"/v1/tenants/acme/envelopes/{_digest(data)}", reader)
     assert by_digest.status_code == 200
     assert by_digest.content == data
     assert by_digest.headers["ETag"] == f'"{_digest(data)}"'
     by_run = _get(service, "/v1/tenants/acme/runs/run-7", reader)
     assert (by_run.status_code, by_run.content) == (200, data)
-    listing = _get(service, "/v1/tenants/acme/envelopes", reader)
-    assert listing.json() == {
+    listing = _get(service, "/v1/tenants/acme/envelopes", reader).json()
+    published_at = listing["envelopes"][0].pop("publishedAt")
+    assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ", published_at)
+    assert listing == {
         "envelopes": [{"logIndex": 0, "digest": _digest(data), "runId": "run-7"}],
         "next": None,
     }
     assert _get(service, "/v1/tenants/acme/runs/run-8", reader).status_code == 404
 
 
-def test_run_pointer_is_write_once(service: Any, envelope_for: EnvelopeFor) -> None:
+def test_a_second_envelope_for_a_run_is_refused_before_the_log(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
     operator = service.token("acme")
     first, retry = envelope_for("acme", "run-1", 1), envelope_for("acme", "run-1", 2)
     other_run = envelope_for("acme", "run-9", 3)
-    for data in (first, retry, other_run):
-        assert _put(service, "acme", data, token=operator).status_code == 201
+    assert _put(service, "acme", first, token=operator).status_code == 201
+    before = _get(service, "/v1/tenants/acme/log/checkpoint", operator).text
+    replacement = _put(service, "acme", retry, token=operator)
+    assert replacement.status_code == 409
+    assert replacement.json() == {
+        "error": f"run 'run-1' already points to {_digest(first)}; this envelope was not logged",
+        "reason": "run-conflict",
+    }
+    # Nothing of it was kept: the log, the envelopes and the checkpoint are as before.
+    assert service.storage.log_size("acme") == 1
+    assert service.storage.envelope("acme", _digest(retry)) is None
+    assert _get(service, "/v1/tenants/acme/log/checkpoint", operator).text == before
+    assert _put(service, "acme", retry, token=operator).status_code == 409  # every time
+    assert _put(service, "acme", other_run, token=operator).status_code == 201
 
     def point(run_id: str, data: bytes) -> requests.Response:
         return requests.put(
@@ -133,15 +151,20 @@ def test_run_pointer_is_write_once(service: Any, envelope_for: EnvelopeFor) -> N
             timeout=10,
         )
 
-    assert point("run-1", first).status_code == 201
     assert point("run-1", first).status_code == 200
-    conflict = point("run-1", retry)
-    assert conflict.status_code == 409
-    assert conflict.json() == {"error": "run 'run-1' already points to a different envelope"}
-    assert point("run-1", other_run).status_code == 422  # the envelope is for another run
+    unpublished = point("run-1", retry)
+    assert (unpublished.status_code, unpublished.json()["reason"]) == (422, "not-published")
+    assert point("run-1", other_run).json() == {
+        "error": f"envelope {_digest(other_run)} is not for run 'run-1'",
+        "reason": "wrong-run",
+    }
     unknown = point("run-5", b"never published")
     assert unknown.status_code == 422
     assert "is not published for this tenant" in unknown.json()["error"]
+    for bad in (".", "..", "a b"):
+        refused = point(bad, first)
+        assert refused.status_code in (400, 404, 405), bad  # "." and ".." never reach the route
+    assert service.storage.log_size("acme") == 2
 
 
 def test_cross_tenant_access_answers_404(service: Any, envelope_for: EnvelopeFor) -> None:
@@ -160,7 +183,7 @@ def test_cross_tenant_access_answers_404(service: Any, envelope_for: EnvelopeFor
         ):
             response = _get(service, path, globex)
             assert (path, response.status_code) == (path, 404)
-            assert response.json() == {"error": "not found"}
+            assert response.json() == {"error": "not found", "reason": "not-found"}
     # A globex operator cannot write into acme, even a valid acme envelope.
     intruder = _put(
         service, "acme", envelope_for("acme", "run-2", 2), token=service.token("globex")
@@ -172,11 +195,19 @@ def test_cross_tenant_access_answers_404(service: Any, envelope_for: EnvelopeFor
         headers={"Authorization": f"Bearer {service.token('globex')}"},
         timeout=10,
     )
-    assert (hijack.status_code, hijack.json()) == (404, {"error": "not found"})
-    assert service.storage.run_digest("acme", "run-1") is None
-    assert _get(service, "/v1/tenants/acme/envelopes", service.token("acme", "tenant")).json()[
+    assert (hijack.status_code, hijack.json()) == (
+        404,
+        {"error": "not found", "reason": "not-found"},
+    )
+    assert service.storage.run_digest("acme", "run-1") == _digest(acme_data)  # acme's own
+    [listed] = _get(service, "/v1/tenants/acme/envelopes", service.token("acme", "tenant")).json()[
         "envelopes"
-    ] == [{"logIndex": 0, "digest": _digest(acme_data), "runId": "run-1"}]
+    ]
+    assert (listed["logIndex"], listed["digest"], listed["runId"]) == (
+        0,
+        _digest(acme_data),
+        "run-1",
+    )
 
 
 def test_authentication_and_roles(service: Any, envelope_for: EnvelopeFor) -> None:
@@ -203,7 +234,10 @@ def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> Non
         timeout=10,
     )
     assert streamed.status_code == 413
-    assert streamed.json() == {"error": f"body exceeds {MAX_ENVELOPE_BYTES} bytes"}
+    assert streamed.json() == {
+        "error": f"body exceeds {MAX_ENVELOPE_BYTES} bytes",
+        "reason": "too-large",
+    }
     wrong_path = _put(service, "acme", data, token=operator, name=_digest(b"something else"))
     assert wrong_path.status_code == 422
     assert "does not match the path" in wrong_path.json()["error"]
@@ -215,7 +249,10 @@ def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> Non
         headers={"Content-Digest": "sha-256=:" + base64.b64encode(bytes(32)).decode() + ":"},
     )
     assert wrong_header.status_code == 422
-    assert wrong_header.json() == {"error": "Content-Digest does not match the body"}
+    assert wrong_header.json() == {
+        "error": "Content-Digest does not match the body",
+        "reason": "digest-mismatch",
+    }
     assert (
         _put(service, "acme", data, token=operator, headers={"Content-Digest": ""}).status_code
         == 400
@@ -233,7 +270,10 @@ def test_bad_uploads_are_refused(service: Any, envelope_for: EnvelopeFor) -> Non
     other_tenant = envelope_for("globex", "run-1", 1)
     mismatch = _put(service, "acme", other_tenant, token=operator)
     assert mismatch.status_code == 422
-    assert mismatch.json() == {"error": "envelope tenant 'globex' is not 'acme'"}
+    assert mismatch.json() == {
+        "error": "envelope tenant 'globex' is not 'acme'",
+        "reason": "invalid-envelope",
+    }
     assert _put(service, "acme", data, token=operator, name="sha256:ABC").status_code == 400
     assert service.storage.log_size("acme") == 0
 
@@ -272,3 +312,59 @@ def test_consistency_and_inclusion_proofs_served(service: Any, envelope_for: Env
         _get(service, "/v1/tenants/acme/log/proof/inclusion", reader, index=7, size=8).status_code
         == 400
     )
+
+
+def test_shards_and_the_merged_envelope_of_a_run_publish_side_by_side(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    operator, reader = service.token("acme"), service.token("acme", "tenant")
+    shards = [envelope_for("acme", "run-s", n, shard=(n, 3)) for n in range(3)]
+    merged = make_merged_envelope("acme", "run-s", shards)
+    for position, data in enumerate([*shards, merged]):
+        answer = _put(service, "acme", data, token=operator)
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["logIndex"] == position
+    assert [_put(service, "acme", data, token=operator).json().get("shard") for data in shards] == [
+        0,
+        1,
+        2,
+    ]
+    again = envelope_for("acme", "run-s", 9, shard=(1, 3))  # a second shard 1: a replacement
+    refused = _put(service, "acme", again, token=operator)
+    assert refused.status_code == 409
+    assert refused.json()["error"] == (
+        f"shard 1 of run 'run-s' already points to {_digest(shards[1])}; this envelope was "
+        "not logged"
+    )
+    other_merge = make_merged_envelope("acme", "run-s", [shards[0], shards[2], shards[1]])
+    assert _put(service, "acme", other_merge, token=operator).status_code == 409
+    assert service.storage.log_size("acme") == 4
+    assert _get(service, "/v1/tenants/acme/runs/run-s", reader).content == merged
+    assert _get(service, "/v1/tenants/acme/runs/run-s/shards/2", reader).content == shards[2]
+    assert _get(service, "/v1/tenants/acme/runs/run-s/shards/3", reader).status_code == 404
+    assert _get(service, "/v1/tenants/acme/runs/run-s/shards/x", reader).status_code == 404
+
+
+def test_out_of_range_query_integers_are_400(service: Any) -> None:
+    reader = service.token("acme", "tenant")
+    huge = str(2**63)
+    for path, params in (
+        ("/v1/tenants/acme/envelopes", {"start": huge}),
+        ("/v1/tenants/acme/log/entries", {"start": "0", "end": huge}),
+        ("/v1/tenants/acme/log/proof/inclusion", {"index": huge, "size": "1"}),
+        ("/v1/tenants/acme/log/proof/consistency", {"from": "0", "to": "99" * 40}),
+        ("/v1/tenants/acme/envelopes", {"limit": "-1"}),
+        ("/v1/tenants/acme/panel/runs", {"start": huge}),
+    ):
+        answer = requests.get(
+            f"{service.url}{path}",
+            params=params,
+            headers={"Authorization": f"Bearer {reader}"},
+            timeout=10,
+        )
+        if path.endswith("panel/runs"):
+            assert answer.status_code == 404  # the panel is mounted by serve, not by this app
+            continue
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["reason"] == "bad-request"
+        assert "must be an integer from" in answer.json()["error"]

@@ -1,4 +1,4 @@
-"""Storage behaviour that the HTTP tests cannot provoke: a write that fails inside SQLite."""
+"""Storage behaviour the HTTP tests cannot provoke: failed statements, an older store's schema."""
 
 from __future__ import annotations
 
@@ -7,29 +7,81 @@ from pathlib import Path
 
 import pytest
 
-from runner.publish.storage import RunPointer, SqliteStorage
+from runner.publish.storage import (
+    WHOLE_RUN,
+    EntryRow,
+    RunPointer,
+    SqliteStorage,
+    Storage,
+)
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 
 
-def test_a_failed_run_pointer_write_leaves_the_connection_usable(tmp_path: Path) -> None:
+def _append(storage: Storage, index: int, digest: str, run_id: str) -> None:
+    with storage.transaction(["acme"]) as txn:
+        txn.append(
+            [EntryRow("acme", index, b"entry-%d" % index, digest, b"{}", "2026-12-01T00:00:00Z")]
+        )
+        txn.set_run_pointers([RunPointer("acme", run_id, WHOLE_RUN, digest)])
+
+
+def test_a_failed_statement_rolls_back_and_the_next_transaction_works(tmp_path: Path) -> None:
     storage = SqliteStorage(tmp_path / "publish.sqlite3")
     storage.initialize()
     with sqlite3.connect(storage.path) as db:
         # A real statement failure inside the write transaction (as a full disk would give).
         db.execute(
-            "CREATE TRIGGER refuse_boom BEFORE INSERT ON runs WHEN NEW.run_id = 'boom' "
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON run_pointers WHEN NEW.run_id = 'boom' "
             "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
         )
     try:
         with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
-            storage.set_run("acme", "boom", DIGEST_A)
-        # The same thread's connection is reused: it must not be stuck in that transaction.
-        assert storage.set_run("acme", "run-1", DIGEST_A) is RunPointer.CREATED
-        assert storage.set_run("acme", "run-1", DIGEST_A) is RunPointer.UNCHANGED
-        assert storage.set_run("acme", "run-1", DIGEST_B) is RunPointer.CONFLICT
+            _append(storage, 0, DIGEST_A, "boom")
+        # Nothing of the failed transaction is left, and the storage keeps working.
+        assert storage.log_size("acme") == 0
+        assert storage.envelope("acme", DIGEST_A) is None
+        _append(storage, 0, DIGEST_B, "run-1")
+        assert storage.log_size("acme") == 1
+        assert storage.run_digest("acme", "run-1") == DIGEST_B
         assert storage.run_digest("acme", "boom") is None
-        assert storage.run_digest("acme", "run-1") == DIGEST_A
+        [listed] = storage.listing("acme", 0, 10)
+        assert (listed.log_index, listed.entry, listed.published_at) == (
+            0,
+            b"entry-0",
+            "2026-12-01T00:00:00Z",
+        )
     finally:
         storage.close()
+
+
+def test_a_store_of_the_first_release_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "publish.sqlite3"
+    with sqlite3.connect(path) as db:  # the first release's schema, with one run and one token
+        db.execute("CREATE TABLE tokens (token_hash TEXT PRIMARY KEY, tenant TEXT, role TEXT)")
+        db.execute(
+            "CREATE TABLE envelopes (tenant TEXT NOT NULL, digest TEXT NOT NULL, data BLOB NOT "
+            "NULL, log_index BIGINT NOT NULL, PRIMARY KEY (tenant, digest))"
+        )
+        db.execute(
+            "CREATE TABLE runs (tenant TEXT NOT NULL, run_id TEXT NOT NULL, digest TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, run_id))"
+        )
+        db.execute("INSERT INTO runs VALUES ('acme', 'run-1', ?)", (DIGEST_A,))
+        db.execute("INSERT INTO tokens VALUES ('ab' || 'cd', 'acme', 'tenant')")
+        db.execute("INSERT INTO envelopes VALUES ('acme', ?, x'7b7d', 0)", (DIGEST_A,))
+    storage = SqliteStorage(path)
+    storage.initialize()
+    try:
+        assert storage.run_digest("acme", "run-1") == DIGEST_A
+        token = storage.token("abcd")
+        assert token is not None
+        assert (token.tenant, token.created_at, token.revoked_at) == ("acme", None, None)
+        assert storage.envelope("acme", DIGEST_A) == (b"{}", 0)
+    finally:
+        storage.close()
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "runs" not in tables
+    assert {"run_pointers", "signed_heads"} <= tables

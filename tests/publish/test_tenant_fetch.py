@@ -1,4 +1,10 @@
-"""`attested-replay tenant fetch`: verified incremental downloads and tampering detection."""
+"""`attested-replay tenant fetch`: verified incremental downloads and tampering detection.
+
+The tampering here is an operator's who rewrites the database and then starts the service on
+a fresh state directory (so that no head journal remembers what was signed) after deleting the
+signed heads the database records: the honest service's fork guard
+(``tests/publish/test_fork_guard.py``) is out of the way, and the tenant has to notice alone.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +21,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
 from tenant.http import RetryPolicy
+from tests.publish.conftest import make_merged_envelope
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)
 TAMPERING = 7
@@ -41,6 +49,7 @@ def _sql(storage: Storage, statement: str, params: tuple[Any, ...] = ()) -> list
 
 
 def _rewrite_log(storage: Storage, tenant: str, entries: list[bytes]) -> None:
+    _sql(storage, "DELETE FROM signed_heads WHERE tenant = ?", (tenant,))
     _sql(storage, "DELETE FROM log_entries WHERE tenant = ?", (tenant,))
     for index, entry in enumerate(entries):
         _sql(
@@ -115,9 +124,17 @@ def world(
         tokens = dict(service.tokens)
 
     def restart(
-        *, with_signer: CheckpointSigner | None = None, on: Storage | None = None
+        *,
+        with_signer: CheckpointSigner | None = None,
+        on: Storage | None = None,
+        fresh_state: bool = False,
     ) -> AbstractContextManager[Any]:
-        running: AbstractContextManager[Any] = serve(on or storage, with_signer or signer)
+        state_dir = None
+        if fresh_state:  # the operator's own state directory: no journal of signed heads
+            state_dir = tmp_path / f"operator-state-{len(list(tmp_path.glob('operator-*')))}"
+        running: AbstractContextManager[Any] = serve(
+            on or storage, with_signer or signer, state_dir=state_dir
+        )
         return running
 
     return {
@@ -151,7 +168,7 @@ def test_incremental_fetch_stores_envelopes_and_checkpoint(
     assert len(tenant.stored()) == 8
     assert (tenant.out / "checkpoint").read_text().startswith("publish.test/t/acme\n8\n")
     index = json.loads((tenant.out / "index.json").read_text())
-    assert index["7"] == {"digest": _digest(later[2]), "runId": "run-7"}
+    assert index["7"] == {"digest": _digest(later[2]), "runId": "run-7", "shard": None}
     for name in tenant.stored():
         data = (tenant.out / "envelopes" / name).read_bytes()
         assert name == f"sha256-{hashlib.sha256(data).hexdigest()}.json"
@@ -181,7 +198,7 @@ def test_removed_entry_is_tampering(world: Any, capsys: pytest.CaptureFixture[st
     storage = world["storage"]
     entries = storage.log_entries("acme", 0, 5)
     _rewrite_log(storage, "acme", entries[:2] + entries[3:])
-    with _restarted(world) as service:
+    with _restarted(world, fresh_state=True) as service:
         service.tokens.update(world["tokens"])
         _expect_tampering(
             world["tenant"], service.url, capsys, "the log shrank from 5 to 4 entries"
@@ -199,7 +216,7 @@ def test_reordered_entries_are_tampering(world: Any, capsys: pytest.CaptureFixtu
     storage = world["storage"]
     entries = storage.log_entries("acme", 0, 5)
     _rewrite_log(storage, "acme", [entries[1], entries[0], *entries[2:]])
-    with _restarted(world) as service:
+    with _restarted(world, fresh_state=True) as service:
         service.tokens.update(world["tokens"])
         world["publish"](service, range(5, 6))
         _expect_tampering(
@@ -222,7 +239,7 @@ def test_rewritten_entry_is_tampering(
         "UPDATE envelopes SET digest = ?, data = ? WHERE tenant = 'acme' AND log_index = 3",
         (_digest(replacement), replacement),
     )
-    with _restarted(world) as service:
+    with _restarted(world, fresh_state=True) as service:
         _expect_tampering(
             world["tenant"], service.url, capsys, "checkpoint of size 5 is not consistent"
         )
@@ -297,7 +314,7 @@ def test_forked_checkpoint_is_tampering(
     # other envelopes: a checkpoint of the same size with another root, validly signed.
     other = SqliteStorage(tmp_path / "fork.sqlite3")
     other.initialize()
-    with _restarted(world, on=other) as service:
+    with _restarted(world, on=other, fresh_state=True) as service:
         tenant_token = world["tenant"].token_file.read_text().strip()
         other.add_token(hashlib.sha256(tenant_token.encode()).hexdigest(), "acme", Role.TENANT)
         world["publish"](service, range(100, 105))
@@ -308,7 +325,8 @@ def test_forked_checkpoint_is_tampering(
 
 def test_bad_signature_is_tampering(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
     impostor = CheckpointSigner("publish.test", Ed25519PrivateKey.generate())
-    with _restarted(world, with_signer=impostor) as service:
+    _sql(world["storage"], "DELETE FROM signed_heads")
+    with _restarted(world, with_signer=impostor, fresh_state=True) as service:
         _expect_tampering(
             world["tenant"],
             service.url,
@@ -349,3 +367,55 @@ def test_consistency_with_a_publish_receipt_checkpoint(
         receipt.write_text(forged)
         assert tenant.fetch(service.url, "--checkpoint", str(receipt)) == 1
         assert "does not verify" in capsys.readouterr().err
+
+
+def test_two_envelopes_for_one_run_are_tampering(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service refuses a second envelope for a run before the log (409); an operator who
+    writes one into the database anyway is caught by the tenant."""
+    storage = world["storage"]
+    replacement = envelope_for("acme", "run-3", 333)
+    entry = LogEntry(tenant="acme", run_id="run-3", envelope=_digest(replacement)).to_bytes()
+    _sql(storage, "DELETE FROM signed_heads")
+    _sql(
+        storage,
+        "INSERT INTO log_entries (tenant, log_index, entry) VALUES ('acme', 5, ?)",
+        (entry,),
+    )
+    _sql(
+        storage,
+        "INSERT INTO envelopes (tenant, digest, data, log_index) VALUES ('acme', ?, ?, 5)",
+        (_digest(replacement), replacement),
+    )
+    with _restarted(world, fresh_state=True) as service:
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"log entries 3 and 5 both publish run 'run-3' ({_digest(world['first'][3])} and "
+            f"{_digest(replacement)}): the service never logs a second envelope for a run",
+        )
+
+
+def test_the_shards_of_a_run_and_its_merge_are_not_duplicates(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    shards = [envelope_for("acme", "run-s", n, shard=(n, 2)) for n in range(2)]
+    merged = make_merged_envelope("acme", "run-s", shards)
+    with _restarted(world) as service:
+        token = service.token("acme")
+        for data in (*shards, merged):
+            publish_envelope(
+                service.url,
+                data,
+                tenant="acme",
+                run_id="run-s",
+                token=token,
+                spool_dir=world["tenant"].out.parent / "spool",
+                retry=FAST,
+            )
+        capsys.readouterr()
+        assert world["tenant"].fetch(service.url) == 0
+    index = json.loads((world["tenant"].out / "index.json").read_text())
+    assert [index[str(n)]["shard"] for n in range(5, 8)] == [0, 1, None]

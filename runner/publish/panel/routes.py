@@ -14,8 +14,8 @@ from attestation.envelope.model import parse_envelope
 from attestation.errors import MalformedError
 from attestation.transparency.entries import EntryError, LogEntry
 from runner.publish.corpus_store import CorpusStore
-from runner.publish.server import ApiError, authorize_request, identify_request
-from runner.publish.storage import Storage
+from runner.publish.server import Service, not_found, query_int
+from runner.publish.storage import ListedEntry
 from tenant.contract import CONTRACT
 
 #: Runs per page of ``panel/runs``.
@@ -46,22 +46,14 @@ def _asset(name: str) -> bytes:
     return (resources.files("runner.publish.panel") / "static" / name).read_bytes()
 
 
-def _query_int(request: Request, name: str, *, default: int, maximum: int) -> int:
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    if not text.isdigit() or int(text) > maximum:
-        raise ApiError(400, f"query parameter {name!r} must be an integer from 0 to {maximum}")
-    return int(text)
-
-
-def _run_json(entry: LogEntry, index: int, data: bytes | None) -> dict[str, Any]:
+def _run_json(entry: LogEntry, listed: ListedEntry, data: bytes | None) -> dict[str, Any]:
     run: dict[str, Any] = {
-        "logIndex": index,
+        "logIndex": listed.log_index,
         "runId": entry.run_id,
         "digest": entry.envelope,
-        # The storage keeps no publication time yet: the page says "not recorded".
-        "publishedAt": None,
+        # The service's clock when the envelope was integrated; None for envelopes an older
+        # service stored (the page says "not recorded").
+        "publishedAt": listed.published_at,
     }
     if data is None:
         return {**run, "problem": "the envelope this entry names is not stored"}
@@ -79,14 +71,15 @@ def _run_json(entry: LogEntry, index: int, data: bytes | None) -> dict[str, Any]
     }
 
 
-def panel_routes(storage: Storage, store: CorpusStore) -> list[BaseRoute]:
-    """The page, its assets and its JSON, authorizing with ``storage``'s tokens."""
+def panel_routes(service: Service, store: CorpusStore) -> list[BaseRoute]:
+    """The page, its assets and its JSON, authorizing with the service's tokens."""
+    storage = service.storage
     assets = {path: (_asset(name), media) for path, (name, media) in _ASSETS.items()}
 
     async def page(request: Request) -> Response:
         found = assets.get(str(request.path_params.get("name", "")))
         if found is None:
-            raise ApiError(404, "not found")
+            raise not_found()
         body, media = found
         return Response(body, media_type=media, headers=SECURITY_HEADERS)
 
@@ -97,35 +90,33 @@ def panel_routes(storage: Storage, store: CorpusStore) -> list[BaseRoute]:
         return JSONResponse(CONTRACT.to_json_dict())
 
     async def whoami(request: Request) -> Response:
-        tenant, role = await anyio.to_thread.run_sync(lambda: identify_request(storage, request))
-        return JSONResponse({"tenant": tenant, "role": role.value}, headers=_NO_STORE)
+        identity = await service.identify(request)
+        return JSONResponse(
+            {"tenant": identity.tenant, "role": identity.role.value}, headers=_NO_STORE
+        )
 
     def runs_page(tenant: str, start: int, limit: int) -> dict[str, Any]:
         exports: dict[str, str] = {}
         for export in store.list(tenant):  # oldest first: the newest export of a corpus wins
             exports[export.corpus_checksum] = export.digest
         runs = []
-        for offset, raw in enumerate(storage.log_entries(tenant, start, start + limit)):
+        for listed in storage.listing(tenant, start, limit):
             try:
-                entry = LogEntry.from_bytes(raw)
+                entry = LogEntry.from_bytes(listed.entry)
             except EntryError as exc:
-                runs.append({"logIndex": start + offset, "problem": f"malformed entry: {exc}"})
+                runs.append({"logIndex": listed.log_index, "problem": f"malformed entry: {exc}"})
                 continue
             stored = storage.envelope(tenant, entry.envelope)
-            run = _run_json(entry, start + offset, None if stored is None else stored[0])
+            run = _run_json(entry, listed, None if stored is None else stored[0])
             run["corpusExport"] = exports.get(run.get("corpusChecksum", ""))
             runs.append(run)
         return {"runs": runs, "next": start + limit if len(runs) == limit else None}
 
     async def runs(request: Request) -> Response:
         tenant = str(request.path_params["tenant"])
-        await anyio.to_thread.run_sync(
-            lambda: authorize_request(storage, request, tenant, write=False)
-        )
-        start = _query_int(request, "start", default=0, maximum=2**62)
-        limit = _query_int(request, "limit", default=MAX_RUNS_PAGE, maximum=MAX_RUNS_PAGE)
-        if limit == 0:
-            raise ApiError(400, "query parameter 'limit' must be at least 1")
+        await service.authorize(request, tenant, write=False)
+        start = query_int(request, "start", default=0)
+        limit = query_int(request, "limit", default=MAX_RUNS_PAGE, minimum=1, maximum=MAX_RUNS_PAGE)
         body = await anyio.to_thread.run_sync(lambda: runs_page(tenant, start, limit))
         return JSONResponse(body, headers=_NO_STORE)
 
