@@ -117,7 +117,7 @@ NONCE_RULE: Final = f"1 to {MAX_NONCE_LENGTH} characters"
 #: Each identifier's rule in words, for messages: a user reads these, not regular expressions.
 IDENTIFIER_RULES: Final = MappingProxyType(
     {
-        RUN_ID_PATTERN: "1 to 128 letters, digits, '.', '_' or '-'",
+        RUN_ID_PATTERN: "1 to 128 letters, digits, '.', '_' or '-', and not '.' or '..'",
         TENANT_ID_PATTERN: (
             "a DNS label: 1 to 63 lowercase letters, digits or '-', starting and ending with a "
             "letter or digit"
