@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -50,6 +49,7 @@ import requests
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
@@ -109,7 +109,7 @@ def raw_rate(storage: Storage, payloads: list[bytes], tenant: str) -> float:
     note = signer.sign(Checkpoint(f"bench/t/{tenant}", 1, bytes(32)))  # a typical head
     began = time.perf_counter()
     for index, data in enumerate(payloads):
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        digest = sha256_digest(data)
         run_id = f"raw-{index}"
         entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
         with storage.transaction([tenant]) as txn:

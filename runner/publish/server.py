@@ -40,6 +40,7 @@ from attestation.contracts import (
     RUN_ID_GRAMMAR,
     Sha256Digest,
     WireModel,
+    format_sha256,
     is_run_id,
     is_sha256_digest,
     is_tenant_id,
@@ -334,11 +335,9 @@ async def put_envelope(service: Service, request: Request) -> Response:
         raise bad_request("Content-Digest: sha-256=:<base64>: is required")
     if match.group(1) != base64.b64encode(actual).decode():
         raise ApiError(422, "Content-Digest does not match the body", reason="digest-mismatch")
-    if digest != "sha256:" + actual.hex():
+    if digest != (body_digest := format_sha256(actual)):
         raise ApiError(
-            422,
-            f"body digest sha256:{actual.hex()} does not match the path",
-            reason="digest-mismatch",
+            422, f"body digest {body_digest} does not match the path", reason="digest-mismatch"
         )
     run_id, part = envelope_part(body, tenant)
     entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
