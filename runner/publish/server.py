@@ -464,6 +464,16 @@ async def get_shard(service: Service, request: Request) -> Response:
     return await _run_envelope(service, request, str(int(shard)))
 
 
+async def list_shards(service: Service, request: Request) -> Response:
+    """The shard indices of a run that have an envelope: ``{"shards": [0, 2, ...]}``."""
+    tenant, run_id = request.path_params["tenant"], request.path_params["run_id"]
+    await service.authorize(request, tenant, write=False)
+    if not is_run_id(run_id):
+        raise not_found()
+    shards = await asyncio.to_thread(service.storage.run_shards, tenant, run_id)
+    return json_response({"shards": shards}, headers={"Cache-Control": "no-store"})
+
+
 async def list_envelopes(service: Service, request: Request) -> Response:
     tenant = request.path_params["tenant"]
     await service.authorize(request, tenant, write=False)
@@ -500,6 +510,11 @@ def read_routes(service: Service) -> list[BaseRoute]:
             methods=["GET"],
         ),
         Route("/v1/tenants/{tenant}/runs/{run_id}", _bound(get_run, service), methods=["GET"]),
+        Route(
+            "/v1/tenants/{tenant}/runs/{run_id}/shards",
+            _bound(list_shards, service),
+            methods=["GET"],
+        ),
         Route(
             "/v1/tenants/{tenant}/runs/{run_id}/shards/{shard}",
             _bound(get_shard, service),

@@ -192,6 +192,10 @@ class Storage(Protocol):
         ...
 
     def run_digest(self, tenant: str, run_id: str, part: str = WHOLE_RUN) -> str | None: ...
+    def run_shards(self, tenant: str, run_id: str) -> list[int]:
+        """The shard indices of ``run_id`` that have an envelope, in ascending order."""
+        ...
+
     def log_entries(self, tenant: str, start: int, end: int) -> list[bytes]:
         """Entries with ``start <= index < end``, in index order."""
         ...
@@ -581,6 +585,14 @@ class SqliteStorage:
             ).fetchone()
         return None if row is None else str(row[0])
 
+    def run_shards(self, tenant: str, run_id: str) -> list[int]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT part FROM run_pointers WHERE tenant = ? AND run_id = ? AND part <> ?",
+                (tenant, run_id, WHOLE_RUN),
+            ).fetchall()
+        return sorted(int(str(row[0])) for row in rows)
+
     def log_entries(self, tenant: str, start: int, end: int) -> list[bytes]:
         with self._connect() as db:
             rows = db.execute(
@@ -852,6 +864,14 @@ class PostgresStorage:
                 (tenant, run_id, part),
             ).fetchone()
         return None if row is None else str(row[0])
+
+    def run_shards(self, tenant: str, run_id: str) -> list[int]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT part FROM run_pointers WHERE tenant = %s AND run_id = %s AND part <> %s",
+                (tenant, run_id, WHOLE_RUN),
+            ).fetchall()
+        return sorted(int(str(row[0])) for row in rows)
 
     def log_entries(self, tenant: str, start: int, end: int) -> list[bytes]:
         with self._connect() as db:

@@ -343,6 +343,15 @@ def test_shards_and_the_merged_envelope_of_a_run_publish_side_by_side(
     assert _get(service, "/v1/tenants/acme/runs/run-s/shards/2", reader).content == shards[2]
     assert _get(service, "/v1/tenants/acme/runs/run-s/shards/3", reader).status_code == 404
     assert _get(service, "/v1/tenants/acme/runs/run-s/shards/x", reader).status_code == 404
+    listed = _get(service, "/v1/tenants/acme/runs/run-s/shards", reader)
+    assert (listed.status_code, listed.json()) == (200, {"shards": [0, 1, 2]})
+    assert _get(service, "/v1/tenants/acme/runs/run-0/shards", operator).json() == {"shards": []}
+    other = service.token("globex", "tenant")
+    assert _get(service, "/v1/tenants/acme/runs/run-s/shards", other).json() == {
+        "error": "not found",
+        "reason": "not-found",
+    }
+    assert _get(service, "/v1/tenants/acme/runs/..%2F/shards", reader).status_code == 404
 
 
 def test_out_of_range_query_integers_are_400(service: Any) -> None:

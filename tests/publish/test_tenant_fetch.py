@@ -419,3 +419,53 @@ def test_the_shards_of_a_run_and_its_merge_are_not_duplicates(
         assert world["tenant"].fetch(service.url) == 0
     index = json.loads((world["tenant"].out / "index.json").read_text())
     assert [index[str(n)]["shard"] for n in range(5, 8)] == [0, 1, None]
+
+
+def test_two_envelopes_for_one_shard_are_tampering(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second envelope for shard 1 of a run, written into the database behind the service,
+    is caught even when the tenant's kept index predates the shard column."""
+    shards = [envelope_for("acme", "run-s", n, shard=(n, 2)) for n in range(2)]
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        for data in shards:
+            publish_envelope(
+                service.url,
+                data,
+                tenant="acme",
+                run_id="run-s",
+                token=service.token("acme"),
+                spool_dir=world["tenant"].out.parent / "spool",
+                retry=FAST,
+            )
+        assert world["tenant"].fetch(service.url) == 0
+    kept = world["tenant"].out / "index.json"
+    older = {
+        n: {"digest": i["digest"], "runId": i["runId"]}
+        for n, i in json.loads(kept.read_text()).items()
+    }
+    kept.write_text(json.dumps(older))  # as an older tenant fetch wrote it: no "shard"
+    storage = world["storage"]
+    again = envelope_for("acme", "run-s", 77, shard=(1, 2))
+    entry = LogEntry(tenant="acme", run_id="run-s", envelope=_digest(again)).to_bytes()
+    _sql(storage, "DELETE FROM signed_heads")
+    _sql(
+        storage,
+        "INSERT INTO log_entries (tenant, log_index, entry) VALUES ('acme', 7, ?)",
+        (entry,),
+    )
+    _sql(
+        storage,
+        "INSERT INTO envelopes (tenant, digest, data, log_index) VALUES ('acme', ?, ?, 7)",
+        (_digest(again), again),
+    )
+    with _restarted(world, fresh_state=True) as service:
+        service.tokens.update(world["tokens"])
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"log entries 6 and 7 both publish shard 1 of run 'run-s' ({_digest(shards[1])} and "
+            f"{_digest(again)})",
+        )
