@@ -24,6 +24,7 @@ from runner.commands.job_params import (
     replay_spec,
 )
 from runner.commands.parsing import (
+    add_ca_bundle,
     add_command,
     input_file,
     input_file_or_dir,
@@ -299,6 +300,7 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="bearer token for reading from the publication endpoint",
     )
+    add_ca_bundle(parser)
 
 
 # -- handlers -------------------------------------------------------------------------------
@@ -441,6 +443,7 @@ def _submitter(args: argparse.Namespace) -> Submitter:
         ),
         watch_timeout=args.watch_timeout,
         publish_token=token,
+        ca_bundle=getattr(args, "ca_bundle", None),
         records_namespace=args.records_namespace,
     )
 

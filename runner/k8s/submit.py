@@ -12,6 +12,7 @@ import dataclasses
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -87,6 +88,7 @@ class Submitter:
         watch_timeout: int = 60,
         http: HttpClient | None = None,
         publish_token: str | None = None,
+        ca_bundle: Path | None = None,
     ) -> None:
         self._api_client = api_client
         self._batch = client.BatchV1Api(api_client)
@@ -102,7 +104,13 @@ class Submitter:
             namespace,
             retry_policy=self._retry,
             http=http
-            or HttpClient(token=publish_token, retry=PUBLICATION_RETRY, what="publication URL"),
+            or HttpClient(
+                token=publish_token,
+                retry=PUBLICATION_RETRY,
+                what="publication URL",
+                # --ca-bundle: the only way to trust another CA (no REQUESTS_CA_BUNDLE & co.)
+                ca_bundle=ca_bundle,
+            ),
         )
 
     # -- submit ---------------------------------------------------------------------------

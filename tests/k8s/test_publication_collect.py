@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
+from tests import hostile_server as hs
 from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (
     RUN_ID,
@@ -235,4 +236,61 @@ def test_a_malformed_token_file_is_a_usage_error_before_any_request(
     assert error_line(capsys.readouterr().err) == (
         f"token file {token_file} must hold exactly one token"
     )
+    assert sum(cluster.requests.values()) == 0
+
+
+def test_an_https_endpoint_signed_by_another_ca_is_trusted_only_with_ca_bundle(  # noqa: PLR0917
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """submit --wait and collect read the endpoint with certifi's roots, or --ca-bundle's
+    instead; the variables other tools read (REQUESTS_CA_BUNDLE, SSL_CERT_FILE) are not."""
+    context, ca = hs.mint_tls(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    envelope = hs.answer(200, pods.base.envelope, {"Content-Type": "application/json"})
+    cluster.on_job_created = finish_without_log(pods)
+    expected = ["--expected", str(pods.base.expected)]
+    with hs.HostileServer(
+        hs.route({f"/v1/tenants/{TENANT}/runs/{RUN_ID}": envelope}, hs.answer(404)), tls=context
+    ) as server:
+        publish = ["--publish-url", server.url, "--publish-token-secret", "acme-publish"]
+        submit = [*submit_args(kubeconfig, pods), *publish, "--wait", "--timeout", "30"]
+        assert cli(*submit, *expected, "--ca-bundle", str(ca)) == 0
+        assert last_json(capsys.readouterr().out)["source"] == "publication"
+        assert len(server.requests) == 1
+
+        collect = ["collect", RUN_ID, "--tenant", TENANT, "--kubeconfig", str(kubeconfig)]
+        assert cli(*collect, *expected) == 5
+        message = error_line(capsys.readouterr().err)
+        assert message.startswith(
+            f"publication endpoint {server.url}/v1/tenants/{TENANT}/runs/{RUN_ID}: "
+        )
+        assert "TLS failed" in message
+        assert len(server.requests) == 1  # the handshake failed: no request was sent
+
+        assert cli(*collect, *expected, "--ca-bundle", str(ca)) == 0
+        summary = last_json(capsys.readouterr().out)
+        assert (summary["source"], summary["verified"]) == ("publication", True)
+        assert len(server.requests) == 2
+
+
+def test_a_ca_bundle_that_is_not_pem_is_a_usage_error_before_any_request(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a certificate\n")
+    code = cli(*submit_args(kubeconfig, pods), "--ca-bundle", str(bundle))
+    assert code == 9
+    assert error_line(capsys.readouterr().err).startswith(f"cannot load the CA bundle {bundle}: ")
+    assert cluster.jobs == {}
+    assert cluster.configmaps == {}
     assert sum(cluster.requests.values()) == 0
