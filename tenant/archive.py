@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, BinaryIO, Final
 
+from attestation.contracts import MAX_ARCHIVE_HEADER_BYTES
 from tenant.errors import ArchiveError
 
 _CHUNK: Final = 1024 * 1024
@@ -34,7 +35,7 @@ class ArchiveBounds:
     max_unpacked: int
     max_ratio: int
     ratio_floor: int
-    header_budget: int = 64 * 1024
+    header_budget: int = MAX_ARCHIVE_HEADER_BYTES
     archive_size: int | None = None  # compressed size, when known: refuses a bomb up front
 
 

@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.errors import MalformedError
 from runner.commands.parsing import add_actions, add_command, input_file, output_file
-from runner.errors import InputError, UsageError
+from runner.errors import InputError
 from runner.exit_codes import Family
+from runner.pipeline.envelope import read_envelope_file
 from tenant.fsutil import atomic_write
 from tenant.intoto import statement_bytes
 
@@ -59,11 +59,7 @@ def register(subparsers: Subparsers) -> None:
 
 def handle_intoto(args: argparse.Namespace) -> int:
     path: Path = args.envelope
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_ENVELOPE_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"ENVELOPE {path}: cannot read it: {exc.strerror or exc}") from exc
+    data = read_envelope_file(path, what="ENVELOPE")
     try:
         statement = statement_bytes(data)
     except MalformedError as exc:

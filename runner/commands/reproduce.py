@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from attestation.exit_codes import EXIT_CODES, VERIFIED
 from runner.commands.parsing import add_command, input_file, input_file_or_dir
 from runner.exit_codes import Family
-from runner.pipeline.reproduce import TRUST_STATEMENT, read_envelope_file, reproduce
+from runner.pipeline.envelope import read_envelope_file
+from runner.pipeline.reproduce import TRUST_STATEMENT, reproduce
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -64,7 +65,7 @@ def register_action(actions: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    outcome = reproduce(read_envelope_file(args.envelope), args.corpus)
+    outcome = reproduce(read_envelope_file(args.envelope, what="--envelope"), args.corpus)
     code = VERIFIED if outcome.failure is None else EXIT_CODES[outcome.failure]
     if args.json:
         print(json.dumps({**outcome.to_json(), "exitCode": code}, indent=2))

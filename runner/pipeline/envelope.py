@@ -14,11 +14,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from cryptography import x509
 from pydantic import JsonValue
 
 from attestation.abi.report import AttestationReport, parse_report
+from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.endorsement.certificate import load_certificates
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import (
@@ -29,10 +31,11 @@ from attestation.envelope.model import (
     Evidence,
 )
 from attestation.errors import AttestationError
+from attestation.files import open_regular
 from attestation.verify.checks import VerificationResult
 from attestation.verify.policy import CRYPTO_ONLY
 from attestation.verify.verifier import Verifier
-from runner.errors import EvidenceError
+from runner.errors import EvidenceError, UsageError
 from runner.evidence.base import Evidence as ProviderEvidence
 from runner.evidence.bundle import pem_bundle
 from runner.pipeline.verification import raise_unless_verified
@@ -120,3 +123,18 @@ def assemble_envelope(
 def envelope_json_bytes(envelope: Envelope) -> bytes:
     """The bytes written and published for an envelope (its digest is over exactly these)."""
     return (json.dumps(envelope.to_json_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def read_envelope_file(path: Path, *, what: str) -> bytes:
+    """The bytes of envelope file ``path`` (``what`` names it in messages, e.g. the option),
+    read up to one byte past :data:`MAX_ENVELOPE_BYTES` so that the envelope parser names an
+    oversized one; a regular file only (a FIFO or device would block or never end).
+
+    Raises:
+        UsageError: ``<what> <path>: cannot read it: <reason>``.
+    """
+    try:
+        with open_regular(path) as handle:
+            return handle.read(MAX_ENVELOPE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from exc

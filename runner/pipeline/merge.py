@@ -32,8 +32,8 @@ from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
 from attestation.files import open_regular
 from attestation.verify.checks import VerificationResult
-from attestation.verify.policy import CRYPTO_ONLY
-from runner.errors import InputError, UsageError, VerificationFailedError
+from runner.errors import InputError, UsageError
+from runner.pipeline.verification import expect_what_is_bound, raise_unless_verified
 from tenant.fsutil import atomic_write
 
 log = structlog.get_logger("attested-replay.merge")
@@ -148,24 +148,8 @@ def _verify(
     now: datetime | None,
 ) -> VerificationResult:
     if expected is None:
-        expected = ExpectedValues(
-            run_id=merged.run_id,
-            corpus_checksum=merged.corpus_checksum,
-            tenant=merged.tenant,
-            workload_digest=merged.workload.digest,
-            result_digest=merged.result_digest,
-            evaluation_digest=merged.evaluation_digest,
-            shard_count=merged.shard_count,
-            simulated_roots=(simulated_root,) if simulated_root else (),
-            policy=CRYPTO_ONLY,
-        )
+        expected = expect_what_is_bound(merged, simulated_root=simulated_root)
     result = verify_envelope(envelope_bytes, expected, now=now or datetime.now(UTC))
-    if not result.ok:
-        failed = "; ".join(f"{check.name}: {check.detail}" for check in result.failed_checks[:3])
-        raise VerificationFailedError(
-            f"the merged envelope does not verify ({result.failure_class}, exit "
-            f"{result.exit_code}): {failed}",
-            verifier_exit_code=result.exit_code,
-        )
+    raise_unless_verified(result, "the merged envelope does not verify", most=3)
     log.info("merged_envelope_verified", checks=len(result.checks))
     return result

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.binding import result_digest
 from attestation.envelope.model import Envelope, parse_envelope
@@ -98,15 +97,6 @@ class Reproduction:
             "resultDifferences": list(self.result_differences),
             "trust": TRUST_STATEMENT,
         }
-
-
-def read_envelope_file(path: Path) -> bytes:
-    """The bytes of an envelope file, read up to the verifier's cap (usage error if unreadable)."""
-    try:
-        with path.open("rb") as handle:
-            return handle.read(MAX_ENVELOPE_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"--envelope {path}: cannot read it: {exc.strerror or exc}") from exc
 
 
 def reproduce(envelope_bytes: bytes, corpus: Path) -> Reproduction:

@@ -10,6 +10,7 @@ from pathlib import Path
 import structlog
 
 from attestation.envelope.expected import ExpectedValues, load_expected
+from attestation.envelope.merged import MergedEnvelope
 from attestation.envelope.model import Binding, ShardPosition
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
@@ -39,23 +40,35 @@ def self_verify(
     its memoized chain validation is reused (with the same ``now``), so a run validates its
     chain once.
     """
-    roots = (simulated_root,) if simulated_root else ()
-    expected = ExpectedValues(
-        run_id=binding.run_id,
-        corpus_checksum=binding.corpus_checksum,
-        tenant=binding.tenant,
-        workload_digest=binding.workload.digest,
-        result_digest=binding.result_digest,
-        evaluation_digest=binding.evaluation_digest,
-        simulated_roots=roots,
-        policy=CRYPTO_ONLY,
-    )
     result = verify_envelope(
-        envelope_bytes, expected, now=now or datetime.now(UTC), shard=shard, verifier=verifier
+        envelope_bytes,
+        expect_what_is_bound(binding, simulated_root=simulated_root),
+        now=now or datetime.now(UTC),
+        shard=shard,
+        verifier=verifier,
     )
     raise_unless_verified(result, "the envelope this run built does not verify")
     log.info("envelope_self_verified", checks=len(result.checks))
     return result
+
+
+def expect_what_is_bound(
+    bound: Binding | MergedEnvelope, *, simulated_root: str | None
+) -> ExpectedValues:
+    """The operator side's expectations of an envelope it built: exactly the values it binds
+    (and a merged envelope's shard count), under the crypto-only policy (the platform policy
+    is the tenant's decision); simulated evidence only under ``simulated_root``."""
+    return ExpectedValues(
+        run_id=bound.run_id,
+        corpus_checksum=bound.corpus_checksum,
+        tenant=bound.tenant,
+        workload_digest=bound.workload.digest,
+        result_digest=bound.result_digest,
+        evaluation_digest=bound.evaluation_digest,
+        shard_count=bound.shard_count if isinstance(bound, MergedEnvelope) else None,
+        simulated_roots=(simulated_root,) if simulated_root else (),
+        policy=CRYPTO_ONLY,
+    )
 
 
 def load_expected_file(path: Path) -> ExpectedValues:
@@ -81,11 +94,14 @@ def envelope_verifier(expected_path: Path, now: datetime | None = None) -> Calla
     return verify
 
 
-def raise_unless_verified(result: VerificationResult, what: str) -> None:
-    """Raise :class:`VerificationFailedError` (with the verifier's exit code) unless verified."""
+def raise_unless_verified(
+    result: VerificationResult, what: str, *, most: int | None = None
+) -> None:
+    """Raise :class:`VerificationFailedError` (with the verifier's exit code) unless verified,
+    naming the failed checks (the first ``most`` of them, when given)."""
     if result.ok:
         return
-    failed = "; ".join(f"{check.name}: {check.detail}" for check in result.failed_checks)
+    failed = "; ".join(f"{check.name}: {check.detail}" for check in result.failed_checks[:most])
     raise VerificationFailedError(
         f"{what} ({result.failure_class}, exit {result.exit_code}): {failed}",
         verifier_exit_code=result.exit_code,
