@@ -44,13 +44,13 @@ from attestation.encoding.canonical import canonicalize
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.verify.checks import VerificationResult
-from runner.environment import ProcessEnvironment, process_environment
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
 from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
 from runner.evidence.simulated import SIMULATED_PROVIDER, load_or_create_simulated_amd
 from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE, fetch_corpus, is_url
 from runner.pipeline.envelope import assemble_envelope, endorse, envelope_json_bytes
+from runner.pipeline.environment import ProcessEnvironment, process_environment
 from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
 from runner.pipeline.verification import self_verify
 from runner.publish.client import PublishOutcome, check_target, publish_envelope

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main as runner_main
-from runner.environment import ProcessEnvironment, process_environment
+from runner.pipeline.environment import ProcessEnvironment, process_environment
 from tests import hostile_server as hs
 from tests.e2e.conftest import EXAMPLE_CORPUS
 from tests.fifo_guard import fifo
