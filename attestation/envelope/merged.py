@@ -117,6 +117,10 @@ def parse_any_envelope(data: bytes) -> AnyEnvelope:
         return validate_document(document, MergedEnvelope, what="merged envelope")
     if kind == ENVELOPE_KIND:
         return validate_document(document, Envelope, what="envelope")
+    if "kind" not in document:
+        raise MalformedError(
+            f"envelope has no 'kind' (it must be {ENVELOPE_KIND!r} or {MERGED_ENVELOPE_KIND!r})"
+        )
     raise MalformedError(
         f"envelope kind {str(kind)[:60]!r} is neither {ENVELOPE_KIND!r} nor "
         f"{MERGED_ENVELOPE_KIND!r}"

@@ -25,6 +25,9 @@ Re-derive a run's result from a corpus without trusting any hardware: check the 
 checksum against the envelope's binding, re-run the scoring with the same code path as `run`,
 and compare the evaluation and result digests.
 
+A merged envelope (a sharded run) is compared with the unsharded replay, which its merged
+result equals byte for byte; a shard envelope with that shard's replay.
+
 --corpus takes a corpus directory or a corpus export (`attested-replay corpus export`,
 `tenant fetch --corpus`); an export is checked against its manifest first.
 

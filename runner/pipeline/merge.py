@@ -30,9 +30,9 @@ from attestation.envelope.merged import (
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
-from attestation.files import open_regular
 from attestation.verify.checks import VerificationResult
 from runner.errors import InputError, UsageError
+from runner.pipeline.envelope import read_envelope_file
 from runner.pipeline.verification import expect_what_is_bound, raise_unless_verified
 from tenant.fsutil import atomic_write
 
@@ -126,11 +126,7 @@ def _read_shards(paths: Sequence[Path]) -> list[Envelope]:
 
 
 def _read_shard(path: Path) -> Envelope:
-    try:
-        with open_regular(path) as handle:  # a FIFO or device is refused, never waited on
-            data = handle.read(MAX_ENVELOPE_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read shard envelope {path}: {exc.strerror or exc}") from None
+    data = read_envelope_file(path, what="shard envelope")
     try:
         envelope = parse_envelope(data)
     except AttestationError as exc:

@@ -30,8 +30,10 @@ from typing import Any, Final
 
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.binding import result_digest
-from attestation.envelope.model import Envelope, parse_envelope
-from attestation.errors import FailureClass, MalformedError
+from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
+from attestation.envelope.merged_verification import header_binding
+from attestation.envelope.model import Binding
+from attestation.errors import AttestationError, FailureClass, MalformedError
 from runner.corpus.errors import CorpusError
 from runner.errors import UsageError
 from runner.pipeline.replay import ReplayOutcome, compute_checksum, replay_corpus
@@ -99,11 +101,48 @@ class Reproduction:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """What an envelope claims about the numbers: a whole run's, a merged run's (its header:
+    the same digests an unsharded run binds) or one shard's (recomputed as that shard)."""
+
+    run_id: str
+    tenant: str
+    binding: Binding
+    result: dict[str, Any] | None
+    #: A merged envelope: how many shards it merges.
+    merged_from: int | None = None
+
+    @classmethod
+    def of(cls, envelope: bytes) -> _Claim:
+        parsed = parse_any_envelope(envelope)
+        if isinstance(parsed, MergedEnvelope):
+            return cls(
+                parsed.run_id,
+                parsed.tenant,
+                header_binding(parsed),
+                parsed.result,
+                merged_from=parsed.shard_count,
+            )
+        return cls(parsed.run_id, parsed.tenant, parsed.binding, parsed.result)
+
+    @property
+    def what(self) -> str:
+        """The result in words ("the result", "shard 1 of 3's result", ...)."""
+        if self.merged_from is not None:
+            return f"the result merged from {self.merged_from} shards"
+        shard = self.binding.shard
+        return "the result" if shard is None else f"shard {shard.index} of {shard.count}'s result"
+
+
 def reproduce(envelope_bytes: bytes, corpus: Path) -> Reproduction:
     """Re-derive the envelope's corpus checksum, evaluation digest and result digest from
-    ``corpus`` (a corpus directory or a corpus export archive) and compare."""
+    ``corpus`` (a corpus directory or a corpus export archive) and compare.
+
+    A merged envelope's header is compared with the unsharded replay (its merged report is
+    byte for byte the unsharded one); a shard envelope with that shard's replay."""
     try:
-        envelope = parse_envelope(envelope_bytes)
+        envelope = _Claim.of(envelope_bytes)
     except MalformedError as exc:
         return Reproduction(FailureClass.MALFORMED, f"--envelope: {exc}")
     if not corpus.exists():
@@ -130,18 +169,19 @@ def reproduce(envelope_bytes: bytes, corpus: Path) -> Reproduction:
         return outcome
 
 
-def _failed(envelope: Envelope, failure: FailureClass, reason: str) -> Reproduction:
+def _failed(envelope: _Claim, failure: FailureClass, reason: str) -> Reproduction:
     return Reproduction(failure, reason, run_id=envelope.run_id, tenant=envelope.tenant)
 
 
-def _reproduce_from(envelope: Envelope, corpus_dir: Path, source: str) -> Reproduction:
+def _reproduce_from(envelope: _Claim, corpus_dir: Path, source: str) -> Reproduction:
     binding = envelope.binding
-    if envelope.result is not None and result_digest(envelope.result) != binding.result_digest:
+    claimed = _claimed_digest(envelope.result)
+    if claimed is not None and claimed != binding.result_digest:
         return _failed(
             envelope,
             FailureClass.BINDING,
-            f"the envelope's result has digest {result_digest(envelope.result)}, its binding "
-            f"says {binding.result_digest}: the result was changed after binding",
+            f"the envelope's result has digest {claimed}, its binding says "
+            f"{binding.result_digest}: the result was changed after binding",
         )
     code = Compared("scoring code", binding.workload.code_digest, current_workload().code_digest)
     try:
@@ -164,14 +204,25 @@ def _reproduce_from(envelope: Envelope, corpus_dir: Path, source: str) -> Reprod
             ),
         )
     try:
-        outcome = replay_corpus(corpus_dir)
+        outcome = replay_corpus(corpus_dir, shard=binding.shard)
     except CorpusError as exc:
         return _failed(envelope, FailureClass.MALFORMED, f"{source} does not replay: {exc}")
     return _compare(envelope, outcome, corpus, code)
 
 
+def _claimed_digest(result: dict[str, Any] | None) -> str | None:
+    """The digest of the envelope's embedded result (None when absent); a result with no
+    canonical form (valid JSON, never a report) is named as such, never the bound digest."""
+    if result is None:
+        return None
+    try:
+        return result_digest(result)
+    except AttestationError as exc:
+        return f"<not canonicalizable: {exc}>"
+
+
 def _compare(
-    envelope: Envelope, outcome: ReplayOutcome, corpus: Compared, code: Compared
+    envelope: _Claim, outcome: ReplayOutcome, corpus: Compared, code: Compared
 ) -> Reproduction:
     binding = envelope.binding
     evaluation = Compared("evaluation digest", binding.evaluation_digest, outcome.evaluation_digest)
@@ -204,7 +255,8 @@ def _compare(
         if code.same:
             return verdict(
                 FailureClass.BINDING,
-                f"the envelope binds result {binding.result_digest}, but its own scoring code "
+                f"the envelope binds {envelope.what} {binding.result_digest}, but its own "
+                "scoring code "
                 f"(code digest {code.bound}, the same as this installation's) computes "
                 f"{outcome.result_digest} from this corpus: the numbers are not from the "
                 "published code",
@@ -219,7 +271,8 @@ def _compare(
     note = "" if code.same else " (with other scoring code than the run's, which agrees here)"
     return verdict(
         None,
-        f"the corpus, evaluation and result the envelope binds follow from this corpus{note}",
+        f"the corpus, evaluation and {envelope.what} the envelope binds follow from this "
+        f"corpus{note}",
     )
 
 

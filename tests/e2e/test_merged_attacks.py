@@ -830,7 +830,96 @@ def test_merge_refuses_a_fifo_as_a_shard_without_waiting_on_it(
     with fifo(tmp_path / "shard-2.json") as pipe:
         code = runner_main(["merge", *shards, str(pipe), "--out", str(tmp_path / "merged.json")])
     assert code == 9
-    assert f"cannot read shard envelope {pipe}: is a FIFO, not a regular file" in (
+    assert f"shard envelope {pipe}: cannot read it: is a FIFO, not a regular file" in (
         capsys.readouterr().err
     )
     assert not (tmp_path / "merged.json").exists()
+
+
+# -- tenant reproduce: the merged (or one shard's) numbers recomputed from the corpus ----------
+
+
+def _reproduce(
+    document: Document, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, Document]:
+    from runner.cli import main as runner_main
+
+    path = tmp_path / "envelope.json"
+    path.write_text(json.dumps(document))
+    capsys.readouterr()
+    code = runner_main(
+        ["tenant", "reproduce", "--envelope", str(path), "--corpus", str(EXAMPLE_CORPUS), "--json"]
+    )
+    report: Document = json.loads(capsys.readouterr().out)
+    assert report["exitCode"] == code
+    return code, report
+
+
+def _digests(report: Document) -> dict[str, tuple[str, str | None]]:
+    return {c["name"]: (c["bound"], c["recomputed"]) for c in report["comparisons"]}
+
+
+@pytest.fixture(scope="module")
+def this_code() -> Workload:
+    from runner.workload import current_workload
+
+    return current_workload()
+
+
+def test_reproduce_recomputes_a_merged_envelope_as_the_unsharded_run(
+    sim: SimulatedAmd, this_code: Workload, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    merged = merged_of([shard_envelope(sim, i, 3, workload=this_code) for i in range(3)])
+    code, report = _reproduce(merged, tmp_path, capsys)
+    whole = outcome(None, 1)
+    assert (code, report["reproduced"]) == (0, True)
+    assert _digests(report)["result digest"] == (whole.result_digest, whole.result_digest)
+    assert "merged from 3 shards" in report["reason"]
+
+
+def test_reproduce_catches_shards_whose_merge_is_not_the_corpus_result(
+    sim: SimulatedAmd, this_code: Workload, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shard 1's partial was signed with one answer fewer right (a faulty or swapped workload
+    under this code digest): the set verifies, since every shard is genuine and the header is
+    their merge, but the corpus does not give these numbers (7)."""
+    result = result_of(1, 3)
+    result["runs"][0]["correct"] -= 1
+    shards = [shard_envelope(sim, i, 3, workload=this_code) for i in (0, 2)]
+    faulty = signed(sim, result, shard=ShardPosition(index=1, count=3), workload=this_code)
+    merged = merged_of([shards[0], faulty, shards[1]])
+    assert verify(merged, expected(sim)).exit_code == 0
+    code, report = _reproduce(merged, tmp_path, capsys)
+    assert (code, report["failureClass"]) == (7, "binding")
+    bound, recomputed = _digests(report)["result digest"]
+    assert (bound, recomputed) == (merged["resultDigest"], outcome(None, 1).result_digest)
+    assert report["resultDifferences"]
+
+
+def test_reproduce_refuses_a_merged_result_that_is_not_its_digest(
+    sim: SimulatedAmd, this_code: Workload, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    merged = merged_of([shard_envelope(sim, i, 3, workload=this_code) for i in range(3)])
+    merged["result"]["case_count"] += 1
+    code, report = _reproduce(merged, tmp_path, capsys)
+    assert (code, report["failureClass"]) == (7, "binding")
+    assert "the result was changed after binding" in report["reason"]
+
+
+def test_reproduce_recomputes_one_shard_as_that_shard(
+    sim: SimulatedAmd, this_code: Workload, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard = shard_envelope(sim, 1, 3, workload=this_code)
+    code, report = _reproduce(shard, tmp_path, capsys)
+    assert (code, report["reproduced"]) == (0, True)
+    assert _digests(report)["result digest"] == (shard["binding"]["resultDigest"],) * 2
+    assert "shard 1 of 3" in report["reason"]
+    result = result_of(1, 3)
+    result["runs"][0]["correct"] -= 1
+    faulty = signed(sim, result, shard=ShardPosition(index=1, count=3), workload=this_code)
+    code, report = _reproduce(faulty, tmp_path, capsys)
+    assert (code, report["failureClass"]) == (7, "binding")
+    assert _digests(report)["result digest"] == (
+        faulty["binding"]["resultDigest"],
+        shard["binding"]["resultDigest"],
+    )

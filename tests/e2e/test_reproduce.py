@@ -266,7 +266,10 @@ def test_a_malformed_envelope_and_a_tampered_archive_are_malformed(
     not_an_envelope.write_text('{"apiVersion": "attested-replay.dev/v1"}')
     code, report = _reproduce(capsys, not_an_envelope, EXAMPLE_CORPUS)
     assert (code, report["failureClass"]) == (1, "malformed")
-    assert report["reason"].startswith("--envelope: envelope is invalid")
+    assert report["reason"] == (
+        "--envelope: envelope has no 'kind' (it must be 'AttestationEnvelope' or "
+        "'MergedAttestationEnvelope')"
+    )
 
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(example_export.read_bytes()[:-4000])
