@@ -3,6 +3,8 @@ database statements, and Merkle proofs at 1,000,000 entries.
 
     python benchmarks/publish.py [--per-publisher 100] [--db postgresql://...] [--log-size N]
 
+``--db`` must name an empty database or schema (the benchmark refuses one holding logs).
+
 Envelopes: a genuine simulated replay of the bundled example corpus (``runner.pipeline.run``,
 about 16 KB: a nested result, a PEM certificate chain, a base64 report), copied with each
 publisher's run IDs (the service does not verify evidence, so the copies cost it what the
@@ -18,8 +20,11 @@ Part 2: ``attested-replay serve`` (SQLite in a temporary state directory, or the
 PostgreSQL DSN) on a loopback port, and 1, 8 and 32 concurrent publishers (one thread and one
 keep-alive client each) publishing through the real client (``publish_envelope``: the
 envelope checked, one PUT, the receipt's inclusion proof checked). It reports envelopes per
-second, p50 and p99 of a whole publish, and the rate as a ratio to the raw rate of part 1.
-Everything runs on the same machine: the publishers' CPU is the server's competition.
+second, p50 and p99 of a whole publish, the rate as a ratio to the raw rate of part 1, the
+CPU time the server process and the publishers' process spent per envelope, and the load
+average. Everything runs on the same machine: the publishers' CPU is the server's competition,
+and so is every other process; the CPU per envelope is what stays comparable on a busy machine
+(two idle CPUs publish at most 2 s / (server + client CPU per envelope) envelopes per second).
 
 Part 3 builds an in-memory RFC 6962 tree of ``--log-size`` entries and reports inclusion and
 consistency proof sizes and verification times, as a ratio to one SHA-256 leaf hash.
@@ -151,6 +156,12 @@ def start_server(state: Path, database: str, log: Path) -> tuple[subprocess.Pope
     raise SystemExit(f"serve did not start: {log.read_text()}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (Linux ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def publish_level(
     url: str, token: str, spool: Path, level: int, payloads: list[list[bytes]]
 ) -> list[float]:
@@ -187,6 +198,12 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
     state.mkdir()
     database = args.db or str(state / "publish.sqlite3")
     storage = open_storage(database)
+    if storage.tenants():
+        storage.close()
+        raise SystemExit(
+            f"--db {args.db}: the benchmark needs an empty database (or schema: add "
+            "options=-csearch_path%3D<new schema> to the DSN)"
+        )
     tokens = {level: create_token(storage, f"bench-{level}", Role.OPERATOR) for level in LEVELS}
     floor_payloads = [variant(template, "raw", f"raw-{i}") for i in range(args.raw)]
     size = len(floor_payloads[0])
@@ -207,7 +224,7 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
         print("== publish: one PUT per envelope, receipts checked (loopback, real client)")
         print(
             f"{'publishers':>10} {'envelopes':>9} {'env/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'vs raw':>7}"
+            f"{'vs raw':>7} {'server CPU':>10} {'client CPU':>10} {'load':>5}"
         )
         for level in LEVELS:
             per = max(args.per_publisher * 8 // level, 20) if level > 1 else args.per_publisher
@@ -216,16 +233,21 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
                 for n in range(level)
             ]
             gc.collect()
+            server_cpu, client_cpu = cpu_seconds(process.pid), time.process_time()
             began = time.perf_counter()
             latencies = publish_level(url, tokens[level], scratch / "spool", level, payloads)
             elapsed = time.perf_counter() - began
+            server_cpu = cpu_seconds(process.pid) - server_cpu
+            client_cpu = time.process_time() - client_cpu
             rate = len(latencies) / elapsed
             ordered = sorted(latencies)
             p50 = statistics.median(ordered) * 1000
             p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+            per_envelope = 1e6 / len(latencies)  # microseconds of CPU per envelope
             print(
                 f"{level:>10} {len(latencies):>9} {rate:>8.0f} {p50:>8.1f} {p99:>8.1f} "
-                f"{rate / raw:>6.2f}x"
+                f"{rate / raw:>6.2f}x {server_cpu * per_envelope:>8.0f}us "
+                f"{client_cpu * per_envelope:>8.0f}us {os.getloadavg()[0]:>5.1f}"
             )
     finally:
         process.terminate()
@@ -295,7 +317,11 @@ def main() -> None:
     args = parser.parse_args()
     # The publishers' per-envelope info events would be measured too; keep warnings only.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    load = os.getloadavg()
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load[0]:.1f} "
+        f"{load[1]:.1f} {load[2]:.1f} (other processes compete for the CPUs and the disk)"
+    )
     if not args.skip_http:
         with tempfile.TemporaryDirectory() as directory:
             scratch = Path(directory)
