@@ -122,3 +122,116 @@ def write_flat_cases(path: Path, count: int, *, canonical: bool = True) -> None:
                 out.write(b"".join(batch))
                 batch = []
         out.write(b"".join(batch))
+
+
+PREDICTIONS_OFF_LABEL: Final = ("unsure", "needs review", "clear\n", "flag ", "不确定", "🤷")
+
+
+def _run_entry(rng: random.Random, case_id: str, label: str, hit_rate: float) -> dict[str, object]:
+    """One case result as an evaluation harness writes it: measured latencies (full-precision
+    floats, some integral ``812.0``, some integers), computed costs (token counts times
+    per-token prices: long floats, some tiny ``2.5e-06``), the odd off-label or non-ASCII
+    answer, errors with a null prediction and unrecorded costs or latencies."""
+    roll = rng.random()
+    if roll < hit_rate:
+        prediction: str | None = label
+    elif roll < hit_rate + 0.02:
+        prediction = rng.choice(PREDICTIONS_OFF_LABEL)
+    else:
+        prediction = LABELS[label == LABELS[0]]
+    kind = rng.random()
+    latency: float | int | None
+    if kind < 0.6:
+        latency = rng.uniform(80, 4000)
+    elif kind < 0.8:
+        latency = float(rng.randint(80, 4000))
+    elif kind < 0.99:
+        latency = rng.randint(80, 4000)
+    else:
+        latency = None
+    tokens = rng.randint(20, 3000)
+    cost: float | None
+    if rng.random() < 0.97:
+        cost = tokens * 2.5e-06 if rng.random() < 0.3 else tokens * 3e-06 + 1.5e-05
+    else:
+        cost = None
+    entry: dict[str, object] = {"case_id": case_id, "prediction": prediction}
+    if rng.random() < 0.01:
+        entry["prediction"] = None
+        entry["error"] = rng.choice(("timeout after 30 s", "HTTP 529: überlastet", "rate limited"))
+        cost = None
+    entry["latency_ms"] = latency
+    entry["cost_usd"] = cost
+    return entry
+
+
+def write_realistic_corpus(directory: Path, count: int, seed: int = 14) -> None:
+    """A whole corpus of the realistic shape: ``cases.jsonl`` as :func:`write_realistic_cases`,
+    ``plan.json`` and ``marks.json`` indented, and ``runs.jsonl`` with two arms of two runs
+    each, one record per line in the pack's template, keys in a writer's order (``cases``
+    last), ``json.dumps`` spacing and its ``\\u`` escapes. Cases in every run are in
+    ``case_id`` order, as ``attested-replay corpus normalize`` writes them."""
+    from attestation.contracts import sha256_digest
+    from attestation.encoding.canonical import canonicalize
+    from runner.corpus.checksum import compute_checksum
+
+    directory.mkdir(parents=True, exist_ok=True)
+    labels = write_realistic_cases(directory / "cases.jsonl", count, seed)
+    checksum = compute_checksum(directory)
+    marks = {
+        "evaluation_ref": "realistic-shape",
+        "committed_by": "human",
+        "committed_at": "2026-01-15",
+        "immutable": True,
+        "marks": [
+            {"id": "M1", "metric": "net_gain_points", "arm": "A1", "baseline": "A0",
+             "threshold": 5, "rule": "A1 beats A0 by 5 net points in both runs."},
+            {"id": "M2", "metric": "recall_at_least", "arm": "A1", "threshold": 80.5,
+             "rule": "A1's recall is at least 80.5 points."},
+            {"id": "M3", "metric": "cost_per_case_at_most", "arm": "A1", "threshold": 0.01,
+             "rule": "A1 costs at most a cent per case."},
+        ],
+    }  # fmt: skip
+    plan = {
+        "question": "Does the candidate prompt flag risky messages better?",
+        "decision": "Adopt A1 if every mark is met.",
+        "arms": [
+            {"arm_id": "A0", "role": "baseline", "change": "current prompt"},
+            {"arm_id": "A1", "role": "candidate", "change": "prompt with examples"},
+        ],
+        "set_ref": checksum,
+        "metrics": ["accuracy_points", "recall_points", "twin_fp_points", "net_points",
+                    "errors", "cost_per_case_usd", "p95_latency_ms"],
+        "runs_per_arm": 2,
+        "scoring": {"method": "exact_match", "judge_use": "none"},
+        "spread_limit_points": 5,
+        "cost_accounting": "tokens times list price, USD",
+        "positive_label": "flag",
+    }  # fmt: skip
+    (directory / "marks.json").write_text(json.dumps(marks, indent=2), encoding="utf-8")
+    (directory / "plan.json").write_text(json.dumps(plan, indent=2), encoding="utf-8")
+    marks_ref = sha256_digest(canonicalize(marks))
+    rng = random.Random(seed + 1)
+    ids = case_ids(count)
+    with (directory / "runs.jsonl").open("wb") as out:
+        for arm_id, hit_rate in (("A0", 0.78), ("A1", 0.9)):
+            for run_index in (1, 2):
+                head = {
+                    "arm_id": arm_id,
+                    "run_index": run_index,
+                    "set_ref": checksum,
+                    "marks_ref": marks_ref,
+                    "usage": {"source": "harness token counter", "input_tokens": 41 * count,
+                              "output_tokens": 3 * count},
+                }  # fmt: skip
+                text = json.dumps(head)
+                out.write(text[:-1].encode() + b', "cases": [')
+                for start in range(0, count, 10_000):
+                    entries = (
+                        json.dumps(_run_entry(rng, case_id, label, hit_rate))
+                        for case_id, label in zip(
+                            ids[start : start + 10_000], labels[start : start + 10_000], strict=True
+                        )
+                    )
+                    out.write((", " if start else "").encode() + ", ".join(entries).encode())
+                out.write(b"]}\n")

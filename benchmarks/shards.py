@@ -133,16 +133,22 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
 
         compute_checksum(corpus)
     elif task == "integrity":
-        import hashlib
+        from runner.corpus.checksum import read_case_ids, scan_cases
+        from runner.corpus.evaluation import load_evaluation
+        from runner.corpus.run_records import CorpusCases, IgnoreCases, RunReader
 
-        from runner.corpus.checksum import compute_checksum
-        from runner.corpus.evaluation import iter_runs, load_evaluation
-
-        compute_checksum(corpus)
-        evaluation = load_evaluation(corpus)
-        digest = hashlib.sha256(evaluation.plan_canonical + b"\n" + evaluation.marks_canonical)
-        for line in iter_runs(corpus, evaluation):
-            digest.update(line.canonical + b"\n")
+        scan = scan_cases(corpus, collect_labels=True)
+        assert scan.labels is not None
+        reader = RunReader(
+            corpus,
+            load_evaluation(corpus),
+            checksum=scan.checksum,
+            cases=CorpusCases(
+                scan.case_count, scan.labels.ids_digest, lambda: read_case_ids(corpus)
+            ),
+        )
+        for _ in reader.runs(IgnoreCases):
+            pass
     elif task == "run":
         from runner.pipeline import RunRequest, run
 

@@ -30,8 +30,10 @@ the RFC 8785 text: msgspec's layout for doubles equals RFC 8785's except integra
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
@@ -82,6 +84,27 @@ class CaseLine(Struct, forbid_unknown_fields=True, omit_defaults=True):
 RecordT = TypeVar("RecordT")
 
 
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a chunk is decoded and used.
+
+    Decoding a chunk allocates tens of thousands of containers (the records and their nested
+    values) that stay alive until the chunk is hashed; each allocation threshold the
+    collector reaches makes it traverse all of them again, which costs more than the decoding
+    (measured: 2.2x the decode time on nested cases). Nothing here creates reference cycles,
+    so reference counting frees every record when the chunk is dropped; the collector is
+    switched back on (if it was on) before the next chunk is read.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class LineDecoder:
     """Typed decoder for one kind of JSON line."""
 
@@ -119,7 +142,8 @@ _SHAPE: Final = bytes(
 _BIG_INTEGER: Final = b"<" + b"0" * 16
 
 
-def _colons(text: bytes) -> int:
+def colon_count(text: bytes) -> int:
+    """The colons of JSON text, ``\\u003a`` escapes included (see the module docstring)."""
     count = text.count(b":")
     if b"\\u003" in text:
         count += text.count(b"\\u003a") + text.count(b"\\u003A")
@@ -128,7 +152,7 @@ def _colons(text: bytes) -> int:
 
 def output_matches_input(source: bytes, canonical: bytes) -> bool:
     """The checks of the module docstring that compare msgspec's output with its input."""
-    if _colons(source) != canonical.count(b":"):
+    if colon_count(source) != canonical.count(b":"):
         return False
     shape = canonical.translate(_SHAPE)
     if _BIG_INTEGER in shape:

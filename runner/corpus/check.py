@@ -43,6 +43,7 @@ from runner.corpus.jsonio import (
     read_small_file,
 )
 from runner.corpus.models import Case, RunCase, RunHeader, model_problems
+from runner.corpus.run_records import first_out_of_order
 from runner.corpus.value_lines import line_of, value_lines
 
 #: How many problems a report keeps by default (the rest are counted, not listed).
@@ -467,11 +468,13 @@ def _check_run_cases(
     problems: _Problems,
 ) -> None:
     seen: set[str] = set()
+    ids: list[str] = []
     for index, raw in enumerate(cases):
         at = f"cases.{index}"
         if not problems.model(RunCase, raw, RUNS_FILE, line=number, at=at):
             continue
         case_id = RunCase.model_validate(raw).case_id
+        ids.append(case_id)
         if case_id not in labels:
             problems.add(
                 RUNS_FILE,
@@ -493,3 +496,8 @@ def _check_run_cases(
             f"{len(missing)} case(s), first {min(missing)!r}",
             line=number,
         )
+    elif len(ids) == len(cases) == len(labels):
+        # Every case once: they must also be in cases.jsonl order (labels keeps file order).
+        order = first_out_of_order(ids, list(labels))
+        if order is not None:
+            problems.add(RUNS_FILE, order, line=number)

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import msgspec
+
 from attestation.contracts import format_sha256
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
-from runner.corpus.canonical_lines import CaseLine, LineDecoder
+from runner.corpus.canonical_lines import CaseLine, LineDecoder, paused_gc
+from runner.corpus.case_labels import CaseLabels
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
     MAX_CASE_LINE_BYTES,
@@ -58,7 +61,7 @@ _FAST_CHUNK: Final = re.compile(rb"(?:" + _FAST_LINE + rb")*")
 _FAST_IDS: Final = re.compile(rb'^\{"case_id":"([a-z0-9-]+)"', re.MULTILINE)
 # In a fast chunk no string contains '"', so ',"label":"' can only be the label key.
 _FAST_LABELS: Final = re.compile(
-    rb'^\{"case_id":"([a-z0-9-]+)"[^\n]*?,"label":"([^"]*)"', re.MULTILINE
+    rb'^\{"case_id":"[a-z0-9-]+"[^\n]*?,"label":"([^"]*)"', re.MULTILINE
 )
 
 _CASE_LINES: Final = LineDecoder(CaseLine)
@@ -72,8 +75,9 @@ class CaseScan:
 
     checksum: str
     case_count: int
-    #: case_id -> label, only when the caller asked for them (scoring needs them).
-    labels: dict[str, str] | None
+    #: Every case's label by rank and the digest of the ids, only when the caller asked for
+    #: them (scoring needs them).
+    labels: CaseLabels | None
 
 
 class _Scanner:
@@ -82,18 +86,22 @@ class _Scanner:
         self.count = 0
         self.last_id: str | None = None
         self.line_base = 0  # lines before the current chunk
-        self.labels: dict[str, str] | None = {} if collect_labels else None
+        self.labels = CaseLabels() if collect_labels else None
 
     def chunk(self, chunk: bytes) -> None:
         if _FAST_CHUNK.fullmatch(chunk) is not None and self._fast(chunk):
             return
-        if len(chunk) <= MAX_CASE_LINE_BYTES or max(map(len, chunk.split(b"\n"))) <= (
-            MAX_CASE_LINE_BYTES
-        ):
-            decoded = _CASE_LINES.canonical_chunk(chunk)
-            if decoded is not None and self._accept(decoded[0], decoded[1]):
+        if _lines_fit(chunk):
+            with paused_gc():
+                accepted = self._decoded(chunk)
+            if accepted:
                 return
         self._slow(chunk)
+
+    def _decoded(self, chunk: bytes) -> bool:
+        # The records die when this returns, before the collector is back (see paused_gc).
+        decoded = _CASE_LINES.canonical_chunk(chunk)
+        return decoded is not None and self._accept(decoded[0], decoded[1])
 
     def _accept(self, cases: Sequence[CaseLine], canonical: bytes) -> bool:
         """Take a chunk decoded by msgspec if its ids ascend (else the slow path explains)."""
@@ -103,7 +111,7 @@ class _Scanner:
             return False
         self.digest.update(canonical)
         if self.labels is not None:
-            self.labels.update((case.case_id, case.label) for case in cases)
+            self.labels.add(ids, [case.label for case in cases])
         self.count += len(ids)
         self.line_base += len(ids)
         self.last_id = ids[-1]
@@ -119,10 +127,7 @@ class _Scanner:
             return False  # the slow path finds the offending line for the message
         self.digest.update(chunk)
         if self.labels is not None:
-            self.labels.update(
-                (cid.decode("ascii"), label.decode("ascii"))
-                for cid, label in _FAST_LABELS.findall(chunk)
-            )
+            self.labels.add_ascii(ids, _FAST_LABELS.findall(chunk))
         self.count += len(ids)
         self.line_base += len(ids)
         self.last_id = ids[-1].decode("ascii")
@@ -153,7 +158,7 @@ class _Scanner:
             self.digest.update(canonical)
             self.digest.update(b"\n")
             if self.labels is not None:
-                self.labels[case.case_id] = case.label
+                self.labels.add([case.case_id], [case.label])
             self.count += 1
             self.last_id = case.case_id
         self.line_base += len(lines)
@@ -173,6 +178,19 @@ class _Scanner:
             f"ascending case_id order: {_NORMALIZE_HINT}",
             line=number,
         )
+
+
+def _lines_fit(chunk: bytes) -> bool:
+    """No line of ``chunk`` (which ends with a newline) is longer than a case line may be:
+    every window of MAX_CASE_LINE_BYTES + 1 bytes holds a newline (two or three finds per
+    chunk, where splitting it would copy every line)."""
+    start = 0
+    while start < len(chunk):
+        newline = chunk.rfind(b"\n", start, start + MAX_CASE_LINE_BYTES + 1)
+        if newline < 0:
+            return False
+        start = newline + 1
+    return True
 
 
 def scan_cases(
@@ -216,3 +234,26 @@ def scan_cases(
 def compute_checksum(corpus_dir: Path, *, progress: Progress | None = None) -> str:
     """The corpus checksum of ``corpus_dir`` (validating every case)."""
     return scan_cases(corpus_dir, progress=progress).checksum
+
+
+class _CaseId(msgspec.Struct):
+    case_id: str
+
+
+_DECODE_IDS: Final = msgspec.json.Decoder(_CaseId).decode_lines
+
+
+def read_case_ids(corpus_dir: Path) -> list[str]:
+    """The case ids of a ``cases.jsonl`` that :func:`scan_cases` accepted, in order (to
+    name a wrong run entry: O(cases), never on the way of a valid corpus)."""
+    ids: list[str] = []
+    rest = b""
+    with open_corpus_file(corpus_dir / CASES_FILE) as handle:
+        while block := handle.read(CHUNK_BYTES):
+            data = rest + block
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            ids.extend(case.case_id for case in _DECODE_IDS(data[:cut]))
+    if rest.strip():
+        ids.extend(case.case_id for case in _DECODE_IDS(rest))
+    return ids

@@ -4,13 +4,13 @@ evaluation digest.
 evaluationDigest = ``sha256:`` + SHA-256 over
 ``JCS(plan) \\n JCS(marks) \\n`` followed by ``JCS(run) \\n`` for every run record in
 ``runs.jsonl``, which must be in ascending ``(arm_id, run_index)`` order. JCS is RFC 8785
-over the files' JSON values as written (numbers as IEEE doubles).
+over the files' JSON values as written (numbers as IEEE doubles). Run records are read, and
+their part of the digest computed, by ``runner.corpus.run_records``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -19,16 +19,9 @@ from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.evaluation.models import PassMarks, Plan
 from runner.corpus.canonical_lines import LineDecoder
-from runner.corpus.errors import CorpusError, CorpusOrderError
-from runner.corpus.jsonio import (
-    MAX_RUN_LINE_BYTES,
-    iter_lines,
-    open_corpus_file,
-    parse_line_with_number_check,
-    read_small_json,
-    require_corpus_dir,
-)
-from runner.corpus.models import RunHeader, validate_record
+from runner.corpus.errors import CorpusError
+from runner.corpus.jsonio import parse_line_with_number_check, read_small_json, require_corpus_dir
+from runner.corpus.models import validate_record
 
 PLAN_FILE: Final = "plan.json"
 MARKS_FILE: Final = "marks.json"
@@ -101,66 +94,9 @@ def is_canonical_line(line: bytes, data: object, *, numbers_safe: bool) -> bool:
     return rendered.encode("utf-8", "surrogatepass") == line
 
 
-@dataclass(frozen=True, slots=True)
-class RunLine:
-    line: int
-    canonical: bytes
-    header: RunHeader
-    #: the raw case entries, validated one by one while scoring (no model list per run)
-    cases: list[Any]
-
-
-def iter_runs(corpus_dir: Path, evaluation: Evaluation) -> Iterator[RunLine]:
-    """Validated run records in file order; checks arms, indices and their order.
-
-    Each record is one line and is held in memory while it is processed; the values scored
-    are the doubles hashed (``runner.corpus.numbers``).
-    """
-    arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
-    previous: tuple[str, int] | None = None
-    with open_corpus_file(corpus_dir / RUNS_FILE) as handle:
-        for number, line in iter_lines(handle, RUNS_FILE, MAX_RUN_LINE_BYTES):
-            data, canonical = _parse_run_line(line, number)
-            cases = data.pop("cases", None)
-            record = validate_record(RunHeader, data, RUNS_FILE, number)
-            if cases is None:
-                raise CorpusError(RUNS_FILE, "field 'cases': Field required", line=number)
-            if not isinstance(cases, list) or not cases:
-                raise CorpusError(RUNS_FILE, "field 'cases': must be a non-empty list", line=number)
-            if record.arm_id not in arm_ids:
-                raise CorpusError(
-                    RUNS_FILE,
-                    f"field 'arm_id': arm {record.arm_id!r} is not in the plan",
-                    line=number,
-                )
-            if record.run_index > evaluation.plan.runs_per_arm:
-                raise CorpusError(
-                    RUNS_FILE,
-                    f"field 'run_index': {record.run_index} exceeds the plan's runs_per_arm "
-                    f"{evaluation.plan.runs_per_arm}",
-                    line=number,
-                )
-            key = (record.arm_id, record.run_index)
-            if previous is not None and key <= previous:
-                if key == previous:
-                    raise CorpusError(
-                        RUNS_FILE,
-                        f"field 'run_index': duplicate run {record.arm_id}/{record.run_index}",
-                        line=number,
-                    )
-                raise CorpusOrderError(
-                    RUNS_FILE,
-                    f"field 'arm_id': run {record.arm_id}/{record.run_index} comes after "
-                    f"{previous[0]}/{previous[1]}; runs must be in ascending (arm_id, run_index) "
-                    "order: run `attested-replay corpus normalize DIR --out DIR2`",
-                    line=number,
-                )
-            previous = key
-            yield RunLine(line=number, canonical=canonical, header=record, cases=cases)
-
-
-def _parse_run_line(line: bytes, number: int) -> tuple[dict[str, Any], bytes]:
-    """A run record's JSON object and its RFC 8785 bytes.
+def parse_run_line(line: bytes, number: int) -> tuple[dict[str, Any], bytes]:
+    """A whole run record's JSON object and its RFC 8785 bytes (the reader of a line the
+    streaming reader of ``runner.corpus.run_records`` declines).
 
     Fast path: msgspec writes the RFC 8785 bytes in C (``canonical_lines``, which declines any
     line it cannot vouch for: several values, a duplicate key, an integer beyond 2**53, a

@@ -2,43 +2,43 @@
 
 A replay folds every run into an exact partial (``attestation.evaluation.partial``) and
 builds the report from those partials. Shard ``I`` of ``N`` does the same integrity work over
-the whole corpus (checksum, evaluation digest, the structure of every run) but validates and
-scores only the cases of rank ``shard_range(I, N, C)`` in every run, and its result is its
-partials (``attestation.evaluation.shards``): merged, they give the unsharded report.
+the whole corpus (checksum, evaluation digest, the validity and order of every run's
+entries) but scores only the cases of rank ``shard_range(I, N, C)`` in every run, and its
+result is its partials (``attestation.evaluation.shards``): merged, they give the unsharded
+report.
 
-Memory: the case pass streams ``cases.jsonl`` but keeps ``case_id -> label`` for scoring
-(O(cases)); each run record is one line and is held while it is scored (O(cases in the
-run)); per-run results are a few counters and the p95 tail (5% of the cases).
-``compute_checksum`` alone keeps nothing.
+Memory does not grow with the corpus: the case pass keeps one byte per case (its label's
+code, ``runner.corpus.case_labels``), run records are read in bounded pieces
+(``runner.corpus.run_records``) and each run's entries are scored by rank as they stream
+past (a run lists the corpus cases in ``cases.jsonl`` order); per-run results are a few
+counters and the p95 tail (5% of the cases). ``compute_checksum`` alone keeps nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from attestation.contracts import format_sha256
 from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.metrics import RunTally
+from attestation.evaluation.models import Plan
 from attestation.evaluation.partial import PartialError, RunPartial, shard_range, tail_size
 from attestation.evaluation.shards import shard_result, whole_report
-from runner.corpus.checksum import CASES_FILE, Progress, compute_checksum, scan_cases
-from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import (
-    PLAN_FILE,
-    RUNS_FILE,
-    Evaluation,
-    iter_runs,
-    load_evaluation,
+from runner.corpus.case_labels import CaseLabels
+from runner.corpus.checksum import (
+    CASES_FILE,
+    Progress,
+    compute_checksum,
+    read_case_ids,
+    scan_cases,
 )
-from runner.corpus.models import RunCase, RunHeader, validate_record
+from runner.corpus.errors import CorpusError
+from runner.corpus.evaluation import PLAN_FILE, RUNS_FILE, Evaluation, load_evaluation
+from runner.corpus.run_records import CaseColumns, CorpusCases, RunReader
 from runner.scoring.checks import check_evaluation
 
 __all__ = ["Progress", "ReplayOutcome", "compute_checksum", "replay_corpus"]
@@ -79,53 +79,39 @@ def replay_corpus(
             f"field 'set_ref': {plan.set_ref} is not the corpus checksum {scan.checksum}",
         )
     if plan.abstain_label is not None:
-        # An answer equal to its label is right, and an abstention never is: a case labelled
-        # with the abstain label would make both true at once. Labels are kept in file order,
-        # so a label's position is its line.
-        for line, (case_id, label) in enumerate(labels.items(), start=1):
-            if label == plan.abstain_label:
-                raise CorpusError(
-                    CASES_FILE,
-                    f"field 'label': case {case_id!r} is labelled with the plan's abstain_label "
-                    f"{label!r}; a label must be an answer, not an abstention",
-                    line=line,
-                )
+        _check_no_abstain_label(corpus_dir, labels, plan.abstain_label)
     case_count = scan.case_count
-    if shard is None:
-        owned = None
-    else:
-        first, end = shard_range(shard.index, shard.count, case_count)
-        owned = dict(itertools.islice(labels.items(), first, end))
-    tail = tail_size(case_count)
-    total = case_count * (1 + evaluation.run_count)
-    done = case_count
-    digest = hashlib.sha256()
-    digest.update(evaluation.plan_canonical + b"\n" + evaluation.marks_canonical + b"\n")
+    owned = (
+        range(case_count)
+        if shard is None
+        else range(*shard_range(shard.index, shard.count, case_count))
+    )
+    reader = RunReader(
+        corpus_dir,
+        evaluation,
+        checksum=scan.checksum,
+        cases=CorpusCases(
+            count=case_count,
+            ids_digest=labels.ids_digest,
+            read_ids=lambda: read_case_ids(corpus_dir),
+        ),
+        count_first=shard is not None,
+    )
+    counter = _ProgressCounter(progress, case_count, case_count * (1 + evaluation.run_count))
     partials: dict[tuple[str, int], RunPartial] = {}
-    for run_line in iter_runs(corpus_dir, evaluation):
-        digest.update(run_line.canonical + b"\n")
-        record = run_line.header
-        _check_refs(record, scan.checksum, evaluation, run_line.line)
-        tally = RunTally(plan.positive_label, plan.abstain_label, tail=tail)
-        if owned is None:
-            _score_run(tally, record, run_line.cases, labels, run_line.line)
-        else:
-            _score_shard(
-                tally, record, run_line.cases, owned, case_count=case_count, line=run_line.line
-            )
+    for run in reader.runs(lambda: _RunScorer(plan, labels, owned, tail_size(case_count), counter)):
+        record = run.header
         try:
-            partials[(record.arm_id, record.run_index)] = tally.partial(
+            partials[(record.arm_id, record.run_index)] = run.sink.tally.partial(
                 record.arm_id, record.run_index
             )
         except PartialError as exc:
             raise CorpusError(
-                RUNS_FILE, f"run {record.arm_id}/{record.run_index}: {exc}", line=run_line.line
+                RUNS_FILE, f"run {record.arm_id}/{record.run_index}: {exc}", line=run.line
             ) from None
-        done += len(run_line.cases)
-        if progress is not None:
-            progress(done, total)
+        counter.run_done()
     _check_complete(partials, evaluation)
-    evaluation_digest = format_sha256(digest.digest())
+    evaluation_digest = reader.evaluation_digest
     ordered = [
         partials[(arm.arm_id, index)]
         for arm in plan.arms
@@ -163,110 +149,81 @@ def replay_corpus(
     )
 
 
-def _check_refs(record: RunHeader, checksum: str, evaluation: Evaluation, line: int) -> None:
-    # The scoring procedure's first step: the run must name this set and these marks.
-    if record.set_ref != checksum:
-        raise CorpusError(
-            RUNS_FILE,
-            f"field 'set_ref': {record.set_ref!r} is not the corpus checksum {checksum}",
-            line=line,
-        )
-    if record.marks_ref != evaluation.marks_ref:
-        raise CorpusError(
-            RUNS_FILE,
-            f"field 'marks_ref': {record.marks_ref!r} is not the committed marks "
-            f"{evaluation.marks_ref}",
-            line=line,
-        )
+class _ProgressCounter:
+    """Counts cases read, then entries scored; never reports going back (a run record the
+    exact reader restarts is counted again from its start)."""
+
+    def __init__(self, progress: Progress | None, done: int, total: int) -> None:
+        self.progress = progress
+        self.base = done
+        self.total = total
+        self.shown = done
+
+    def entries(self, count: int) -> None:
+        if self.progress is not None and self.base + count > self.shown:
+            self.shown = self.base + count
+            self.progress(self.shown, self.total)
+
+    def run_done(self) -> None:
+        self.base = self.shown
 
 
-def _score_run(
-    tally: RunTally,
-    record: RunHeader,
-    cases: list[Any],
-    labels: Mapping[str, str],
-    line: int,
-) -> None:
-    seen: set[str] = set()
-    for index, raw in enumerate(cases):
-        # One model at a time: a run's memory is its parsed line, not also a model per case.
-        case = validate_record(RunCase, raw, RUNS_FILE, line, at=f"cases.{index}")
-        label = labels.get(case.case_id)
-        if label is None:
-            raise CorpusError(
-                RUNS_FILE,
-                f"field 'cases.{index}.case_id': case {case.case_id!r} is not in cases.jsonl",
-                line=line,
+class _RunScorer:
+    """A run's entries folded into a tally by rank: the entry of rank k is the corpus case
+    of rank k (``RunReader`` checks that), scored against the k-th label. Only the ranks in
+    ``owned`` (a shard's range; every rank for a whole run) are scored."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        labels: CaseLabels,
+        owned: range,
+        tail: int,
+        counter: _ProgressCounter,
+    ) -> None:
+        self.tally = RunTally(plan.positive_label, plan.abstain_label, tail=tail)
+        self.labels = labels
+        self.owned = owned
+        self.counter = counter
+        self.entries = 0
+
+    def add(self, rank: int, columns: CaseColumns) -> None:
+        count = len(columns)
+        first, end = max(rank, self.owned.start), min(rank + count, self.owned.stop)
+        if first < end:
+            part = slice(first - rank, end - rank)
+            predictions, errors = columns.predictions[part], columns.errors[part]
+            answers = (
+                predictions
+                if errors.count(None) == len(errors)
+                # An error makes the case an error whatever the prediction says.
+                else [
+                    None if error is not None else p
+                    for p, error in zip(predictions, errors, strict=True)
+                ]
             )
-        _tally_once(tally, case, label, seen, at=f"cases.{index}", line=line)
-    if len(seen) != len(labels):
-        _missing(record, labels, seen, line)
+            self.tally.add_batch(
+                self.labels.labels(first, end),
+                answers,
+                columns.costs[part],
+                columns.latencies[part],
+            )
+        self.entries += count
+        self.counter.entries(self.entries)
 
 
-def _tally_once(
-    tally: RunTally, case: RunCase, label: str, seen: set[str], *, at: str, line: int
-) -> None:
-    """Fold one case result, refusing a case the run already had."""
-    if case.case_id in seen:
-        raise CorpusError(
-            RUNS_FILE,
-            f"field '{at}.case_id': duplicate case {case.case_id!r} in this run",
-            line=line,
-        )
-    seen.add(case.case_id)
-    tally.add(
-        label,
-        case.prediction,
-        has_error=case.error is not None,
-        cost_usd=case.cost_usd,
-        latency_ms=case.latency_ms,
-    )
-
-
-def _score_shard(
-    tally: RunTally,
-    record: RunHeader,
-    cases: list[Any],
-    owned: Mapping[str, str],
-    *,
-    case_count: int,
-    line: int,
-) -> None:
-    """Score a shard's cases of one run; check the rest only as far as the merge needs.
-
-    Every shard checks that the run has one entry per corpus case and that each of *its*
-    cases appears exactly once: when every shard passes, the entries are exactly the corpus
-    cases, so a run the unsharded replay refuses fails at least one shard.
-    """
-    if len(cases) != case_count:
-        raise CorpusError(
-            RUNS_FILE,
-            f"field 'cases': run {record.arm_id}/{record.run_index} has {len(cases)} case "
-            f"results, the corpus has {case_count} cases",
-            line=line,
-        )
-    seen: set[str] = set()
-    for index, raw in enumerate(cases):
-        case_id = raw.get("case_id") if isinstance(raw, dict) else None
-        if not isinstance(case_id, str):
-            # Not an object, or no string case_id: the full validation names the problem.
-            case_id = validate_record(RunCase, raw, RUNS_FILE, line, at=f"cases.{index}").case_id
-        label = owned.get(case_id)
-        if label is None:
-            continue  # another shard's case
-        case = validate_record(RunCase, raw, RUNS_FILE, line, at=f"cases.{index}")
-        _tally_once(tally, case, label, seen, at=f"cases.{index}", line=line)
-    if len(seen) != len(owned):
-        _missing(record, owned, seen, line)
-
-
-def _missing(record: RunHeader, expected: Mapping[str, str], seen: set[str], line: int) -> None:
-    missing = sorted(case_id for case_id in expected if case_id not in seen)
+def _check_no_abstain_label(corpus_dir: Path, labels: CaseLabels, abstain_label: str) -> None:
+    # An answer equal to its label is right, and an abstention never is: a case labelled
+    # with the abstain label would make both true at once.
+    if abstain_label not in labels.names:
+        return
+    rank = labels.codes.index(labels.names.index(abstain_label))
+    case_id = read_case_ids(corpus_dir)[rank]
     raise CorpusError(
-        RUNS_FILE,
-        f"field 'cases': run {record.arm_id}/{record.run_index} is missing "
-        f"{len(missing)} case(s), first {missing[0]!r}",
-        line=line,
+        CASES_FILE,
+        f"field 'label': case {case_id!r} is labelled with the plan's abstain_label "
+        f"{abstain_label!r}; a label must be an answer, not an abstention",
+        line=rank + 1,
     )
 
 

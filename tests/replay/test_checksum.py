@@ -77,7 +77,10 @@ def test_labels_collected_on_both_paths(tmp_path: Path) -> None:
         {"case_id": "a-3", "label": "clear", "input": {"k": [1, 2.5]}},
     ]
     scan = scan_cases(write_cases(tmp_path, cases, canonical=True), collect_labels=True)
-    assert scan.labels == {"a-1": "flag", "a-2": 'cl\u00e9ar "q"', "a-3": "clear"}
+    assert scan.labels is not None
+    assert [scan.labels.label(rank) for rank in range(3)] == ["flag", 'cl\u00e9ar "q"', "clear"]
+    assert scan.labels.names == ["flag", 'cl\u00e9ar "q"', "clear"]
+    assert scan.labels.ids_digest == hashlib.sha256(b"a-1\na-2\na-3\n").digest()
     assert scan.checksum == reference_checksum(cases)
 
 

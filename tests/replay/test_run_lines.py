@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import _parse_run_line, is_canonical_line
+from runner.corpus.evaluation import is_canonical_line, parse_run_line
 from runner.corpus.jsonio import parse_line_with_number_check
 from runner.pipeline.replay import replay_corpus
 from tests.replay.golden import (
@@ -120,7 +120,7 @@ def test_run_records_read_by_msgspec_give_the_exact_paths_bytes_and_values(
         "utf-8", "surrogatepass"
     )
     exact = _outcome(lambda: parse_line_with_number_check(raw, "runs.jsonl", 1)[0])
-    fast = _outcome(lambda: _parse_run_line(raw, 1))
+    fast = _outcome(lambda: parse_run_line(raw, 1))
     if exact[0] == "refused":  # the fast path declined: the exact path's message
         assert fast == exact
         return
@@ -140,12 +140,12 @@ def test_run_records_read_by_msgspec_give_the_exact_paths_bytes_and_values(
 )
 def test_lines_the_fast_path_declines_get_the_exact_paths_error(line: bytes, message: str) -> None:
     with pytest.raises(CorpusError, match=message):
-        _parse_run_line(line, 7)
+        parse_run_line(line, 7)
 
 
 def test_numbers_written_any_way_hash_as_rfc_8785_writes_them() -> None:
     line = b'{"cases":[{"cost_usd":12.0,"latency_ms":1e-06},{"cost_usd":2.5E-7,"latency_ms":100}]}'
-    data, canonical = _parse_run_line(line, 1)
+    data, canonical = parse_run_line(line, 1)
     assert canonical == (
         b'{"cases":[{"cost_usd":12,"latency_ms":0.000001},{"cost_usd":2.5e-7,"latency_ms":100}]}'
     )
@@ -193,5 +193,5 @@ def test_a_duplicated_member_is_refused_whichever_path_reads_the_line(
     with pytest.raises(CorpusError) as exact:
         parse_line_with_number_check(raw, "runs.jsonl", 1)
     with pytest.raises(CorpusError) as fast:
-        _parse_run_line(raw, 1)
+        parse_run_line(raw, 1)
     assert str(fast.value) == str(exact.value)

@@ -1,0 +1,704 @@
+"""``runs.jsonl`` read in bounded pieces: one run record is never held whole.
+
+A run record is the pack's template on one line: a header (``arm_id``, ``run_index``,
+``set_ref``, ``marks_ref``, ``usage``) and ``cases``, one result per corpus case, so a
+1M-case run is a single line of about 100 MB. :class:`RunReader` reads each line through a
+1 MiB window and hands the caller's sink the entries in batches, as columns
+(:class:`CaseColumns`):
+
+* the members other than ``cases`` are small; each is tokenized and parsed on its own;
+* ``cases`` is decoded in batches: the window is cut after its last ``}`` and ``[`` + piece
+  + ``]`` is decoded by msgspec into :class:`RunCaseLine` structs, validated in C. A cut
+  inside a string cannot decode (that string would never end), so a failed decode is tried
+  again at an earlier ``}`` and then at the end of the complete elements an exact tokenizer
+  finds;
+* each batch is re-encoded in its RFC 8785 form (after replacing the numbers msgspec writes
+  differently: integral doubles, magnitudes below 1e-5) and hashed into the evaluation
+  digest. RFC 8785 sorts members, so a record hashes as ``{"arm_id":...,"cases":[`` +
+  batches + ``]`` + the other members; a record whose ``arm_id`` follows its ``cases`` is
+  read twice (the first time only to find ``arm_id``).
+
+Entries must come in ``cases.jsonl`` order (ascending ``case_id``, as ``attested-replay
+corpus normalize`` writes them): the entry of rank k is the corpus case of rank k, so the
+sink scores it against the k-th label (``runner.corpus.case_labels``). A digest of the
+entries' ids, compared with the digest of the corpus ids, checks that.
+
+Whatever the fast path cannot vouch for (a JSON or validation error, a duplicate key, an
+unknown member, entries that are not the corpus cases in order, an element it cannot cut)
+sends the line, from its start, to the exact reader: ``json`` with the corpus hooks and the
+pydantic models, which writes every error message (file, line, field) and holds that one
+line in memory. A line it accepts gives the same digest and the same columns.
+
+Memory: the window, one batch, the sink's state, and the digest state saved at the start of
+each line (to restart it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO, Final, Generic, Protocol, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
+
+from attestation.contracts import format_sha256
+from attestation.encoding.canonical import (
+    MAX_SAFE_INTEGER,
+    CanonicalizationError,
+    canonicalize,
+    format_number,
+)
+from runner.corpus.canonical_lines import colon_count, paused_gc
+from runner.corpus.case_labels import ID_SEPARATOR
+from runner.corpus.errors import CorpusError, CorpusOrderError
+from runner.corpus.evaluation import RUNS_FILE, Evaluation, parse_run_line
+from runner.corpus.jsonio import (
+    MAX_RUN_LINE_BYTES,
+    open_corpus_file,
+    parse_json,
+)
+from runner.corpus.models import CASE_ID_MAX, RunCase, RunHeader, validate_record
+
+CHUNK_BYTES: Final = 1 << 20
+#: A member other than ``cases`` is parsed whole; a valid one is a few hundred bytes.
+MAX_MEMBER_BYTES: Final = 1 << 16
+#: How far the window may grow while no complete entry fits in it (a very long prediction);
+#: past this the exact reader takes the line.
+MAX_BATCH_WINDOW: Final = 16 << 20
+#: Entries handed to the sink at a time by the exact reader.
+_EXACT_BATCH: Final = 4096
+
+_MAX_DOUBLE: Final = 1.7976931348623157e308
+_INTEGRAL_LIMIT: Final = 2.0**53
+_RUN_KEYS: Final = frozenset(RunHeader.model_fields) | {"cases"}
+
+_Number = (
+    Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+    | Annotated[float, Meta(ge=0, le=_MAX_DOUBLE)]
+    | None
+)
+
+
+class RunCaseLine(Struct, forbid_unknown_fields=True, gc=False):
+    """One entry of a run's ``cases``: mirrors ``runner.corpus.models.RunCase`` (the exact
+    reader's model, which writes the messages). Numbers stay as parsed (int or float). Its
+    fields hold no containers, so it cannot be part of a cycle: untracked by the collector."""
+
+    case_id: Annotated[str, Meta(min_length=1, max_length=CASE_ID_MAX)]
+    prediction: str | None
+    cost_usd: _Number
+    latency_ms: _Number
+    error: Annotated[str, Meta(max_length=300)] | UnsetType = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class CaseColumns:
+    """Consecutive entries of one run, a list per field, values as a JSON parser reads them
+    (numbers int or float; ``errors[i]`` None when the entry has no ``error``)."""
+
+    case_ids: list[str]
+    predictions: list[str | None]
+    errors: list[str | None]
+    costs: list[int | float | None]
+    latencies: list[int | float | None]
+
+    def __len__(self) -> int:
+        return len(self.case_ids)
+
+
+class CaseSink(Protocol):
+    def add(self, rank: int, columns: CaseColumns) -> None:
+        """Entries of ranks ``rank`` to ``rank + len(columns) - 1`` of the current run."""
+
+
+SinkT = TypeVar("SinkT", bound=CaseSink)
+
+
+class IgnoreCases:
+    """The sink of a reader that wants only the digest and the checks."""
+
+    def add(self, rank: int, columns: CaseColumns) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunRead(Generic[SinkT]):
+    """A run record read whole: its line, its validated header, and the sink that got its
+    entries (the exact corpus cases, in order)."""
+
+    line: int
+    header: RunHeader
+    sink: SinkT
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusCases:
+    """What the reader checks every run's entries against (from the ``cases.jsonl`` pass)."""
+
+    count: int
+    #: SHA-256 over the corpus ids in order, each followed by a newline.
+    ids_digest: bytes
+    #: The corpus ids in order, read again only to name a wrong entry.
+    read_ids: Callable[[], Sequence[str]]
+
+
+class _FallbackError(Exception):
+    """The fast path cannot vouch for this line: the exact reader takes it."""
+
+
+_CASE_ID = attrgetter("case_id")
+_PREDICTION = attrgetter("prediction")
+_ERROR = attrgetter("error")
+_COST = attrgetter("cost_usd")
+_LATENCY = attrgetter("latency_ms")
+_ENCODE: Final = msgspec.json.Encoder(order="sorted").encode
+_DECODE_CASES: Final = msgspec.json.Decoder(list[RunCaseLine]).decode
+_SKIP_CASES: Final = msgspec.json.Decoder(list[Raw]).decode
+_DECODE_ERRORS: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+_CUT_ATTEMPTS: Final = 3
+
+_WS: Final = re.compile(rb"[ \t\r]*")
+_KEY: Final = re.compile(rb'"([a-z_]{1,20})"[ \t\r]*:[ \t\r]*')
+_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_SCALAR: Final = re.compile(rb"[-+.0-9a-zA-Z]+")
+_BRACKET_TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# A flat object (no nested object or array: a valid entry is one), strings tokenized
+# exactly; and a sequence of them separated by commas.
+_ELEMENT: Final = rb'\{(?:[^"{}\[\]\n]|"(?:[^"\\\n]|\\.)*")*\}'
+_ELEMENTS: Final = re.compile(rb"(?:" + _ELEMENT + rb"[ \t\r]*,[ \t\r]*)*" + _ELEMENT)
+
+
+class _Window:
+    """``data[pos:]`` is unread; ``offset`` is the file offset of ``data[0]``; ``end`` is
+    the index in ``data`` of the newline ending the current line, -1 until it is read."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.data = b""
+        self.pos = 0
+        self.offset = 0
+        self.end = -1
+        self.eof = False
+        self.line_start = 0
+        self.line_number = 0
+
+    @property
+    def position(self) -> int:
+        """The file offset of ``data[pos]``."""
+        return self.offset + self.pos
+
+    def reset(self, offset: int) -> None:
+        self.handle.seek(offset)
+        self.data = b""
+        self.pos = 0
+        self.offset = offset
+        self.end = -1
+        self.eof = False
+
+    def start_line(self) -> bool:
+        """Begin the next line at ``pos``; False at the end of the file."""
+        self.end = -1
+        self.line_start = self.position
+        self.line_number += 1
+        if self.pos == len(self.data) and not self.fill():
+            self.line_number -= 1
+            return False
+        self.end = self.data.find(b"\n", self.pos)
+        return True
+
+    @property
+    def limit(self) -> int:
+        return self.end if self.end != -1 else len(self.data)
+
+    @property
+    def line_read(self) -> bool:
+        """The rest of the line is in ``data``."""
+        return self.end != -1 or self.eof
+
+    def fill(self) -> bool:
+        """Read the next piece of the file; False at its end."""
+        block = self.handle.read(CHUNK_BYTES)
+        if not block:
+            self.eof = True
+            return False
+        kept = len(self.data) - self.pos
+        self.offset += self.pos
+        if self.end != -1:
+            self.end -= self.pos
+        self.data = self.data[self.pos :] + block
+        self.pos = 0
+        if self.end == -1:
+            self.end = self.data.find(b"\n", kept)
+            if self.end == -1 and self.offset + len(self.data) - self.line_start > (
+                MAX_RUN_LINE_BYTES
+            ):
+                raise CorpusError(
+                    RUNS_FILE,
+                    f"line longer than {MAX_RUN_LINE_BYTES} bytes",
+                    line=self.line_number,
+                )
+        return True
+
+    def skip_space(self) -> None:
+        while True:
+            self.pos = _WS.match(self.data, self.pos, self.limit).end()  # type: ignore[union-attr]
+            if self.pos < self.limit or self.line_read or not self.fill():
+                return
+
+    def ensure(self, size: int) -> None:
+        """``size`` bytes after ``pos``, or the rest of the line if it is shorter."""
+        while self.limit - self.pos < size and not self.line_read and self.fill():
+            pass
+
+    def expect(self, char: bytes) -> None:
+        self.skip_space()
+        if self.data[self.pos : self.pos + 1] != char or self.pos >= self.limit:
+            raise _FallbackError
+        self.pos += 1
+
+
+class RunReader:
+    """Reads ``runs.jsonl`` record by record (see the module docstring) and computes the
+    evaluation digest.
+
+    ``checksum`` is the corpus checksum every ``set_ref`` must name; ``count_first`` makes
+    an entry count that differs from the corpus case count the first complaint about a
+    run's entries (what a shard reports).
+    """
+
+    def __init__(
+        self,
+        corpus_dir: Path,
+        evaluation: Evaluation,
+        *,
+        checksum: str,
+        cases: CorpusCases,
+        count_first: bool = False,
+    ) -> None:
+        self.corpus_dir = corpus_dir
+        self.evaluation = evaluation
+        self.checksum = checksum
+        self.cases = cases
+        self.count_first = count_first
+        self.digest = hashlib.sha256()
+        self.digest.update(evaluation.plan_canonical + b"\n" + evaluation.marks_canonical + b"\n")
+        self._arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
+        self._previous: tuple[str, int] | None = None
+        self._corpus_ids: Sequence[str] | None = None
+
+    @property
+    def evaluation_digest(self) -> str:
+        """``sha256:`` + the evaluation digest of plan, marks and the runs read so far."""
+        return format_sha256(self.digest.digest())
+
+    def runs(self, new_sink: Callable[[], SinkT]) -> Iterator[RunRead[SinkT]]:
+        """Every run record in file order; ``new_sink()`` gets each run's entries (a line the
+        exact reader restarts gets a new sink)."""
+        with open_corpus_file(self.corpus_dir / RUNS_FILE) as handle:
+            window = _Window(handle)
+            while window.start_line():
+                number = window.line_number
+                start = window.position
+                digest, previous = self.digest.copy(), self._previous
+                try:
+                    header, sink = _FastLine(self, window, new_sink()).read()
+                except _FallbackError:
+                    self.digest, self._previous = digest, previous
+                    header, sink = self._exact_line(window, start, number, new_sink())
+                yield RunRead(line=number, header=header, sink=sink)
+
+    # -- checks shared by both paths ----------------------------------------------------
+
+    def check_header(self, header: RunHeader, number: int) -> None:
+        """The plan's arms and run count, the file order, and the run's references."""
+        plan = self.evaluation.plan
+        if header.arm_id not in self._arm_ids:
+            raise CorpusError(
+                RUNS_FILE, f"field 'arm_id': arm {header.arm_id!r} is not in the plan", line=number
+            )
+        if header.run_index > plan.runs_per_arm:
+            raise CorpusError(
+                RUNS_FILE,
+                f"field 'run_index': {header.run_index} exceeds the plan's runs_per_arm "
+                f"{plan.runs_per_arm}",
+                line=number,
+            )
+        key = (header.arm_id, header.run_index)
+        if self._previous is not None and key <= self._previous:
+            if key == self._previous:
+                raise CorpusError(
+                    RUNS_FILE,
+                    f"field 'run_index': duplicate run {header.arm_id}/{header.run_index}",
+                    line=number,
+                )
+            raise CorpusOrderError(
+                RUNS_FILE,
+                f"field 'arm_id': run {header.arm_id}/{header.run_index} comes after "
+                f"{self._previous[0]}/{self._previous[1]}; runs must be in ascending (arm_id, "
+                "run_index) order: run `attested-replay corpus normalize DIR --out DIR2`",
+                line=number,
+            )
+        self._previous = key
+        # The scoring procedure's first step: the run must name this set and these marks.
+        if header.set_ref != self.checksum:
+            raise CorpusError(
+                RUNS_FILE,
+                f"field 'set_ref': {header.set_ref!r} is not the corpus checksum {self.checksum}",
+                line=number,
+            )
+        if header.marks_ref != self.evaluation.marks_ref:
+            raise CorpusError(
+                RUNS_FILE,
+                f"field 'marks_ref': {header.marks_ref!r} is not the committed marks "
+                f"{self.evaluation.marks_ref}",
+                line=number,
+            )
+
+    def entries_match(self, count: int, ids_digest: bytes) -> bool:
+        return count == self.cases.count and ids_digest == self.cases.ids_digest
+
+    def check_entries(
+        self, header: RunHeader, ids: Sequence[str], number: int, *, complete: bool
+    ) -> None:
+        """Name the first entry that is not the corpus case of its rank: one not in the
+        corpus or repeated; if ``complete`` (``ids`` are all the run's entries), then the
+        cases missing and finally the first entry out of order."""
+        corpus_ids = self._read_corpus_ids()
+        known = set(corpus_ids)
+        seen: set[str] = set()
+        for index, case_id in enumerate(ids):
+            if case_id not in known:
+                raise CorpusError(
+                    RUNS_FILE,
+                    f"field 'cases.{index}.case_id': case {case_id!r} is not in cases.jsonl",
+                    line=number,
+                )
+            if case_id in seen:
+                raise CorpusError(
+                    RUNS_FILE,
+                    f"field 'cases.{index}.case_id': duplicate case {case_id!r} in this run",
+                    line=number,
+                )
+            seen.add(case_id)
+        if not complete:
+            return
+        if len(seen) != len(known):
+            missing = [case_id for case_id in corpus_ids if case_id not in seen]
+            raise CorpusError(
+                RUNS_FILE,
+                f"field 'cases': run {header.arm_id}/{header.run_index} is missing "
+                f"{len(missing)} case(s), first {missing[0]!r}",
+                line=number,
+            )
+        problem = first_out_of_order(ids, corpus_ids)
+        if problem is not None:
+            raise CorpusOrderError(RUNS_FILE, problem, line=number)
+        raise CorpusError(
+            RUNS_FILE, "field 'cases': the entries are not the corpus cases", line=number
+        )
+
+    def check_count(self, header: RunHeader, count: int, number: int) -> None:
+        if self.count_first and count != self.cases.count:
+            raise CorpusError(
+                RUNS_FILE,
+                f"field 'cases': run {header.arm_id}/{header.run_index} has {count} case "
+                f"results, the corpus has {self.cases.count} cases",
+                line=number,
+            )
+
+    def _read_corpus_ids(self) -> Sequence[str]:
+        if self._corpus_ids is None:
+            self._corpus_ids = self.cases.read_ids()
+        return self._corpus_ids
+
+    # -- the exact reader ---------------------------------------------------------------
+
+    def _exact_line(
+        self, window: _Window, start: int, number: int, sink: SinkT
+    ) -> tuple[RunHeader, SinkT]:
+        window.reset(start)
+        raw = window.handle.readline(MAX_RUN_LINE_BYTES + 1)
+        if len(raw) > MAX_RUN_LINE_BYTES and not raw.endswith(b"\n"):
+            raise CorpusError(
+                RUNS_FILE, f"line longer than {MAX_RUN_LINE_BYTES} bytes", line=number
+            )
+        window.reset(start + len(raw))
+        line = raw.removesuffix(b"\n")
+        if not line.strip():
+            raise CorpusError(RUNS_FILE, "empty line", line=number)
+        data, canonical = parse_run_line(line, number)
+        cases = data.pop("cases", None)
+        header = validate_record(RunHeader, data, RUNS_FILE, number)
+        if cases is None:
+            raise CorpusError(RUNS_FILE, "field 'cases': Field required", line=number)
+        if not isinstance(cases, list) or not cases:
+            raise CorpusError(RUNS_FILE, "field 'cases': must be a non-empty list", line=number)
+        self.check_header(header, number)
+        self.check_count(header, len(cases), number)
+        ids: list[str] = []
+        for first in range(0, len(cases), _EXACT_BATCH):
+            batch = cases[first : first + _EXACT_BATCH]
+            for index, entry in enumerate(batch, start=first):
+                try:
+                    validate_record(RunCase, entry, RUNS_FILE, number, at=f"cases.{index}")
+                except CorpusError:
+                    # An entry that is not a corpus case, before this one, comes first.
+                    self.check_entries(header, ids, number, complete=False)
+                    raise
+                ids.append(entry["case_id"])
+            sink.add(
+                first,
+                CaseColumns(
+                    case_ids=[entry["case_id"] for entry in batch],
+                    predictions=[entry["prediction"] for entry in batch],
+                    errors=[entry.get("error") for entry in batch],
+                    costs=[entry["cost_usd"] for entry in batch],
+                    latencies=[entry["latency_ms"] for entry in batch],
+                ),
+            )
+        if not self.entries_match(len(ids), _ids_digest(ids)):
+            self.check_entries(header, ids, number, complete=True)
+        self.digest.update(canonical + b"\n")
+        return header, sink
+
+
+class _FastLine(Generic[SinkT]):
+    """One line on the fast path; raises :class:`_FallbackError` where it cannot vouch."""
+
+    def __init__(self, reader: RunReader, window: _Window, sink: SinkT) -> None:
+        self.reader = reader
+        self.window = window
+        self.number = window.line_number
+        self.sink = sink
+        self.digest = reader.digest
+        self.members: dict[str, Any] = {}
+        self.count = 0
+        self.ids = hashlib.sha256()
+        self.next_line = -1
+
+    def read(self) -> tuple[RunHeader, SinkT]:
+        window = self.window
+        reader = self.reader
+        window.expect(b"{")
+        cases_at = -1  # the offset of the first entry, when a first pass skipped them
+        streamed = False
+        while True:
+            window.ensure(MAX_MEMBER_BYTES)
+            window.skip_space()
+            key_match = _KEY.match(window.data, window.pos, window.limit)
+            if key_match is None:
+                raise _FallbackError
+            key = key_match.group(1).decode("ascii")
+            if key not in _RUN_KEYS or key in self.members:
+                raise _FallbackError  # the exact reader names the unknown or repeated key
+            window.pos = key_match.end()
+            if key == "cases":
+                self.members[key] = None
+                window.expect(b"[")
+                if "arm_id" in self.members:
+                    self._stream_cases()
+                    streamed = True
+                else:
+                    cases_at = window.position
+                    self._elements(_SKIP_CASES, None)
+            else:
+                self.members[key] = self._member_value()
+            window.skip_space()
+            separator = window.data[window.pos : window.pos + 1]
+            if window.pos >= window.limit or separator not in (b",", b"}"):
+                raise _FallbackError
+            window.pos += 1
+            if separator == b"}":
+                break
+        window.skip_space()
+        if window.pos < window.limit or (window.end == -1 and not window.eof):
+            raise _FallbackError  # something after the object
+        self.next_line = window.position + (1 if window.end != -1 else 0)
+        window.pos = window.limit + (1 if window.end != -1 else 0)
+        cases_present = self.members.pop("cases", UNSET) is not UNSET
+        header = validate_record(RunHeader, self.members, RUNS_FILE, self.number)
+        if not cases_present:
+            raise CorpusError(RUNS_FILE, "field 'cases': Field required", line=self.number)
+        reader.check_header(header, self.number)
+        if not streamed:  # arm_id came after the cases: read them again, now hashing them
+            window.reset(cases_at)
+            self._stream_cases()
+            window.reset(self.next_line)
+        rest = self._canonical(
+            {key: value for key, value in self.members.items() if key != "arm_id"}
+        )
+        self.digest.update(b"," + rest[1:] + b"\n" if rest != b"{}" else b"}\n")
+        reader.check_count(header, self.count, self.number)
+        if not reader.entries_match(self.count, self.ids.digest()):
+            raise _FallbackError  # the exact reader names the first wrong entry
+        return header, self.sink
+
+    def _canonical(self, value: object) -> bytes:
+        try:
+            return canonicalize(value)
+        except CanonicalizationError:
+            raise _FallbackError from None
+
+    def _member_value(self) -> object:
+        """The value of a member other than ``cases``, parsed whole."""
+        # A value cut by the window or by MAX_MEMBER_BYTES does not match (strings and
+        # containers) or is not followed by "," or "}" (scalars): no valid member is that long.
+        window = self.window
+        data, start = window.data, window.pos
+        limit = min(window.limit, start + MAX_MEMBER_BYTES)
+        first = data[start : start + 1]
+        if first == b'"':
+            match = _STRING.match(data, start, limit)
+            end = -1 if match is None else match.end()
+        elif first in (b"{", b"["):
+            end = _container_end(data, start, limit)
+        else:
+            match = _SCALAR.match(data, start, limit)
+            end = -1 if match is None else match.end()
+        if end == -1:
+            raise _FallbackError
+        window.pos = end
+        try:
+            return parse_json(data[start:end])
+        except (ValueError, RecursionError):
+            raise _FallbackError from None
+
+    def _stream_cases(self) -> None:
+        arm_id = self._canonical(self.members["arm_id"])
+        self.digest.update(b'{"arm_id":' + arm_id + b',"cases":[')
+        self._elements(_DECODE_CASES, self._batch)
+        self.digest.update(b"]")
+
+    def _batch(self, piece: bytes, records: list[RunCaseLine]) -> None:
+        ids = list(map(_CASE_ID, records))
+        costs = list(map(_COST, records))
+        latencies = list(map(_LATENCY, records))
+        self.sink.add(
+            self.count,
+            CaseColumns(
+                case_ids=ids,
+                predictions=list(map(_PREDICTION, records)),
+                errors=[None if error is UNSET else error for error in map(_ERROR, records)],
+                costs=costs,
+                latencies=latencies,
+            ),
+        )
+        _rfc8785_numbers(records, costs, "cost_usd")
+        _rfc8785_numbers(records, latencies, "latency_ms")
+        canonical = _ENCODE(records)
+        # msgspec keeps the last of two equal keys: a dropped member drops its colon.
+        if colon_count(piece) != canonical.count(b":"):
+            raise _FallbackError
+        self.digest.update(canonical[1:-1] if not self.count else b"," + canonical[1:-1])
+        self.ids.update("\n".join(ids).encode("utf-8") + ID_SEPARATOR)
+        self.count += len(records)
+
+    def _elements(
+        self, decode: Callable[[bytes], list[Any]], on_batch: Callable[[bytes, Any], None] | None
+    ) -> None:
+        """The entries after ``[`` up to the closing ``]``, in batches."""
+        window = self.window
+        window.skip_space()
+        if window.data[window.pos : window.pos + 1] == b"]":
+            raise _FallbackError  # an empty list: the exact reader says so
+        while True:
+            window.skip_space()
+            with paused_gc():  # until the batch is dropped (see paused_gc)
+                end = _decode_batch(window, decode, on_batch)
+            if end < 0:
+                if window.line_read or window.limit - window.pos >= MAX_BATCH_WINDOW:
+                    raise _FallbackError
+                window.fill()
+                continue
+            window.pos = end
+            window.skip_space()
+            separator = window.data[window.pos : window.pos + 1]
+            if window.pos >= window.limit or separator not in (b",", b"]"):
+                raise _FallbackError
+            window.pos += 1
+            if separator == b"]":
+                return
+
+
+def _decode_batch(
+    window: _Window,
+    decode: Callable[[bytes], list[Any]],
+    on_batch: Callable[[bytes, Any], None] | None,
+) -> int:
+    """Decode the complete entries at ``window.pos`` (as many as the window holds), hand
+    them to ``on_batch`` with their text, and return the index after the last; -1 when
+    there are none (or they do not decode)."""
+    data, start, limit = window.data, window.pos, window.limit
+    cut = data.rfind(b"}", start, limit)
+    for _ in range(_CUT_ATTEMPTS):
+        if cut < start:
+            return -1
+        try:
+            records = decode(b"[" + data[start : cut + 1] + b"]")
+        except _DECODE_ERRORS:
+            cut = data.rfind(b"}", start, cut)
+        else:
+            break
+    else:
+        match = _ELEMENTS.match(data, start, limit)
+        if match is None:
+            return -1
+        cut = match.end() - 1
+        try:
+            records = decode(b"[" + data[start : cut + 1] + b"]")
+        except _DECODE_ERRORS:
+            return -1
+    if on_batch is not None:
+        on_batch(data[start : cut + 1], records)
+    return cut + 1
+
+
+def _container_end(data: bytes, start: int, limit: int) -> int:
+    depth = 0
+    for token in _BRACKET_TOKENS.finditer(data, start, limit):
+        char = token.group()
+        if char in (b"{", b"["):
+            depth += 1
+        elif char in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return -1
+
+
+def _rfc8785_numbers(records: list[RunCaseLine], values: list[Any], field: str) -> None:
+    """Give msgspec the numbers it writes unlike RFC 8785 in their RFC 8785 form: integral
+    doubles (``12.0``, ``1e16``: as integers below 2**53, else as text) and doubles below
+    1e-5 (``1e-6``: as text). Every other double msgspec writes as RFC 8785 does."""
+    for index in [
+        index
+        for index, value in enumerate(values)
+        if value.__class__ is float and (value < 1e-5 or value.is_integer())
+    ]:
+        value = values[index]
+        if value.is_integer() and value < _INTEGRAL_LIMIT:
+            setattr(records[index], field, int(value))
+        else:
+            setattr(records[index], field, Raw(format_number(value).encode("ascii")))
+
+
+def first_out_of_order(ids: Sequence[str], corpus_ids: Sequence[str]) -> str | None:
+    """Where a run's case ids (each corpus case once) first leave the corpus order: the
+    message (``field 'cases.K.case_id': ...``), or None when they keep it."""
+    for index, (case_id, expected) in enumerate(zip(ids, corpus_ids, strict=True)):
+        if case_id != expected:
+            return (
+                f"field 'cases.{index}.case_id': case {case_id!r} comes before {expected!r}; "
+                "a run's cases must be in ascending case_id order, as in cases.jsonl: run "
+                "`attested-replay corpus normalize DIR --out DIR2`"
+            )
+    return None
+
+
+def _ids_digest(ids: Sequence[str]) -> bytes:
+    return hashlib.sha256("\n".join(ids).encode("utf-8") + ID_SEPARATOR).digest()

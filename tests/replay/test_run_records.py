@@ -1,0 +1,387 @@
+"""Run records read in bounded pieces (runner.corpus.run_records) give what reading each
+line whole gives: the same evaluation digest and the same report or shard result, for records
+written every way a JSON writer may (member order, spacing, escapes, number spellings), cut
+anywhere by the window; valid records never need the exact reader."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attestation.encoding.canonical import canonicalize
+from attestation.envelope.model import ShardPosition
+from attestation.evaluation.metrics import RunTally
+from attestation.evaluation.models import PassMarks, Plan
+from attestation.evaluation.partial import RunPartial, shard_range, tail_size
+from attestation.evaluation.shards import shard_result, whole_report
+from runner.corpus import run_records
+from runner.corpus.check import check_corpus
+from runner.corpus.checksum import compute_checksum
+from runner.corpus.errors import CorpusError, CorpusOrderError
+from runner.corpus.jsonio import parse_json
+from runner.corpus.models import RunCase
+from runner.pipeline.replay import replay_corpus
+
+from .test_shards import marks_for, plan_for
+
+LABELS = ["flag", "clear", "maybe"]
+# Predictions that trip a naive cutter: braces, brackets, quotes, key names, escapes.
+ODD_TEXT = [
+    "flag}",
+    '{"case_id": "c-000"}',
+    "]}, {",
+    '"cases": [',
+    "tab\there",
+    "nl\nhere",
+    "\u00fcber \u4ed8\u6b3e \U0001f4e6",
+    "\u2028\u007f",
+    "\\",
+]
+NUMBERS = [0, 0.0, -0.0, 3, 3.0, 12.5, 0.1, 1e-7, 2.5e-6, 9.99e-6, 1e16, 1.5e17, 1e21, 4.2e300,
+           0.30000000000000004, 9007199254740991, 123456.789]  # fmt: skip
+
+
+def reference_replay(corpus: Path, shard: ShardPosition | None) -> tuple[str, bytes]:
+    """What the replay computed before streaming: each line parsed whole, every entry
+    validated by the pydantic model, scored one at a time against a label mapping, the
+    digest over ``rfc8785`` of each file's values."""
+    cases = [json.loads(line) for line in (corpus / "cases.jsonl").read_text().splitlines()]
+    labels = {case["case_id"]: case["label"] for case in cases}
+    ranks = {case["case_id"]: rank for rank, case in enumerate(cases)}
+    plan_data: Any = parse_json((corpus / "plan.json").read_bytes())
+    marks_data: Any = parse_json((corpus / "marks.json").read_bytes())
+    plan = Plan.model_validate(plan_data)
+    digest = hashlib.sha256(rfc8785.dumps(plan_data) + b"\n" + rfc8785.dumps(marks_data) + b"\n")
+    owned = (
+        range(len(cases))
+        if shard is None
+        else range(*shard_range(shard.index, shard.count, len(cases)))
+    )
+    partials: list[RunPartial] = []
+    for line in (corpus / "runs.jsonl").read_bytes().strip(b"\n").split(b"\n"):
+        record: Any = parse_json(line)
+        assert isinstance(record, dict)
+        digest.update(rfc8785.dumps(record) + b"\n")
+        tally = RunTally(plan.positive_label, plan.abstain_label, tail=tail_size(len(cases)))
+        for entry in record["cases"]:
+            case = RunCase.model_validate(entry)
+            if ranks[case.case_id] in owned:
+                tally.add(
+                    labels[case.case_id],
+                    case.prediction,
+                    has_error=case.error is not None,
+                    cost_usd=case.cost_usd,
+                    latency_ms=case.latency_ms,
+                )
+        partials.append(tally.partial(record["arm_id"], record["run_index"]))
+    evaluation_digest = "sha256:" + digest.hexdigest()
+    checksum = compute_checksum(corpus)
+    if shard is None:
+        result = whole_report(
+            plan=plan,
+            marks=PassMarks.model_validate(marks_data),
+            partials=partials,
+            corpus_checksum=checksum,
+            evaluation_digest=evaluation_digest,
+            case_count=len(cases),
+        )
+    else:
+        result = shard_result(
+            shard_index=shard.index,
+            shard_count=shard.count,
+            case_count=len(cases),
+            set_checksum=checksum,
+            evaluation_digest=evaluation_digest,
+            plan=json.loads(rfc8785.dumps(plan_data)),
+            marks=json.loads(rfc8785.dumps(marks_data)),
+            partials=partials,
+        )
+    return evaluation_digest, canonicalize(result)
+
+
+def spelled(value: Any, rng: random.Random, *, ascii_only: bool) -> str:
+    """``value`` as JSON text the way some writer may spell it."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        choice = rng.randrange(4)
+        if choice == 1:
+            return f"{value:.16e}"  # 17 significant digits: the same double
+        if choice == 2 and "e" not in text and "inf" not in text:
+            return text + "00"
+        if choice == 3:
+            return text.upper()
+        return text
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=ascii_only)
+    space = rng.choice(["", " ", "  ", "\t"])
+    if isinstance(value, list):
+        return (
+            "["
+            + ("," + space).join(spelled(item, rng, ascii_only=ascii_only) for item in value)
+            + "]"
+        )
+    items = list(value.items())
+    rng.shuffle(items)
+    return (
+        "{"
+        + ("," + space).join(
+            json.dumps(key) + ":" + space + spelled(item, rng, ascii_only=ascii_only)
+            for key, item in items
+        )
+        + "}"
+    )
+
+
+def write_corpus(directory: Path, seed: int, *, cases: int, runs_per_arm: int = 2) -> Path:
+    rng = random.Random(seed)
+    directory.mkdir(parents=True)
+    corpus_cases = [
+        {"case_id": f"c-{number:04d}", "label": rng.choice(LABELS)} for number in range(cases)
+    ]
+    (directory / "cases.jsonl").write_bytes(b"".join(canonicalize(c) + b"\n" for c in corpus_cases))
+    plan = plan_for(["A0", "A1"], abstain_label="review")
+    plan["runs_per_arm"] = runs_per_arm
+    marks = marks_for(
+        [{"id": "M1", "metric": "recall_at_least", "arm": "A1", "threshold": 10, "rule": "r"}]
+    )
+    (directory / "plan.json").write_text(json.dumps(plan, indent=2))
+    (directory / "marks.json").write_text(json.dumps(marks))
+    checksum = compute_checksum(directory)
+    marks_ref = "sha256:" + hashlib.sha256(canonicalize(marks)).hexdigest()
+    lines = []
+    for arm in ("A0", "A1"):
+        for index in range(1, runs_per_arm + 1):
+            entries = []
+            for case in corpus_cases:
+                entry: dict[str, Any] = {
+                    "case_id": case["case_id"],
+                    "prediction": rng.choice([*LABELS, "review", None, *ODD_TEXT]),
+                    "cost_usd": rng.choice([*NUMBERS, None, rng.random() / 100]),
+                    "latency_ms": rng.choice([*NUMBERS, None, rng.uniform(1, 5000)]),
+                }
+                if rng.random() < 0.15:
+                    entry["error"] = rng.choice(["timeout", "bad } answer", "\u00fcberlastet"])
+                entries.append(entry)
+            record = {
+                "arm_id": arm,
+                "run_index": index,
+                "set_ref": checksum,
+                "marks_ref": marks_ref,
+                "usage": {"source": "test {writer}", "input_tokens": rng.randint(0, 99)},
+                "cases": entries,
+            }
+            lines.append(spelled(record, rng, ascii_only=rng.random() < 0.5))
+    (directory / "runs.jsonl").write_text("\n".join(lines) + "\n" * rng.randrange(2))
+    return directory
+
+
+def forbid_exact_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a valid run record needed the exact reader")
+
+    monkeypatch.setattr(run_records.RunReader, "_exact_line", refuse)
+
+
+def assert_as_reference(corpus: Path, shards: tuple[int, ...] = (1, 3)) -> None:
+    whole = replay_corpus(corpus)
+    digest, result = reference_replay(corpus, None)
+    assert whole.evaluation_digest == digest
+    assert canonicalize(whole.result) == result
+    for count in shards:
+        for index in range(count):
+            position = ShardPosition(index=index, count=count)
+            part = replay_corpus(corpus, shard=position)
+            assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(
+                corpus, position
+            )
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(min_value=0, max_value=2**32), cases=st.integers(min_value=1, max_value=40))
+def test_streamed_records_replay_like_whole_lines(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, seed: int, cases: int
+) -> None:
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus") / "c", seed, cases=cases)
+    with monkeypatch.context() as patch:
+        forbid_exact_reader(patch)
+        assert_as_reference(corpus)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 333])
+def test_any_window_size_gives_the_same_digests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 5, cases=60)
+    expected = reference_replay(corpus, None)
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", chunk)
+    forbid_exact_reader(monkeypatch)
+    outcome = replay_corpus(corpus)
+    assert (outcome.evaluation_digest, canonicalize(outcome.result)) == expected
+
+
+def test_arm_id_after_the_cases_reads_the_cases_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 11, cases=30)
+    lines = []
+    for line in (corpus / "runs.jsonl").read_text().strip("\n").split("\n"):
+        record = json.loads(line)
+        arm_id = record.pop("arm_id")
+        lines.append(json.dumps({**record, "arm_id": arm_id}))
+    (corpus / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", 50)
+    forbid_exact_reader(monkeypatch)
+    assert_as_reference(corpus, shards=(2,))
+
+
+def runs_of(corpus: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line) for line in (corpus / "runs.jsonl").read_text().strip("\n").split("\n")
+    ]
+
+
+def write_runs(corpus: Path, records: list[dict[str, Any]]) -> None:
+    (corpus / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_entries_out_of_case_order_are_refused(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 2, cases=6)
+    records = runs_of(corpus)
+    entries = records[2]["cases"]
+    entries[3], entries[4] = entries[4], entries[3]
+    write_runs(corpus, records)
+    with pytest.raises(CorpusOrderError) as caught:
+        replay_corpus(corpus)
+    assert str(caught.value) == (
+        "runs.jsonl:3: field 'cases.3.case_id': case 'c-0004' comes before 'c-0003'; a run's "
+        "cases must be in ascending case_id order, as in cases.jsonl: run `attested-replay "
+        "corpus normalize DIR --out DIR2`"
+    )
+    for index in (0, 1):
+        with pytest.raises(CorpusOrderError):
+            replay_corpus(corpus, shard=ShardPosition(index=index, count=2))
+    # corpus check applies the same rule
+    assert [problem.text() for problem in check_corpus(corpus).problems] == [str(caught.value)]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda entries: entries.append(dict(entries[-1])),
+            "runs.jsonl:2: field 'cases.6.case_id': duplicate case 'c-0005' in this run",
+        ),
+        (
+            lambda entries: entries.pop(0),
+            "runs.jsonl:2: field 'cases': run A0/2 is missing 1 case(s), first 'c-0000'",
+        ),
+        (
+            lambda entries: entries[2].update(case_id="c-9999"),
+            "runs.jsonl:2: field 'cases.2.case_id': case 'c-9999' is not in cases.jsonl",
+        ),
+        (
+            lambda entries: entries[4].update(cost_usd=-1),
+            "runs.jsonl:2: field 'cases.4.cost_usd': Input should be greater than or equal to 0 (found -1)",
+        ),
+        (
+            lambda entries: entries[1].update(latency_ms=True),
+            "runs.jsonl:2: field 'cases.1.latency_ms': Input should be an instance of Decimal (found True)",
+        ),
+        (
+            lambda entries: entries[5].update(error=None),
+            "runs.jsonl:2: field 'cases.5.error': error may be omitted but not null (found None)",
+        ),
+        (
+            lambda entries: entries[0].update(extra=1),
+            (
+                "runs.jsonl:2: field 'cases.0.extra': unknown key (allowed: case_id, prediction, "
+                "error, cost_usd, latency_ms)"
+            ),
+        ),
+        (
+            lambda entries: entries.__setitem__(3, [entries[3]]),
+            (
+                "runs.jsonl:2: field 'cases.3': Input should be a valid dictionary or instance "
+                "of RunCase"
+            ),
+        ),
+        (
+            lambda entries: entries[2].update(cost_usd=2**53),
+            (
+                "runs.jsonl:2: integer 9007199254740992 is outside the I-JSON range "
+                "+-(2**53-1) that a double holds exactly"
+            ),
+        ),
+        (
+            # an unknown case before an invalid entry is named first, as when read whole
+            lambda entries: (entries[1].update(case_id="zzz"), entries[3].update(cost_usd="x")),
+            "runs.jsonl:2: field 'cases.1.case_id': case 'zzz' is not in cases.jsonl",
+        ),
+    ],
+)
+def test_a_wrong_entry_is_named_by_file_line_and_field(
+    tmp_path: Path, change: Any, message: str
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 3, cases=6)
+    records = runs_of(corpus)
+    change(records[1]["cases"])
+    write_runs(corpus, records)
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"arm_id": "A0", "cases": [], ', "runs.jsonl:1: invalid JSON: Expecting property name"),
+        ('{"arm_id": "A0", "arm_id": "A0"}', "runs.jsonl:1: invalid JSON: duplicate key 'arm_id'"),
+        ("   ", "runs.jsonl:1: empty line"),
+        ('["not", "an object"]', "runs.jsonl:1: a line must be a JSON object"),
+    ],
+)
+def test_a_malformed_line_gets_the_exact_readers_message(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 3, cases=4)
+    (corpus / "runs.jsonl").write_text(text + "\n")
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_duplicate_key_inside_an_entry_is_refused(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 3, cases=4)
+    write_runs(corpus, runs_of(corpus))
+    text = (corpus / "runs.jsonl").read_text()
+    # msgspec would keep the last of two equal keys: the colon count catches it
+    assert '"case_id": "c-0002"' in text
+    text = text.replace('"case_id": "c-0002"', '"case_id": "c-0003", "case_id": "c-0002"', 1)
+    (corpus / "runs.jsonl").write_text(text)
+    with pytest.raises(CorpusError, match=r"runs\.jsonl:1: invalid JSON: duplicate key 'case_id'"):
+        replay_corpus(corpus)
+
+
+def test_a_line_longer_than_the_cap_is_refused_without_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 3, cases=50)
+    monkeypatch.setattr(run_records, "MAX_RUN_LINE_BYTES", 2000)
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", 100)
+    forbid_exact_reader(monkeypatch)
+    with pytest.raises(CorpusError, match=r"^runs\.jsonl:1: line longer than 2000 bytes$"):
+        replay_corpus(corpus)
