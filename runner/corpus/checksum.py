@@ -57,7 +57,9 @@ _FAST_LINE: Final = (
     rb'(?:,"split":"(?:dev|holdout|adversarial)")?'
     rb"\}\n"
 )
-_FAST_CHUNK: Final = re.compile(rb"(?:" + _FAST_LINE + rb")*")
+# Possessive (``*+``): a line is matched one way only, so nothing is given back, and the
+# matcher keeps no backtracking record per line (a plain ``*`` over a 1 MiB chunk: ~11 MB).
+_FAST_CHUNK: Final = re.compile(rb"(?:" + _FAST_LINE + rb")*+")
 _FAST_IDS: Final = re.compile(rb'^\{"case_id":"([a-z0-9-]+)"', re.MULTILINE)
 # In a fast chunk no string contains '"', so ',"label":"' can only be the label key.
 _FAST_LABELS: Final = re.compile(

@@ -164,13 +164,16 @@ _CUT_ATTEMPTS: Final = 3
 
 _WS: Final = re.compile(rb"[ \t\r]*")
 _KEY: Final = re.compile(rb'"([a-z_]{1,20})"[ \t\r]*:[ \t\r]*')
-_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_STRING: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
 _SCALAR: Final = re.compile(rb"[-+.0-9a-zA-Z]+")
-_BRACKET_TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_BRACKET_TOKENS: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}]')
 # A flat object (no nested object or array: a valid entry is one), strings tokenized
-# exactly; and a sequence of them separated by commas.
-_ELEMENT: Final = rb'\{(?:[^"{}\[\]\n]|"(?:[^"\\\n]|\\.)*")*\}'
-_ELEMENTS: Final = re.compile(rb"(?:" + _ELEMENT + rb"[ \t\r]*,[ \t\r]*)*" + _ELEMENT)
+# exactly; and a sequence of them separated by commas. Every alternative is decided by its
+# first byte, so possessive repeats (``*+``) match what plain ones would, without the
+# matcher keeping a backtracking record per byte (plain repeats over a 1 MiB window cost
+# ~150 MB and 0.7 s; these nothing and 0.05 s).
+_ELEMENT: Final = rb'\{(?:[^"{}\[\]\n]++|"(?:[^"\\\n]++|\\.)*+")*+\}'
+_ELEMENTS: Final = re.compile(_ELEMENT + rb"(?:[ \t\r]*+,[ \t\r]*+" + _ELEMENT + rb")*+")
 
 
 class _Window:

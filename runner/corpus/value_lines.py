@@ -17,7 +17,9 @@ from typing import Final
 Path = tuple[str | int, ...]
 
 _SPACE: Final = re.compile(r"[ \t\n\r]*")
-_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# Possessive repeats: a string matches one way only; plain ones keep backtracking state for
+# every character of a long string.
+_STRING: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _SCALAR: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null")
 
 
