@@ -233,6 +233,96 @@ def classify_database_error(exc: BaseException) -> StorageError | None:
     return None
 
 
+_SELECT_TOKENS: Final = "SELECT token_hash, tenant, role, created_at, revoked_at FROM tokens"
+_SIZE: Final = "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = %s"
+_LISTING: Final = (
+    "SELECT l.log_index, l.entry, e.published_at FROM log_entries l "
+    "LEFT JOIN envelopes e ON e.tenant = l.tenant AND e.log_index = l.log_index "
+    "WHERE l.tenant = %s AND l.log_index >= %s ORDER BY l.log_index LIMIT %s"
+)
+
+
+def _token(row: Sequence[object]) -> TokenRecord:
+    created, revoked = row[3], row[4]
+    return TokenRecord(
+        token_hash=str(row[0]),
+        tenant=str(row[1]),
+        role=Role(str(row[2])),
+        created_at=None if created is None else str(created),
+        revoked_at=None if revoked is None else str(revoked),
+    )
+
+
+def _listed(row: Sequence[object]) -> ListedEntry:
+    index, entry, published_at = row
+    return ListedEntry(
+        int(str(index)), _bytes(entry), None if published_at is None else str(published_at)
+    )
+
+
+def _bytes(value: object) -> bytes:
+    assert isinstance(value, bytes | memoryview)  # BLOB, BYTEA
+    return bytes(value)
+
+
+class _StoreReads:
+    """The reads both stores answer with the same SQL, written with ``%s`` placeholders
+    (SQLite's ``?`` is substituted); :meth:`_rows` runs one statement on a connection."""
+
+    def _rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]:
+        raise NotImplementedError
+
+    def tenants(self) -> list[str]:
+        rows = self._rows(
+            "SELECT DISTINCT tenant FROM log_entries UNION SELECT tenant FROM signed_heads", ()
+        )
+        return sorted(str(row[0]) for row in rows)
+
+    def token(self, token_hash: str) -> TokenRecord | None:
+        rows = self._rows(_SELECT_TOKENS + " WHERE token_hash = %s", (token_hash,))
+        return _token(rows[0]) if rows else None
+
+    def tokens(self) -> list[TokenRecord]:
+        rows = self._rows(_SELECT_TOKENS + " ORDER BY tenant, created_at, token_hash", ())
+        return [_token(row) for row in rows]
+
+    def envelope(self, tenant: str, digest: str) -> tuple[bytes, int] | None:
+        rows = self._rows(
+            "SELECT data, log_index FROM envelopes WHERE tenant = %s AND digest = %s",
+            (tenant, digest),
+        )
+        return (_bytes(rows[0][0]), int(str(rows[0][1]))) if rows else None
+
+    def run_digest(self, tenant: str, run_id: str, part: str = WHOLE_RUN) -> str | None:
+        rows = self._rows(
+            "SELECT digest FROM run_pointers WHERE tenant = %s AND run_id = %s AND part = %s",
+            (tenant, run_id, part),
+        )
+        return str(rows[0][0]) if rows else None
+
+    def run_shards(self, tenant: str, run_id: str) -> list[int]:
+        rows = self._rows(
+            "SELECT part FROM run_pointers WHERE tenant = %s AND run_id = %s AND part <> %s",
+            (tenant, run_id, WHOLE_RUN),
+        )
+        return sorted(int(str(row[0])) for row in rows)
+
+    def log_entries(self, tenant: str, start: int, end: int) -> list[bytes]:
+        rows = self._rows(
+            "SELECT entry FROM log_entries WHERE tenant = %s AND log_index >= %s "
+            "AND log_index < %s ORDER BY log_index",
+            (tenant, start, end),
+        )
+        return [_bytes(row[0]) for row in rows]
+
+    def listing(self, tenant: str, start: int, limit: int) -> list[ListedEntry]:
+        return [_listed(row) for row in self._rows(_LISTING, (tenant, start, limit))]
+
+    def log_size(self, tenant: str) -> int:
+        rows = self._rows(_SIZE, (tenant,))
+        return int(str(rows[0][0])) if rows else 0
+
+
 # -- SQLite ---------------------------------------------------------------------------------
 
 #: SQLite result codes (``sqlite3.Error.sqlite_errorname``, extended codes start with these)
@@ -373,7 +463,7 @@ def _has_current_schema(connection: sqlite3.Connection) -> bool:
     return {"signed_heads", "run_pointers"} <= names and "runs" not in names
 
 
-class SqliteStorage:
+class SqliteStorage(_StoreReads):
     """One SQLite file in WAL mode; ``BEGIN IMMEDIATE`` serializes writers across processes.
 
     On a read-only filesystem the file is opened immutable and read-only: reads are served,
@@ -511,12 +601,9 @@ class SqliteStorage:
                 if db.in_transaction:
                     db.execute("COMMIT")
 
-    def tenants(self) -> list[str]:
+    def _rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT DISTINCT tenant FROM log_entries UNION SELECT tenant FROM signed_heads"
-            ).fetchall()
-        return sorted(str(row[0]) for row in rows)
+            return list(db.execute(statement.replace("%s", "?"), parameters).fetchall())
 
     def _write(self, statement: str, parameters: Sequence[object]) -> None:
         if self.read_only:
@@ -531,18 +618,6 @@ class SqliteStorage:
             "INSERT INTO tokens (token_hash, tenant, role, created_at) VALUES (?, ?, ?, ?)",
             (token_hash, tenant, role.value, utc_now()),
         )
-
-    def token(self, token_hash: str) -> TokenRecord | None:
-        with self._connect() as db:
-            row = db.execute(_SELECT_TOKENS + " WHERE token_hash = ?", (token_hash,)).fetchone()
-        return None if row is None else _token(row)
-
-    def tokens(self) -> list[TokenRecord]:
-        with self._connect() as db:
-            rows = db.execute(
-                _SELECT_TOKENS + " ORDER BY tenant, created_at, token_hash"
-            ).fetchall()
-        return [_token(row) for row in rows]
 
     def revoke_tokens(self, hash_prefix: str) -> list[TokenRecord]:
         revoked_at = utc_now()
@@ -569,48 +644,6 @@ class SqliteStorage:
                 raise
         return [_token((*row[:4], revoked_at)) for row in rows]
 
-    def envelope(self, tenant: str, digest: str) -> tuple[bytes, int] | None:
-        with self._connect() as db:
-            row = db.execute(
-                "SELECT data, log_index FROM envelopes WHERE tenant = ? AND digest = ?",
-                (tenant, digest),
-            ).fetchone()
-        return None if row is None else (bytes(row[0]), int(row[1]))
-
-    def run_digest(self, tenant: str, run_id: str, part: str = WHOLE_RUN) -> str | None:
-        with self._connect() as db:
-            row = db.execute(
-                "SELECT digest FROM run_pointers WHERE tenant = ? AND run_id = ? AND part = ?",
-                (tenant, run_id, part),
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def run_shards(self, tenant: str, run_id: str) -> list[int]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT part FROM run_pointers WHERE tenant = ? AND run_id = ? AND part <> ?",
-                (tenant, run_id, WHOLE_RUN),
-            ).fetchall()
-        return sorted(int(str(row[0])) for row in rows)
-
-    def log_entries(self, tenant: str, start: int, end: int) -> list[bytes]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT entry FROM log_entries WHERE tenant = ? AND log_index >= ? "
-                "AND log_index < ? ORDER BY log_index",
-                (tenant, start, end),
-            ).fetchall()
-        return [bytes(row[0]) for row in rows]
-
-    def listing(self, tenant: str, start: int, limit: int) -> list[ListedEntry]:
-        with self._connect() as db:
-            rows = db.execute(_LISTING.replace("%s", "?"), (tenant, start, limit)).fetchall()
-        return [_listed(row) for row in rows]
-
-    def log_size(self, tenant: str) -> int:
-        with self._connect() as db:
-            return _SqliteTransaction(db).size(tenant)
-
     def close(self) -> None:
         with self._all_lock:
             connections, self._all = self._all, set()
@@ -623,34 +656,6 @@ class SqliteStorage:
         for connection in connections:
             with contextlib.suppress(sqlite3.Error):
                 connection.close()
-
-
-_SELECT_TOKENS: Final = "SELECT token_hash, tenant, role, created_at, revoked_at FROM tokens"
-_SIZE: Final = "SELECT COALESCE(MAX(log_index) + 1, 0) FROM log_entries WHERE tenant = %s"
-_LISTING: Final = (
-    "SELECT l.log_index, l.entry, e.published_at FROM log_entries l "
-    "LEFT JOIN envelopes e ON e.tenant = l.tenant AND e.log_index = l.log_index "
-    "WHERE l.tenant = %s AND l.log_index >= %s ORDER BY l.log_index LIMIT %s"
-)
-
-
-def _token(row: Sequence[object]) -> TokenRecord:
-    created, revoked = row[3], row[4]
-    return TokenRecord(
-        token_hash=str(row[0]),
-        tenant=str(row[1]),
-        role=Role(str(row[2])),
-        created_at=None if created is None else str(created),
-        revoked_at=None if revoked is None else str(revoked),
-    )
-
-
-def _listed(row: Sequence[object]) -> ListedEntry:
-    index, entry, published_at = row
-    assert isinstance(entry, bytes | memoryview)
-    return ListedEntry(
-        int(str(index)), bytes(entry), None if published_at is None else str(published_at)
-    )
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
@@ -747,12 +752,7 @@ class _PostgresTransaction:
         )
 
 
-def _bytes(value: object) -> bytes:
-    assert isinstance(value, bytes | memoryview)  # BYTEA
-    return bytes(value)
-
-
-class PostgresStorage:
+class PostgresStorage(_StoreReads):
     """PostgreSQL through psycopg 3 with a small connection pool. A connection that saw an
     error is closed, never returned to the pool."""
 
@@ -814,12 +814,9 @@ class PostgresStorage:
             db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield _PostgresTransaction(db)
 
-    def tenants(self) -> list[str]:
+    def _rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT DISTINCT tenant FROM log_entries UNION SELECT tenant FROM signed_heads"
-            ).fetchall()
-        return sorted(str(row[0]) for row in rows)
+            return list(db.execute(statement, parameters).fetchall())
 
     def add_token(self, token_hash: str, tenant: str, role: Role) -> None:
         with self._connect() as db:
@@ -827,18 +824,6 @@ class PostgresStorage:
                 "INSERT INTO tokens (token_hash, tenant, role, created_at) VALUES (%s, %s, %s, %s)",
                 (token_hash, tenant, role.value, utc_now()),
             )
-
-    def token(self, token_hash: str) -> TokenRecord | None:
-        with self._connect() as db:
-            row = db.execute(_SELECT_TOKENS + " WHERE token_hash = %s", (token_hash,)).fetchone()
-        return None if row is None else _token(row)
-
-    def tokens(self) -> list[TokenRecord]:
-        with self._connect() as db:
-            rows = db.execute(
-                _SELECT_TOKENS + " ORDER BY tenant, created_at, token_hash"
-            ).fetchall()
-        return [_token(row) for row in rows]
 
     def revoke_tokens(self, hash_prefix: str) -> list[TokenRecord]:
         with self._connect() as db:
@@ -848,48 +833,6 @@ class PostgresStorage:
                 (utc_now(), hash_prefix),
             ).fetchall()
         return sorted((_token(row) for row in rows), key=lambda t: t.token_hash)
-
-    def envelope(self, tenant: str, digest: str) -> tuple[bytes, int] | None:
-        with self._connect() as db:
-            row = db.execute(
-                "SELECT data, log_index FROM envelopes WHERE tenant = %s AND digest = %s",
-                (tenant, digest),
-            ).fetchone()
-        return None if row is None else (_bytes(row[0]), int(str(row[1])))
-
-    def run_digest(self, tenant: str, run_id: str, part: str = WHOLE_RUN) -> str | None:
-        with self._connect() as db:
-            row = db.execute(
-                "SELECT digest FROM run_pointers WHERE tenant = %s AND run_id = %s AND part = %s",
-                (tenant, run_id, part),
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def run_shards(self, tenant: str, run_id: str) -> list[int]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT part FROM run_pointers WHERE tenant = %s AND run_id = %s AND part <> %s",
-                (tenant, run_id, WHOLE_RUN),
-            ).fetchall()
-        return sorted(int(str(row[0])) for row in rows)
-
-    def log_entries(self, tenant: str, start: int, end: int) -> list[bytes]:
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT entry FROM log_entries WHERE tenant = %s AND log_index >= %s "
-                "AND log_index < %s ORDER BY log_index",
-                (tenant, start, end),
-            ).fetchall()
-        return [_bytes(row[0]) for row in rows]
-
-    def listing(self, tenant: str, start: int, limit: int) -> list[ListedEntry]:
-        with self._connect() as db:
-            rows = db.execute(_LISTING, (tenant, start, limit)).fetchall()
-        return [_listed(row) for row in rows]
-
-    def log_size(self, tenant: str) -> int:
-        with self._connect() as db:
-            return _PostgresTransaction(db).size(tenant)
 
     def close(self) -> None:
         while True:
