@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +24,7 @@ from runner.commands.parsing import (
     output_dir,
     output_file,
 )
-from runner.errors import InputError, PublishError, UsageError
+from runner.errors import InputError, PublishError, UsageError, VerificationFailedError
 from runner.exit_codes import Family
 from runner.extras import extra_required
 from tenant.errors import TenantUsageError
@@ -31,6 +33,7 @@ from tenant.paths import check_input_dir
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
+    from tenant.fetch import FetchReport
 
 
 def register(subparsers: Subparsers) -> None:
@@ -341,7 +344,13 @@ def _register_tenant(subparsers: Subparsers) -> None:
         description="""\
 Downloads the tenant's signed checkpoint, checks it extends the one kept in --out
 (consistency proof), downloads the new envelopes with their inclusion proofs, and keeps
-them under --out/envelopes.""",
+them under --out/envelopes.
+
+With --expected X, each new envelope is then verified as `verify-attested-run --envelope E
+--expected X` would, except that the run ID is the one of the envelope's log entry: one file
+pins what every run shares (corpus checksum, workload, image, policy, simulated roots), and
+a runId in it is ignored. One verdict line per envelope; exit 4 when any did not verify
+(the envelopes are kept either way: the log holds them).""",
         family=Family.PUBLICATION,
     )
     fetch.add_argument("--server", required=True, metavar="URL", help="https://HOST of the service")
@@ -368,6 +377,13 @@ them under --out/envelopes.""",
         type=input_file("--checkpoint"),
         metavar="FILE",
         help="a checkpoint to check consistency against (default: the one kept in --out)",
+    )
+    fetch.add_argument(
+        "--expected",
+        type=input_file("--expected"),
+        metavar="FILE",
+        help="verify every new envelope against this expected-values file, with the run ID "
+        "of its log entry (exit 4 when one does not verify)",
     )
     fetch.add_argument(
         "--corpus",
@@ -585,7 +601,10 @@ def _token_list(args: argparse.Namespace) -> int:
 
 def _tenant_fetch(args: argparse.Namespace) -> int:
     from tenant.fetch import fetch_tenant, load_verifier_key
+    from tenant.verify_fetched import load_expectations
 
+    # Checked before anything is fetched: a bad file is found without the network.
+    expectations = None if args.expected is None else load_expectations(args.expected)
     report = fetch_tenant(
         server=args.server,
         token=read_token(args.token_file),
@@ -599,6 +618,7 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         f"verified log of {report.size} entries (was {report.previous_size}); "
         f"{len(report.new_envelopes)} new envelope(s) in {report.out_dir / 'envelopes'}"
     )
+    failed = 0 if expectations is None else _verify_new(args, report, expectations)
     if args.corpus:
         from runner.corpus.checksum import compute_checksum
         from tenant.corpus_fetch import fetch_corpus_exports
@@ -618,4 +638,39 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
                 f"checksum {export.manifest.corpus_checksum} (checked) -> {export.path}"
             )
         print(f"{len(exports)} new corpus export(s) in {args.out / 'corpora'}")
+    if failed:
+        raise VerificationFailedError(
+            f"{failed} of {len(report.new_envelopes)} new envelope(s) did not verify against "
+            f"--expected {args.expected}",
+            verifier_exit_code=4,
+        )
     return 0
+
+
+def _verify_new(
+    args: argparse.Namespace, report: FetchReport, expectations: Mapping[str, object]
+) -> int:
+    """Verify the envelopes this fetch added (log order); print a verdict line for each and
+    return how many did not verify."""
+    from tenant.fetch import load_index
+    from tenant.verify_fetched import verify_fetched
+
+    index = load_index(report.out_dir / "index.json")
+    entries = [
+        (position, index[str(position)]["digest"], index[str(position)]["runId"])
+        for position in range(report.previous_size, report.size)
+    ]
+    verdicts = verify_fetched(
+        report.out_dir / "envelopes", entries, expectations, now=datetime.now(UTC)
+    )
+    for verdict in verdicts:
+        lines = verdict.result.summary().rstrip("\n").split("\n")
+        print(f"run {verdict.run_id} (log index {verdict.position}): {lines[0]}")
+        for line in lines[1:]:
+            print(f"  {line}")
+    failed = sum(not verdict.result.ok for verdict in verdicts)
+    print(
+        f"{len(verdicts) - failed} of {len(verdicts)} new envelope(s) verified against "
+        f"--expected {args.expected}"
+    )
+    return failed

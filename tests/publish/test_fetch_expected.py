@@ -1,0 +1,176 @@
+"""`tenant fetch --expected X`: every fetched envelope verified against one expected-values
+file, with the run ID of its log entry; exit 4 when one does not verify."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attestation.cli import main as verify_main
+from runner.cli import main
+from runner.evidence.simulated import simulated_amd_dir
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.client import publish_envelope
+from runner.publish.storage import SqliteStorage
+from simulated_amd import SimulatedAmd
+from simulated_amd import state as simulated_state
+from tenant.http import RetryPolicy
+
+EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"
+FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)
+SIMULATED = "VERIFIED (SIMULATED \N{EM DASH} not AMD hardware) (report version"
+
+
+@pytest.fixture(scope="module")
+def genuine(
+    tmp_path_factory: pytest.TempPathFactory, simulated_amd: SimulatedAmd
+) -> dict[str, Path]:
+    """Two simulated runs of the example corpus (run-a, run-b) and the tenant's one
+    expected-values file for both (written for some other run ID)."""
+    out = tmp_path_factory.mktemp("genuine")
+    state_dir = out / "state"
+    state_dir.mkdir()
+    simulated_state.store(simulated_amd, simulated_amd_dir(state_dir))
+    files = {}
+    for run_id in ("run-a", "run-b"):
+        files[run_id] = out / f"{run_id}.json"
+        argv = [
+            *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", run_id, "--tenant", "acme"),
+            *("--evidence", "simulated", "--state-dir", str(state_dir)),
+            *("--out", str(files[run_id])),
+        ]
+        assert main(argv) == 0
+    files["expected"] = out / "expected.json"
+    argv = [
+        *("expected", "--run-id", "any-run", "--corpus", str(EXAMPLE_CORPUS), "--tenant", "acme"),
+        *("--trust-local-simulated-root", "--state-dir", str(state_dir)),
+        *("--out", str(files["expected"])),
+    ]
+    assert main(argv) == 0
+    return files
+
+
+@pytest.fixture
+def service(tmp_path: Path, signer: CheckpointSigner, serve: Callable[..., Any]) -> Iterator[Any]:
+    storage = SqliteStorage(tmp_path / "publish.sqlite3")
+    storage.initialize()
+    try:
+        with serve(storage, signer) as running:
+            yield running
+    finally:
+        storage.close()
+
+
+def _publish(service: Any, tmp_path: Path, run_id: str, data: bytes) -> None:
+    publish_envelope(
+        service.url,
+        data,
+        tenant="acme",
+        run_id=run_id,
+        token=service.token("acme"),
+        spool_dir=tmp_path / "spool",
+        retry=FAST,
+    )
+
+
+def _fetch(service: Any, tmp_path: Path, *extra: str) -> int:
+    token = tmp_path / "acme.token"
+    token.write_text(service.token("acme", "tenant") + "\n")
+    argv = [
+        *("tenant", "fetch", "--server", service.url, "--token-file", str(token)),
+        *("--tenant", "acme", "--out", str(tmp_path / "store")),
+        *("--log-key", service.verifier_key.encode()),
+    ]
+    return main([*argv, *extra])
+
+
+def test_each_run_is_verified_with_its_own_run_id(
+    service: Any,
+    genuine: dict[str, Path],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    expected = genuine["expected"]
+    for run_id in ("run-a", "run-b"):
+        _publish(service, tmp_path, run_id, genuine[run_id].read_bytes())
+    capsys.readouterr()
+    assert _fetch(service, tmp_path, "--expected", str(expected)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"run run-a (log index 0): {SIMULATED}")
+    assert lines[2].startswith(f"run run-b (log index 1): {SIMULATED}")
+    assert lines[3] == f"2 of 2 new envelope(s) verified against --expected {expected}"
+
+    # The same file given to verify-attested-run pins its own runId: right for one run only.
+    stored = sorted((tmp_path / "store" / "envelopes").iterdir())
+    assert {verify_main(["--envelope", str(e), "--expected", str(expected)]) for e in stored} == {8}
+    capsys.readouterr()
+
+    # A later fetch verifies only what it adds; an envelope that does not verify is exit 4
+    # (it is kept: the log holds it) and its failed checks are listed under its line.
+    _publish(service, tmp_path, "run-c", envelope_for("acme", "run-c"))
+    assert _fetch(service, tmp_path, "--expected", str(expected)) == 4
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0] == (
+        f"verified log of 3 entries (was 2); 1 new envelope(s) in {tmp_path / 'store/envelopes'}"
+    )
+    assert lines[1] == "run run-c (log index 2): NOT VERIFIED: malformed (exit 1)"
+    assert lines[2].startswith("    FAILED envelope.cert-chain [malformed]: ")
+    assert lines[-1] == f"0 of 1 new envelope(s) verified against --expected {expected}"
+    assert captured.err.endswith(
+        f"error: 1 of 1 new envelope(s) did not verify against --expected {expected}\n"
+    )
+    assert len(list((tmp_path / "store" / "envelopes").iterdir())) == 3
+
+
+def test_another_corpus_fails_every_run(
+    service: Any, genuine: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = json.loads(genuine["expected"].read_text())
+    other["corpusChecksum"] = "sha256:" + "5" * 64
+    expected = tmp_path / "other.json"
+    expected.write_text(json.dumps(other))
+    _publish(service, tmp_path, "run-a", genuine["run-a"].read_bytes())
+    capsys.readouterr()
+    assert _fetch(service, tmp_path, "--expected", str(expected)) == 4
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "run run-a (log index 0): NOT VERIFIED: expectation (exit 8)"
+    assert lines[2].startswith("    FAILED expectation.corpus-checksum [expectation]: ")
+
+
+@pytest.mark.parametrize(
+    ("content", "code", "message"),
+    [
+        (None, 9, "--expected {path}: no such file"),
+        (b'{"corpusChecksum": "sha256:00"}', 1, "--expected {path}: the expected-values file "),
+        (b"\xff\xfe{}", 1, "--expected {path}: the expected-values file is not UTF-8"),
+        (b"[]", 1, "--expected {path}: the expected-values file must be a JSON object"),
+    ],
+    ids=["missing", "bad-value", "utf-16", "not-an-object"],
+)
+def test_a_bad_expected_file_is_refused_before_fetching(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes | None,
+    code: int,
+    message: str,
+) -> None:
+    path = tmp_path / "expected.json"
+    if content is not None:
+        path.write_bytes(content)
+    token = tmp_path / "t.token"
+    token.write_text("token\n")
+    argv = [
+        *("tenant", "fetch", "--server", "https://unreachable.invalid", "--tenant", "acme"),
+        *("--token-file", str(token), "--out", str(tmp_path / "store"), "--log-key", "k"),
+        *("--expected", str(path)),
+    ]
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message.format(path=path)), err
+    assert not (tmp_path / "store" / "checkpoint").exists()
