@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunnerError, TenantError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         log.debug("command_failed", error=str(exc), error_type=type(exc).__name__)
-        return exit_code_for(exc)
+        return exit_code_for(exc, getattr(args, "family", None))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

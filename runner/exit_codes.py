@@ -42,8 +42,16 @@ EXIT_CODES: Final = MappingProxyType(
 )
 
 
-def exit_code_for(error: BaseException) -> int:
-    """Exit code for an exception raised while running a command."""
+def exit_code_for(error: BaseException, family: Family | None = None) -> int:
+    """Exit code for an exception raised while running a command of ``family``.
+
+    A command of the verification family returns verify-attested-run's classes, in which
+    2-8 are verdicts: an error it raises is either invalid input (1, malformed) or nothing
+    was verified (9), never a number that would read as a verdict.
+    """
+    if family is Family.VERIFICATION:
+        invalid_input = isinstance(error, errors.InputError | tenant_errors.TenantInputError)
+        return 1 if invalid_input else INTERNAL
     for error_class, code in EXIT_CODES.items():
         if isinstance(error, error_class):
             return code

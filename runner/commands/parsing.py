@@ -96,6 +96,8 @@ def add_command(
         epilog=(epilog.strip("\n") + "\n\n" if epilog else "") + exit_codes,
     )
     assert isinstance(parser, ArgumentParser)
+    # The innermost command's family wins: argparse copies a sub-parser's defaults last.
+    parser.set_defaults(family=family)
     return parser
 
 
