@@ -47,9 +47,9 @@ def call(
             if not is_transient(exc):
                 raise
             if attempt == policy.attempts - 1:
+                tries = "1 attempt" if policy.attempts == 1 else f"{policy.attempts} attempts"
                 raise ApiUnavailableError(
-                    f"Kubernetes API call {what} failed {policy.attempts} times; last error: "
-                    f"{describe(exc)}"
+                    f"Kubernetes API call {what} failed after {tries}; last error: {describe(exc)}"
                 ) from exc
             log.warning("k8s_api_retry", call=what, attempt=attempt + 1, error=describe(exc))
             time.sleep(policy.delay(attempt))

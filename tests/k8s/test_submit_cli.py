@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from attestation.contracts import frame_envelope, sha256_digest
+from runner.k8s import retry
+from runner.k8s.errors import ApiUnavailableError
 from runner.k8s.job import ANNOTATION_SPEC_DIGEST, ReplaySpec, build_job
+from tenant.http import RetryPolicy
 from tests.k8s.apiserver import Fault
 from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (
@@ -156,8 +160,19 @@ def test_api_that_keeps_failing_ends_with_a_clear_error(
     code = cli(*submit_args(kubeconfig, pods))
     assert code == SUBMIT_EXIT
     message = error_line(capsys.readouterr().err)
-    assert message.startswith("Kubernetes API call create job failed 6 times; last error: HTTP 503")
+    assert message.startswith(
+        "Kubernetes API call create job failed after 6 attempts; last error: HTTP 503"
+    )
     assert cluster.created[name_of()] == 0
+
+
+def test_one_attempt_is_one_attempt() -> None:
+    def unavailable() -> None:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    with pytest.raises(ApiUnavailableError) as caught:
+        retry.call(RetryPolicy(attempts=1), "list jobs", unavailable)
+    assert str(caught.value).startswith("Kubernetes API call list jobs failed after 1 attempt;")
 
 
 def _exit_codes(*codes: int) -> Callable[[FakeCluster, dict[str, Any]], None]:
