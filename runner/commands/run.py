@@ -278,6 +278,12 @@ def _print_summary(result: RunResult, *, framed: bool) -> None:
         f"  http environment  {result.http_environment.describe()}",
         f"  code variables    {result.process_environment.describe()}",
     ]
+    publication = result.publication
+    if publication is not None:
+        where = f"{publication.target} ({publication.status}"
+        if publication.log_index is not None:
+            where += f", log index {publication.log_index} of {publication.tree_size}"
+        lines.append(f"  published         {where})")
     marks = outcome.result.get("marks")
     if isinstance(marks, list):
         verdicts = ", ".join(

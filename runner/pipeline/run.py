@@ -363,7 +363,8 @@ def _publish(
     request: RunRequest, target: str, envelope_bytes: bytes, token: str | None
 ) -> PublishOutcome:
     with HttpClient(token=token, what="publication target", ca_bundle=request.ca_bundle) as http:
-        outcome = publish_envelope(
+        # publish_envelope logs it (envelope_published, with its fields).
+        return publish_envelope(
             target,
             envelope_bytes,
             tenant=request.tenant,
@@ -371,5 +372,3 @@ def _publish(
             token=token,
             client=http,
         )
-    log.info("envelope_published", target=target, outcome=str(outcome))
-    return outcome

@@ -188,7 +188,9 @@ def deliver(
     client: HttpClient | None = None,
 ) -> PublishOutcome:
     if urlsplit(target).scheme == "dir":
-        return _deliver_to_directory(item, envelope_bytes, target)
+        outcome = _deliver_to_directory(item, envelope_bytes, target)
+        log.info("envelope_published", digest=item.digest, status=outcome.status, target=target)
+        return outcome
     if client is not None:
         return _deliver_http(item, envelope_bytes, target, client)
     with HttpClient(token=token, retry=retry, what="target") as own_client:
@@ -333,7 +335,10 @@ def receipt_json(outcome: PublishOutcome) -> str:
             "logIndex": outcome.log_index,
             "treeSize": outcome.tree_size,
             "checkpoint": outcome.checkpoint,
-            "inclusionProof": list(outcome.inclusion_proof) if outcome.inclusion_proof else None,
+            # The first entry of a log has an empty proof: [] (a list, as documented), not null.
+            "inclusionProof": (
+                None if outcome.inclusion_proof is None else list(outcome.inclusion_proof)
+            ),
         },
         indent=2,
     )

@@ -228,15 +228,29 @@ def test_demo_runs_end_to_end(
     ]
 
 
-def test_run_publishes_to_a_directory_target(state_dir: Path, tmp_path: Path) -> None:
+def test_run_publishes_to_a_directory_target(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "published"
     out = tmp_path / "envelope.json"
+    capsys.readouterr()
     assert _run(state_dir, str(EXAMPLE_CORPUS), out, "--publish", f"dir://{target}") == 0
     envelope_bytes = out.read_bytes()
     digest = sha256_digest(envelope_bytes).removeprefix("sha256:")
     stored = target / "acme" / "envelopes" / f"sha256-{digest}.json"
     assert stored.read_bytes() == envelope_bytes
     assert (target / "acme" / "runs" / "url-run-1").read_text().strip() == f"sha256:{digest}"
+    # The summary says where the envelope went; the log says it once, as fields.
+    captured = capsys.readouterr()
+    assert f"  published         dir://{target} (created)" in captured.out.splitlines()
+    published = [
+        record
+        for record in map(json.loads, captured.err.splitlines())
+        if record["event"] == "envelope_published"
+    ]
+    assert [(r["digest"], r["status"], r["target"]) for r in published] == [
+        (f"sha256:{digest}", "created", f"dir://{target}")
+    ]
 
 
 def test_run_logs_are_json_lines_carrying_the_run_id(

@@ -384,6 +384,7 @@ def test_cli_publish_prints_receipt(
         1,
     )
     assert receipt["checkpoint"].startswith("publish.test/t/acme\n1\n")
+    assert receipt["inclusionProof"] == []  # the first entry's proof is empty, still a list
     assert (
         main([*argv[:-2], "--spool-dir", str(tmp_path / "spool"), "--tenant", "globex"]) == 1
     )  # InputError
