@@ -404,7 +404,12 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from runner.publish.client import flush_spool, publish_envelope, receipt_json
+    from runner.publish.client import (
+        TokenRequiredError,
+        flush_spool,
+        publish_envelope,
+        receipt_json,
+    )
 
     token = read_token(args.token_file) if args.token_file else None
     if args.flush:
@@ -412,9 +417,12 @@ def _publish(args: argparse.Namespace) -> int:
             raise UsageError(f"ENVELOPE {args.envelope}: --flush takes no envelope file")
         if args.spool_dir is not None and not args.spool_dir.is_dir():
             raise UsageError(f"--spool-dir {args.spool_dir}: no such directory (nothing to flush)")
-        report = flush_spool(
-            spool_dir=args.spool_dir, target=args.target, token=token, ca_bundle=args.ca_bundle
-        )
+        try:
+            report = flush_spool(
+                spool_dir=args.spool_dir, target=args.target, token=token, ca_bundle=args.ca_bundle
+            )
+        except TokenRequiredError as exc:
+            raise UsageError(f"--flush: {exc}: pass --token-file FILE") from exc
         for outcome in report.delivered:
             print(f"delivered {outcome.digest} ({outcome.status}) to {outcome.target}")
         for digest, reason in report.failed:
@@ -429,6 +437,10 @@ def _publish(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"ENVELOPE {args.envelope}: {exc.strerror or exc}") from exc
     run_id = args.run_id or _run_id_of(data, args.envelope)
+    if token is None and not args.target.startswith("dir://"):
+        raise UsageError(
+            f"--target {args.target}: publishing there needs a token: pass --token-file FILE"
+        )
     with HttpClient(token=token, what="target", ca_bundle=args.ca_bundle) as client:
         outcome = publish_envelope(
             args.target,

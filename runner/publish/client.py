@@ -63,6 +63,10 @@ class PublishOutcome:
     inclusion_proof: tuple[str, ...] | None = None  # base64 hashes, RFC 9162 order
 
 
+class TokenRequiredError(UsageError):
+    """A target that needs a bearer token was given none (found before any delivery)."""
+
+
 class DeliveryError(Exception):
     """One delivery attempt (with its retries) failed; the item stays spooled."""
 
@@ -116,7 +120,7 @@ def publish_envelope(
     check_target(target)
     _check_envelope(envelope_bytes, tenant, run_id)
     if urlsplit(target).scheme != "dir" and token is None:
-        raise UsageError(f"publishing to {target} needs a token (--publish-token-file)")
+        raise TokenRequiredError(f"publishing to {target} needs a token")
     spool = Spool(spool_dir or default_spool_dir())
     digest = sha256_digest(envelope_bytes)
     item = SpoolItem(digest, tenant, run_id, target, spool.envelope_path(digest))
@@ -154,6 +158,16 @@ def flush_spool(
     if target is not None:
         check_target(target)
     spool = Spool(spool_dir or default_spool_dir())
+    if token is None:
+        needing = sorted(
+            {
+                destination
+                for item in spool.items()
+                if urlsplit(destination := target or item.target).scheme != "dir"
+            }
+        )
+        if needing:  # refused before any delivery: each would be answered 401
+            raise TokenRequiredError(f"delivering to {', '.join(needing)} needs a token")
     delivered: list[PublishOutcome] = []
     failed: list[tuple[str, str]] = []
     with HttpClient(token=token, retry=retry, what="target", ca_bundle=ca_bundle) as client:
