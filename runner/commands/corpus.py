@@ -245,6 +245,21 @@ def handle_normalize(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: must differ from the source corpus DIR")
     with staged_directory(args.out) as work:
         result = normalize_corpus(args.corpus, work, memory_budget=args.memory_budget)
+        # The checks of `corpus check`, on the sorted copy (so that order is not a problem
+        # and cross-references can be followed): a corpus that would not replay is not
+        # written. Lines of the sorted copy would mislead, so problems name file and field.
+        report = check_corpus(work, max_problems=1)
+        if not report.ok:
+            first = report.problems[0]
+            what = (
+                first.message if first.field is None else f"field '{first.field}': {first.message}"
+            )
+            total = len(report.problems) + report.omitted
+            raise InputError(
+                f"DIR {args.corpus}: {total} problem(s), nothing "
+                f"written; first: {first.file}: {what} (`attested-replay corpus check` lists "
+                "them all)"
+            )
     how = (
         f"by external merge of {result.spill_files} spilled runs"
         if result.spill_files

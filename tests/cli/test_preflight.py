@@ -4,6 +4,7 @@ refuses a bad input or output path with exit 9 before doing anything expensive."
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,25 @@ def test_normalize_leaves_nothing_after_an_error(
     code, out, err = _run(capsys, "corpus", "normalize", str(corpus), "--out", str(target))
     assert (code, out) == (1, "")
     assert "cases.jsonl:2: invalid JSON" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+def test_normalize_checks_runs_against_cases_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sorting a corpus whose runs score cases it does not hold would write a corpus that
+    cannot replay: the checks of `corpus check` run first, and nothing is written."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    runs = (corpus / "runs.jsonl").read_text()
+    first_case = json.loads(runs.splitlines()[0])["cases"][0]["case_id"]
+    (corpus / "runs.jsonl").write_text(runs.replace(f'"{first_case}"', '"no-such-case"'))
+    target = tmp_path / "normalized"
+    code, out, err = _run(capsys, "corpus", "normalize", str(corpus), "--out", str(target))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: DIR {corpus}: ")
+    assert "problem(s), nothing written; first: runs.jsonl: field 'cases." in err
+    assert "case 'no-such-case' is not in cases.jsonl" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
 
 

@@ -37,14 +37,3 @@ def test_flush_without_a_token_is_refused_before_any_delivery(
         f"error: --flush: delivering to {TARGET} needs a token: pass --token-file FILE\n"
     )
     assert len(spool.items()) == 2  # nothing delivered, nothing dropped
-
-
-def test_flush_of_a_mistyped_spool_directory_is_an_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    typo = tmp_path / "spol"
-    assert main(["publish", "--flush", "--spool-dir", str(typo)]) == 9
-    assert capsys.readouterr().err.endswith(
-        f"error: --spool-dir {typo}: no such directory (nothing to flush)\n"
-    )
-    assert not typo.exists()
