@@ -6,6 +6,8 @@ each envelope is verified against that file with ``runId`` replaced by the run I
 envelope's log entry (which the fetch has already matched against the envelope). A ``runId``
 in the file, if any, is therefore ignored; a ``nonce`` in it applies to every run (a tenant
 that picks a nonce per run verifies those runs one by one with ``verify-attested-run``).
+A shard envelope is verified as the shard it is bound as (its run as a whole is verified
+through the run's merged envelope).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Final
 from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_EXPECTED_BYTES
 from attestation.encoding.json_document import parse_strict_json, validate_document
 from attestation.envelope.expected import ExpectedValues
+from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
+from attestation.envelope.model import ShardPosition
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import MalformedError
 from attestation.files import FileTooLargeError, read_regular
@@ -36,7 +40,14 @@ class FetchedVerdict:
     position: int
     digest: str
     run_id: str
+    #: The shard a shard envelope is bound as; None for a whole (unsharded or merged) run.
+    shard: ShardPosition | None
     result: VerificationResult
+
+    def label(self) -> str:
+        """``run R`` or ``run R shard I of N``, then the log index."""
+        part = "" if self.shard is None else f" shard {self.shard.index} of {self.shard.count}"
+        return f"run {self.run_id}{part} (log index {self.position})"
 
 
 def load_expectations(path: Path, *, option: str = "--expected") -> dict[str, object]:
@@ -98,6 +109,15 @@ def verify_fetched(
             data = read_regular(path, MAX_ENVELOPE_BYTES)
         except OSError as exc:
             raise TenantUsageError(f"{path}: {exc.strerror or exc}") from exc
-        result = verify_envelope(data, expectations_for(document, run_id), now=now)
-        verdicts.append(FetchedVerdict(position, digest, run_id, result))
+        shard = _bound_shard(data)
+        result = verify_envelope(data, expectations_for(document, run_id), now=now, shard=shard)
+        verdicts.append(FetchedVerdict(position, digest, run_id, shard, result))
     return verdicts
+
+
+def _bound_shard(data: bytes) -> ShardPosition | None:
+    try:
+        envelope = parse_any_envelope(data)
+    except MalformedError:
+        return None  # the verification reports it (envelope.parse)
+    return None if isinstance(envelope, MergedEnvelope) else envelope.binding.shard

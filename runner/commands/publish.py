@@ -677,7 +677,7 @@ def _verify_new(
     )
     for verdict in verdicts:
         lines = verdict.result.summary().rstrip("\n").split("\n")
-        print(f"run {verdict.run_id} (log index {verdict.position}): {lines[0]}")
+        print(f"{verdict.label()}: {lines[0]}")
         for line in lines[1:]:
             print(f"  {line}")
     failed = sum(not verdict.result.ok for verdict in verdicts)

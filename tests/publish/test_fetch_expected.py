@@ -29,19 +29,23 @@ SIMULATED = "VERIFIED (SIMULATED \N{EM DASH} not AMD hardware) (report version"
 def genuine(
     tmp_path_factory: pytest.TempPathFactory, simulated_amd: SimulatedAmd
 ) -> dict[str, Path]:
-    """Two simulated runs of the example corpus (run-a, run-b) and the tenant's one
-    expected-values file for both (written for some other run ID)."""
+    """Two simulated runs of the example corpus (run-a, run-b), shard 1 of 2 of a third
+    (run-s) and the tenant's one expected-values file for all (written for another run ID)."""
     out = tmp_path_factory.mktemp("genuine")
     state_dir = out / "state"
     state_dir.mkdir()
     simulated_state.store(simulated_amd, simulated_amd_dir(state_dir))
     files = {}
-    for run_id in ("run-a", "run-b"):
+    for run_id, *shard in (
+        ("run-a",),
+        ("run-b",),
+        ("run-s", "--shard-count", "2", "--shard-index", "1"),
+    ):
         files[run_id] = out / f"{run_id}.json"
         argv = [
             *("run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", run_id, "--tenant", "acme"),
             *("--evidence", "simulated", "--state-dir", str(state_dir)),
-            *("--out", str(files[run_id])),
+            *("--out", str(files[run_id]), *shard),
         ]
         assert main(argv) == 0
     files["expected"] = out / "expected.json"
@@ -126,6 +130,16 @@ def test_each_run_is_verified_with_its_own_run_id(
         f"error: 1 of 1 new envelope(s) did not verify against --expected {expected}\n"
     )
     assert len(list((tmp_path / "store" / "envelopes").iterdir())) == 3
+
+
+def test_a_shard_envelope_is_verified_as_the_shard_it_is(
+    service: Any, genuine: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _publish(service, tmp_path, "run-s", genuine["run-s"].read_bytes())
+    capsys.readouterr()
+    assert _fetch(service, tmp_path, "--expected", str(genuine["expected"])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"run run-s shard 1 of 2 (log index 0): {SIMULATED}")
 
 
 def test_another_corpus_fails_every_run(
