@@ -12,7 +12,6 @@ moves SQLite's WAL into the database file and closes the storage, then exits 0.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import signal
@@ -50,6 +49,7 @@ from runner.publish.ratelimit import Rate, RateLimiter
 from runner.publish.server import Service, create_app
 from runner.publish.storage import Storage, StorageError, is_postgres_location, open_storage
 from tenant.fsutil import atomic_write_text
+from tenant.http import is_loopback
 
 DEFAULT_LOG_NAME: Final = "attested-replay.local"
 SIGNING_KEY_FILE: Final = "log-signing-key.pem"
@@ -148,15 +148,6 @@ def build_app(service: Service, config: ServiceConfig) -> Starlette:
     return create_app(service, extra_routes=extra)
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def bind_socket(host: str, port: int) -> socket.socket:
     """The listening socket, bound before any state is created."""
     try:
@@ -222,7 +213,7 @@ def _serve_on(
 ) -> None:
     scheme = "https" if tls_cert else "http"
     bound_port = sock.getsockname()[1]
-    if tls_cert is None and not is_loopback_host(host):
+    if tls_cert is None and not is_loopback(host):
         warning = (
             f"WARNING: serving plain HTTP on {host}:{bound_port}, which is not a loopback "
             "address: bearer tokens and envelopes cross the network unencrypted. Give "
