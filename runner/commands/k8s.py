@@ -50,7 +50,7 @@ from runner.k8s.progress import (
     Report,
     WaitPolicy,
 )
-from runner.k8s.state import RunOutcome, State, raise_for_outcome
+from runner.k8s.state import JOB_NOT_FOUND, RunOutcome, State, raise_for_outcome
 from tenant.fsutil import atomic_write
 from tenant.http import read_token
 
@@ -158,7 +158,9 @@ collects the envelope and verifies it against --expected before reporting succes
         subparsers,
         "status",
         summary="print the phase of a submitted run",
-        description="One JSON object: the Job, its pods and the run's phase.",
+        description="""\
+One JSON object: the Job, its pods and the run's phase; when the Job is gone (TTL, cancel,
+stop), what the run's record says: phase gone, why, when and by whom.""",
         family=Family.CLUSTER,
     )
     _cluster_arguments(status)
@@ -172,7 +174,8 @@ collects the envelope and verifies it against --expected before reporting succes
         description="""\
 For each run: read the envelope (publication service, or the framed line of the pod log),
 check it against the pod's termination message and verify it against --expected (a file, or a
-directory of <run-id>.json files). One JSON line per run.""",
+directory of <run-id>.json files). One JSON line per run. A run whose Job is gone is an error
+naming what is missing and, when the run was published, where its envelope is.""",
         family=Family.CLUSTER,
     )
     _cluster_arguments(collect)
@@ -362,7 +365,8 @@ def handle_collect(args: argparse.Namespace) -> int:
     failures: list[str] = []
     for run, name in names.items():
         try:
-            if name in outcomes:
+            # No Job when the wait began: collect below says what the run record knows.
+            if name in outcomes and outcomes[name].reason != JOB_NOT_FOUND:
                 raise_for_outcome(outcomes[name])
             collected = submitter.collect(
                 name,

@@ -41,6 +41,7 @@ from attestation.exit_codes import EXIT_CODES
 from runner.errors import VerificationFailedError
 from runner.k8s import retry
 from runner.k8s.errors import EnvelopeMismatchError, EnvelopeMissingError
+from runner.k8s.gone import publication_run_url
 from runner.k8s.indexes import pod_index
 from runner.k8s.job import (
     ANNOTATION_CORPUS,
@@ -336,7 +337,7 @@ class Collector:
             raise EnvelopeMissingError(f"pod {pod}: {exc}") from exc
 
     def _from_publication(self, base_url: str, tenant: str, run_id: str) -> bytes:
-        url = f"{base_url.rstrip('/')}/v1/tenants/{tenant}/runs/{run_id}"
+        url = publication_run_url(base_url, tenant, run_id)
         try:
             answer = self._http.get(
                 url, headers={"Accept": "application/json"}, limit=PUBLICATION_ANSWER

@@ -37,6 +37,10 @@ class EnvelopeMissingError(SubmitError):
     """The Job completed but its envelope or termination message cannot be found."""
 
 
+class RunGoneError(EnvelopeMissingError):
+    """The run's Job is gone (TTL, cancel, stop) or elsewhere; its record says what is known."""
+
+
 class EnvelopeMismatchError(SubmitError):
     """The collected envelope differs from the digests the pod reported."""
 

@@ -61,6 +61,8 @@ POLICY_DENIED: Final = "is blocked by policy"
 ANNOTATION_REFUSED: Final = "is not enabled"
 POLICY_DENIED_REASON: Final = "AgentPolicyDenied"
 DISRUPTION_TARGET: Final = "DisruptionTarget"
+#: The outcome reason of a run whose Job did not exist when the wait began.
+JOB_NOT_FOUND: Final = "JobNotFound"
 START_ERROR: Final = "StartError"
 
 _HINTS: Final = {

@@ -27,8 +27,10 @@ from runner.k8s.errors import (
     PodCannotRunError,
     RunConflictError,
     RunFailedError,
+    RunGoneError,
     RunNotFoundError,
 )
+from runner.k8s.gone import GoneRun
 from runner.k8s.indexes import IndexListError, index_progress
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
@@ -317,18 +319,27 @@ class Submitter:
         verify_envelope: VerifyEnvelope,
         publish_url: str | None = None,
     ) -> CollectedEnvelope:
-        """The verified envelope of a completed Job (:mod:`runner.k8s.collect`)."""
+        """The verified envelope of a completed Job (:mod:`runner.k8s.collect`); a Job that is
+        gone is an error saying what its record knows and where the envelope is."""
+        try:
+            job = self._read_job(name)
+        except RunNotFoundError as exc:
+            raise RunGoneError(self._gone(name, exc).uncollectable(publish_url)) from exc
         return self._collector.collect(
-            self._read_job(name), verify_envelope=verify_envelope, publish_url=publish_url
+            job, verify_envelope=verify_envelope, publish_url=publish_url
         )
 
     # -- status, list, cancel -------------------------------------------------------------
 
-    def status(self, name: str) -> RunStatus:
+    def status(self, name: str) -> RunStatus | GoneRun:
         """The run's phase, and while it has not ended, what its pods are waiting on: one Job
         read, one pod list and one event list per pending pod; for a sharded run every
-        index's progress instead."""
-        job = self._read_job(name)
+        index's progress instead. Without a Job, what the run's record says
+        (:mod:`runner.k8s.gone`)."""
+        try:
+            job = self._read_job(name)
+        except RunNotFoundError as exc:
+            return self._gone(name, exc)
         summary = job_status(job)
         pods = (
             read_json(
@@ -374,6 +385,20 @@ class Submitter:
             sandbox_attempts=report.attempts,
             pod_failures=failures,
         )
+
+    def _gone(self, name: str, missing: RunNotFoundError) -> GoneRun:
+        """What the run record knows of a run without a Job here; without a record either, the
+        run was never submitted: not found, naming both places looked in."""
+        try:
+            stored = self._records.read(name)
+        except SubmitError as exc:
+            raise RunNotFoundError(f"{missing}; its run record cannot be read: {exc}") from exc
+        if stored is None:
+            raise RunNotFoundError(
+                f"{missing}, and no run record {self._records.namespace}/{name}: the run was "
+                "never submitted (or its record is in another --records-namespace)"
+            ) from missing
+        return GoneRun(name, self.namespace, self._records.namespace, stored.record)
 
     def _pod_events(self, pod: str) -> list[dict[str, Any]]:
         listing = read_json(

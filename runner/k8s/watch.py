@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
 from runner.k8s.progress import Report, RunProgress, WaitPolicy
 from runner.k8s.retry import KUBERNETES_RETRY, call, describe, is_transient, read_json
-from runner.k8s.state import RunOutcome
+from runner.k8s.state import JOB_NOT_FOUND, RunOutcome
 from tenant.http import RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
@@ -359,7 +359,7 @@ class JobTracker:
         if event.type == "LISTED":
             present = {item["metadata"]["name"] for item in items}
             for name in sorted(set(runs) - present):
-                settle(RunOutcome(name, "deleted", "JobNotFound", "the Job does not exist"))
+                settle(RunOutcome(name, "deleted", JOB_NOT_FOUND, "the Job does not exist"))
         for job in items:
             run = runs.get(job["metadata"]["name"])
             if run is None:
