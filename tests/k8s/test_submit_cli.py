@@ -385,7 +385,10 @@ def test_status_list_collect_and_cancel(
     assert cluster.pods == {}
     assert cli("cancel", RUN_ID, "--tenant", TENANT, *common) == 5
     assert error_line(capsys.readouterr().err) == f"no Job {name_of()} in namespace attested-replay"
-    assert cli("status", RUN_ID, "--tenant", TENANT, *common) == 5
+    # the run record outlives the Job: status says what became of it (tests/k8s/test_gone.py)
+    assert cli("status", RUN_ID, "--tenant", TENANT, *common) == 0
+    gone = last_json(capsys.readouterr().out)
+    assert (gone["phase"], gone["reason"]) == ("gone", "Cancelled")
 
 
 @pytest.mark.parametrize(
