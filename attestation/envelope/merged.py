@@ -133,7 +133,8 @@ def consistency_problem(merged: MergedEnvelope) -> str | None:
     Each shard must be bound as shard ``i`` of ``shardCount`` (listed in index order, each
     once), bind the header's run, tenant, corpus, evaluation, workload, image and nonce, and
     come from the same launch (MEASUREMENT and HOST_DATA equal across shards: one Job, one
-    init-data).
+    init-data) on one platform (all ``sev-snp`` or all ``simulated``: the label the
+    verifier checks against each shard's chain).
     """
     first = merged.shards[0]
     for position, shard in enumerate(merged.shards):
@@ -157,6 +158,13 @@ def consistency_problem(merged: MergedEnvelope) -> str | None:
             return (
                 f"{where} (shard {bound.index}) has another MEASUREMENT or HOST_DATA than "
                 "shard 0: the shards did not run in one launch configuration"
+            )
+        if shard.platform != first.platform:
+            # Each shard's label is checked against the root its chain reached; one Job runs
+            # on hardware or it does not, and no verdict may rest on both.
+            return (
+                f"{where} (shard {bound.index}) is {shard.platform} evidence, shard 0 "
+                f"{first.platform}: a run's shards are all genuine or all simulated"
             )
     indices = [shard.binding.shard.index for shard in merged.shards if shard.binding.shard]
     if indices != list(range(merged.shard_count)):
@@ -265,12 +273,30 @@ def merged_envelope_bytes(merged: MergedEnvelope) -> bytes:
     return data
 
 
-def bytes_in_merged(shard: Envelope) -> int:
-    """The bytes ``shard`` takes inside any merged envelope (as :func:`merged_envelope_bytes`
-    writes it). Their sum over the shards read so far is a lower bound of the merged
-    envelope's size: a reader of N shard files stops as soon as it passes
-    :data:`MAX_ENVELOPE_BYTES`, instead of holding N envelopes of up to that size each."""
-    return len(_json_text(shard.to_json_dict()).encode())
+class MergedBudget:
+    """The room left in one merged envelope while its shards are read one by one.
+
+    The bytes a shard takes inside any merged envelope (as :func:`merged_envelope_bytes`
+    writes it), summed over the shards read so far, are a lower bound of the merged
+    envelope's size: a reader of N shards (files, pod logs) stops as soon as the sum passes
+    :data:`MAX_ENVELOPE_BYTES`, instead of holding N envelopes of up to that size each.
+    """
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.shards = 0
+
+    def add(self, shard: Envelope) -> str | None:
+        """Count ``shard``; why the merged envelope can no longer fit, or None."""
+        self.used += len(_json_text(shard.to_json_dict()).encode())
+        self.shards += 1
+        if self.used <= MAX_ENVELOPE_BYTES:
+            return None
+        return (
+            f"with the {self.shards - 1} shard envelope(s) before it, the merged envelope "
+            f"would be over the {MAX_ENVELOPE_BYTES}-byte envelope limit every verifier "
+            "applies: split the replay into fewer shards"
+        )
 
 
 def _json_text(document: object) -> str:

@@ -7,8 +7,9 @@ Checks, in class order (the exit code is the class of the first failing check):
    policy, workload identity, binding), named ``shards[i].<check>``; across shards they are
    ordered by class, so a malformed shard anywhere outranks a binding failure in another;
 3. ``merged.shards`` (binding, 7): the shards are exactly shards 0..N-1 of ``shardCount``,
-   listed in order, of this run (run, tenant, corpus, evaluation, workload, image, nonce) and
-   of one launch configuration (equal MEASUREMENT and HOST_DATA);
+   listed in order, of this run (run, tenant, corpus, evaluation, workload, image, nonce), of
+   one launch configuration (equal MEASUREMENT and HOST_DATA) and one platform (all
+   ``sev-snp`` or all ``simulated``);
 4. ``merged.result`` (binding, 7): the shard results merge (the same code as the replay) into
    a report whose digest is ``resultDigest`` (and whose bytes are ``result`` when present);
 5. the expectation checks on the header, and ``expectation.shard`` (a whole run; the
@@ -122,7 +123,7 @@ def _shards_check(merged: MergedEnvelope) -> Check:
         "merged.shards",
         _BINDING,
         f"shards 0..{merged.shard_count - 1} of {merged.shard_count}, each once, of run "
-        f"{merged.run_id}, one launch configuration",
+        f"{merged.run_id}, one launch configuration, {merged.shards[0].platform} evidence",
     )
 
 

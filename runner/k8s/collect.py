@@ -34,7 +34,7 @@ from attestation.contracts import (
     sha256_digest,
     unframe_envelope,
 )
-from attestation.envelope.merged import merge_envelopes, merged_envelope_bytes
+from attestation.envelope.merged import MergedBudget, merge_envelopes, merged_envelope_bytes
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.errors import AttestationError, MalformedError
 from attestation.exit_codes import EXIT_CODES
@@ -216,6 +216,7 @@ class Collector:
             )
         succeeded = self._succeeded_pods(name)
         shards = []
+        budget = MergedBudget()
         corroborated = True
         for index in range(count):
             pod = succeeded.get(index)
@@ -241,6 +242,9 @@ class Collector:
                 _corroborate(where, pod, parsed, sha256_digest(envelope))
             else:
                 corroborated = False
+            problem = budget.add(parsed)
+            if problem is not None:  # the verifier would refuse the merged envelope as malformed
+                raise VerificationFailedError(f"Job {where}: {problem}", verifier_exit_code=1)
             shards.append(parsed)
         try:
             merged = merge_envelopes(shards)

@@ -18,12 +18,12 @@ from pathlib import Path
 import structlog
 from pydantic import JsonValue
 
-from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_SHARD_COUNT, sha256_digest
+from attestation.contracts import MAX_SHARD_COUNT, sha256_digest
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.merged import (
+    MergedBudget,
     MergedEnvelope,
-    bytes_in_merged,
     merge_envelopes,
     merged_envelope_bytes,
 )
@@ -111,16 +111,12 @@ def _read_shards(paths: Sequence[Path]) -> list[Envelope]:
             "can have"
         )
     shards: list[Envelope] = []
-    size = 0
+    budget = MergedBudget()
     for path in paths:
         shard = _read_shard(path)
-        size += bytes_in_merged(shard)
-        if size > MAX_ENVELOPE_BYTES:
-            raise InputError(
-                f"{path}: with the {len(shards)} shard envelope(s) before it, the merged "
-                f"envelope would be over the {MAX_ENVELOPE_BYTES}-byte envelope limit every "
-                "verifier applies: split the replay into fewer shards"
-            )
+        problem = budget.add(shard)
+        if problem is not None:
+            raise InputError(f"{path}: {problem}")
         shards.append(shard)
     return shards
 

@@ -285,6 +285,19 @@ def test_shards_of_two_runs_do_not_merge(
         merged_of(shards)
 
 
+def test_a_whole_run_among_the_shards_does_not_merge(sim: SimulatedAmd, genuine: Document) -> None:
+    """A genuine unsharded envelope of this very run, put in shard 1's place."""
+    whole = signed(sim, result_of(None, 1), shard=None)
+    shards = copy.deepcopy(genuine["shards"])
+    shards[1] = whole
+    verdict = verify(assembled(genuine, shards), expected(sim))
+    assert verdict.exit_code == 7
+    assert first_failure(verdict) == (
+        "merged.shards",
+        "shards[1] is the envelope of a whole run, not of a shard",
+    )
+
+
 def test_shards_of_two_shard_counts_do_not_merge(sim: SimulatedAmd, genuine: Document) -> None:
     shards = copy.deepcopy(genuine["shards"])
     shards[2] = shard_envelope(sim, 1, 2)  # this run's, split in two: the second half
@@ -923,3 +936,66 @@ def test_reproduce_recomputes_one_shard_as_that_shard(
         faulty["binding"]["resultDigest"],
         shard["binding"]["resultDigest"],
     )
+
+
+# -- simulated and genuine evidence in one run ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hardware() -> SimulatedAmd:
+    """A second PKI that the verifier is told is AMD's (a trust store pinning it in AMD's
+    place): its reports are "genuine hardware", labelled ``sev-snp``, while ``sim``'s stay
+    simulated under the tenant's pinned simulated root."""
+    return SimulatedAmd.generate()
+
+
+def _as_amd(hardware: SimulatedAmd) -> Any:
+    from attestation.endorsement.trust import AmdRole, TrustStore
+
+    certificates = dict(TrustStore.amd().amd_certificates())
+    certificates[ProductLine.GENOA, AmdRole.ARK] = hardware.ark_certificate
+    certificates[ProductLine.GENOA, AmdRole.ASK] = hardware.ask_certificate
+    certificates[ProductLine.GENOA, AmdRole.ASVK] = hardware.asvk_certificate
+    return TrustStore(certificates)
+
+
+def _on_hardware(hardware: SimulatedAmd, index: int) -> Document:
+    document = shard_envelope(hardware, index, 3)
+    document["platform"] = "sev-snp"
+    return document
+
+
+def test_simulated_and_genuine_shards_do_not_merge(
+    sim: SimulatedAmd, genuine: Document, hardware: SimulatedAmd
+) -> None:
+    """The tenant trusts AMD and, for its tests, a simulated root: a run is one or the other.
+    Shards 0 and 1 ran on hardware, shard 2 is simulated evidence whoever holds that root
+    could have signed: refused (7), though each shard verifies on its own."""
+    trust = _as_amd(hardware)
+    now = dt.datetime.now(dt.UTC)
+    on_hardware = [_on_hardware(hardware, index) for index in range(3)]
+    data = json.dumps(merged_of(on_hardware)).encode()
+    assert verify_envelope(data, expected(sim), now=now, trust=trust).exit_code == 0
+    simulated = genuine["shards"]
+    mixes = [
+        (
+            [on_hardware[0], on_hardware[1], simulated[2]],
+            "shards[2] (shard 2) is simulated",
+            "sev-snp",
+        ),
+        (
+            [simulated[0], on_hardware[1], on_hardware[2]],
+            "shards[1] (shard 1) is sev-snp",
+            "simulated",
+        ),
+    ]
+    for shards, where, first in mixes:
+        document = json.dumps(assembled(genuine, shards)).encode()
+        verdict = verify_envelope(document, expected(sim), now=now, trust=trust)
+        assert verdict.exit_code == 7
+        assert first_failure(verdict) == (
+            "merged.shards",
+            f"{where} evidence, shard 0 {first}: a run's shards are all genuine or all simulated",
+        )
+        with pytest.raises(ShardMergeError, match="all genuine or all simulated"):
+            merged_of(shards)

@@ -349,3 +349,50 @@ def test_one_run_id_is_one_job_sharded_or_not(
     message = error_line(capsys.readouterr().err)
     assert f"already exists as Job {job_name(TENANT, RUN_ID)} with a different spec" in message
     assert cluster.created[job_name(TENANT, RUN_ID)] == 1
+
+
+def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # noqa: PLR0917 (pytest fixtures)
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    shard_outputs: ShardOutputs,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pods that print 9 MiB shard envelopes (each within the envelope cap): two of them
+    already cannot fit one merged envelope, so the third pod's log is never read (collect
+    holds about one envelope's worth however many shards there are)."""
+    from attestation.contracts import frame_envelope, framed_payloads, unframe_envelope
+    from runner.k8s.collect import Collector
+
+    logs = []
+    for log in shard_outputs.logs:
+        document = json.loads(unframe_envelope(framed_payloads(log).pop()))
+        document["result"]["padding"] = "x" * (9 * 1024 * 1024)
+        logs.append(f"replaying\n{frame_envelope(json.dumps(document).encode())}\n")
+    padded = ShardOutputs(logs, shard_outputs.expected, shard_outputs.unsharded_result)
+    read: list[str] = []
+    original = Collector._from_pod_log
+
+    def counting(self: Collector, pod: str) -> bytes:
+        read.append(pod)
+        return original(self, pod)
+
+    monkeypatch.setattr(Collector, "_from_pod_log", counting)
+    cluster.on_job_created = sharded_script(padded)
+    code = cli(
+        *submit_args(kubeconfig, pods, "--shards", str(SHARDS), run_id=RUN_ID),
+        "--wait",
+        "--timeout",
+        "60",
+        "--expected",
+        str(shard_outputs.expected),
+    )
+    captured = capsys.readouterr()
+    assert code == 4
+    error = error_line(captured.err)
+    assert f"Job {job_name(TENANT, RUN_ID)} shard 1: with the 1 shard envelope(s) before it" in (
+        error
+    )
+    assert "over the 16777216-byte envelope limit every verifier applies" in error
+    assert len(read) == 2
