@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from attestation.envelope.model import parse_envelope
+from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
 from attestation.transparency.entries import EntryError, LogEntry
 from runner.publish.corpus_store import CorpusStore
@@ -58,12 +58,31 @@ def _run_json(entry: LogEntry, listed: ListedEntry, data: bytes | None) -> dict[
     if data is None:
         return {**run, "problem": "the envelope this entry names is not stored"}
     try:
-        envelope = parse_envelope(data)
+        envelope = parse_any_envelope(data)
     except MalformedError as exc:
         return {**run, "problem": f"the stored envelope does not parse: {exc}"}
+    if isinstance(envelope, MergedEnvelope):
+        platforms = sorted({shard.platform for shard in envelope.shards})
+        return {
+            **run,
+            "kind": "merged",
+            "shardIndex": None,
+            "shardCount": envelope.shard_count,
+            # One platform per run is what a verifier accepts (merged.shards); a mix is shown
+            # as it is, never as one of its parts.
+            "platform": platforms[0] if len(platforms) == 1 else "mixed: " + ", ".join(platforms),
+            "corpusChecksum": envelope.corpus_checksum,
+            "evaluationDigest": envelope.evaluation_digest,
+            "resultDigest": envelope.result_digest,
+        }
     binding = envelope.binding
+    shard = binding.shard
     return {
         **run,
+        # A shard envelope binds its shard's partial result, not the run's report.
+        "kind": "run" if shard is None else "shard",
+        "shardIndex": None if shard is None else shard.index,
+        "shardCount": None if shard is None else shard.count,
         "platform": envelope.platform,
         "corpusChecksum": binding.corpus_checksum,
         "evaluationDigest": binding.evaluation_digest,

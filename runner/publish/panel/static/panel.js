@@ -95,14 +95,23 @@
       `attested-replay tenant fetch --server ${server} --token-file TENANT_TOKEN_FILE`,
       `  --tenant ${shellQuote(tenant)} --out ${store} --corpus`,
     ].join(" \\\n");
+    const shards = run.kind === "merged" ? ` --shards ${run.shardCount}` : "";
     const verify = [
-      `attested-replay expected --run-id ${shellQuote(run.runId)} --tenant ${shellQuote(tenant)}`,
+      `attested-replay expected --run-id ${shellQuote(run.runId)} --tenant ${shellQuote(tenant)}${shards}`,
       `  --corpus YOUR_CORPUS_DIR --this-workload --policy YOUR_POLICY.json --out ${expected}`,
     ].join(" \\\n") + `\nverify-attested-run --envelope ${envelope} --expected ${expected}`;
     const corpus = run.corpusExport
       ? `${tenant}-store/corpora/sha256-${run.corpusExport.slice(7)}.tar.gz`
       : "YOUR_CORPUS_DIR";
     const reproduce = `attested-replay tenant reproduce --envelope ${envelope} --corpus ${corpus}`;
+    if (run.kind === "shard") {
+      // A shard binds its share of the run: it is verified as that shard by tenant fetch
+      // --expected, and as part of the whole run through the run's merged envelope.
+      return [
+        ["Fetch and check the log (first fetch: add --log-key with the key you received out of band)", fetch],
+        ["Re-derive this shard's result from the corpus (trusts no hardware)", reproduce],
+      ];
+    }
     return [
       ["Fetch and check the log (first fetch: add --log-key with the key you received out of band)", fetch],
       ["Verify the envelope's SEV-SNP evidence and binding", verify],
@@ -128,6 +137,18 @@
     return block;
   }
 
+  function partOf(run) {
+    if (run.kind === "shard") return ` (shard ${run.shardIndex} of ${run.shardCount})`;
+    if (run.kind === "merged") return ` (merged, ${run.shardCount} shards)`;
+    return "";
+  }
+
+  function resultLabel(run) {
+    if (run.kind === "shard") return "Shard result digest (bound: this shard's partial result)";
+    if (run.kind === "merged") return "Merged result digest (the whole run's report)";
+    return "Result digest (bound)";
+  }
+
   function renderRuns(runs) {
     const container = $("runs");
     if (runs.length === 0) {
@@ -140,17 +161,17 @@
         .map((h) => el("th", { scope: "col", text: h })))),
       el("tbody", {}, ...runs.map((run) => el("tr", {},
         el("td", { text: String(run.logIndex) }),
-        el("th", { scope: "row", text: run.runId || "(unreadable entry)" }),
+        el("th", { scope: "row", text: run.runId ? run.runId + partOf(run) : "(unreadable entry)" }),
         el("td", {}, run.publishedAt ? el("time", { datetime: run.publishedAt, text: run.publishedAt }) : "not recorded"),
         el("td", {}, run.digest ? el("code", { class: "digest", text: run.digest }) : "unknown"),
         el("td", { text: run.problem ? run.problem : run.platform === "simulated" ? "simulated (proves nothing about hardware)" : run.platform }),
         el("td", {}, run.corpusExport ? el("code", { class: "digest", text: run.corpusExport }) : "none held")))));
     const details = runs.filter((run) => !run.problem).map((run) => el("details", { class: "run" },
-      el("summary", {}, `Commands for run ${run.runId}`),
+      el("summary", {}, `Commands for run ${run.runId}${partOf(run)}`),
       el("dl", {},
         el("dt", { text: "Corpus checksum (bound)" }), el("dd", {}, el("code", { class: "digest", text: run.corpusChecksum })),
         el("dt", { text: "Evaluation digest (bound)" }), el("dd", {}, el("code", { class: "digest", text: run.evaluationDigest })),
-        el("dt", { text: "Result digest (bound)" }), el("dd", {}, el("code", { class: "digest", text: run.resultDigest }))),
+        el("dt", { text: resultLabel(run) }), el("dd", {}, el("code", { class: "digest", text: run.resultDigest }))),
       ...commandsFor(run).map(([label, text]) => commandBlock(label, text, run.runId))));
     container.replaceChildren(el("div", { class: "table-wrap" }, table), ...details);
   }
