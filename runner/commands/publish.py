@@ -11,7 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, is_tenant_id
+from attestation.contracts import (
+    DEFAULT_MAX_CORPUS_EXPORT_BYTES,
+    MAX_ENVELOPE_BYTES,
+    is_tenant_id,
+)
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
@@ -404,6 +408,7 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
 
 
 def _publish(args: argparse.Namespace) -> int:
+    from runner.pipeline.envelope import read_envelope_file
     from runner.publish.client import (
         TokenRequiredError,
         flush_spool,
@@ -432,10 +437,13 @@ def _publish(args: argparse.Namespace) -> int:
         return 0
     if args.envelope is None or args.target is None or args.tenant is None:
         raise UsageError("publish needs ENVELOPE, --target and --tenant (or --flush)")
-    try:
-        data = args.envelope.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"ENVELOPE {args.envelope}: {exc.strerror or exc}") from exc
+    data = read_envelope_file(args.envelope, what="ENVELOPE")
+    if len(data) > MAX_ENVELOPE_BYTES:
+        # Checked before any delivery or spooling: no service or verifier accepts it.
+        raise InputError(
+            f"ENVELOPE {args.envelope}: over the {MAX_ENVELOPE_BYTES}-byte envelope limit "
+            "(nothing published or spooled)"
+        )
     run_id = args.run_id or _run_id_of(data, args.envelope)
     if token is None and not args.target.startswith("dir://"):
         raise UsageError(
@@ -456,13 +464,14 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _run_id_of(data: bytes, path: Path) -> str:
-    from attestation.envelope.model import parse_envelope
+    """The run ID an envelope of any kind names (a merged envelope's from its header)."""
+    from attestation.envelope.merged import parse_any_envelope
     from attestation.errors import MalformedError
 
     try:
-        return parse_envelope(data).run_id
+        return parse_any_envelope(data).run_id
     except MalformedError as exc:
-        raise InputError(f"{path} is not a valid attestation envelope: {exc}") from exc
+        raise InputError(f"ENVELOPE {path} is not a valid attestation envelope: {exc}") from exc
 
 
 def _serve(args: argparse.Namespace) -> int:
