@@ -68,7 +68,7 @@ def _register_vcek(subparsers: Subparsers) -> None:
         "vcek",
         summary="VCEK certificates from AMD KDS",
         description="Current Kata hosts return no certificates with a report; the VCEK comes "
-        "from AMD's Key\\nDistribution Service.",
+        "from AMD's Key Distribution Service.",
         family=Family.REFERENCE,
     )
     actions = add_actions(vcek)

@@ -324,6 +324,9 @@ def handle_submit(args: argparse.Namespace) -> int:
     # The expected values are read before anything is submitted: a missing or malformed file
     # found only after the Job ran would waste a TEE run.
     verifier = load_verifier(_expected_for(args.expected, args.run_id)) if args.wait else None
+    # The Job's parameters are checked before connecting: a bad checksum, image or nonce is
+    # found without a cluster (the namespace is checked again once the kubeconfig named it).
+    _replay_spec(args, str(args.namespace or DEFAULT_NAMESPACE))
     submitter = _submitter(args)
     spec = _replay_spec(args, submitter.namespace)
     if args.rerun is not None and not args.rerun.strip():

@@ -30,6 +30,12 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
     kubectl does. In-cluster configuration is used only when no kubeconfig exists.
     """
     source = kubeconfig or os.environ.get("KUBECONFIG") or ""
+    if kubeconfig is None and source:
+        # Like kubectl, files of $KUBECONFIG that do not exist are skipped; none at all is a
+        # typo, said in the user's words (the client would call it an invalid file).
+        listed = [Path(part).expanduser() for part in source.split(os.pathsep) if part]
+        if not any(path.is_file() for path in listed):
+            raise UsageError(f"$KUBECONFIG {source}: no such file")
     if not source:
         default = Path.home() / ".kube" / "config"
         source = str(default) if default.is_file() else ""

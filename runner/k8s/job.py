@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from attestation.contracts import (
+    IDENTIFIER_RULES,
     MAX_SHARD_COUNT,
     NONCE_RULE,
-    RUN_ID_GRAMMAR,
+    RUN_ID_PATTERN,
+    TENANT_ID_PATTERN,
     is_nonce,
     is_run_id,
     is_sha256_digest,
@@ -157,7 +159,7 @@ def quantity_bytes(text: str, *, what: str) -> int:
     """Bytes of a binary quantity such as ``2Gi`` (Mi, Gi or Ti only: exact and unambiguous)."""
     match = _QUANTITY.fullmatch(text)
     if match is None:
-        raise UsageError(f"{what} must look like 512Mi, 2Gi or 4Ti, got {text!r}")
+        raise UsageError(f"{what} {text!r}: must look like 512Mi, 2Gi or 4Ti")
     return int(match.group(1)) * _QUANTITY_UNITS[match.group(2)]
 
 
@@ -255,76 +257,83 @@ class ReplaySpec:
         _check_tenant(self.tenant)
         _check_run_id(self.run_id)
         if self.overlay not in OVERLAYS:
-            raise UsageError(f"unknown overlay {self.overlay!r}; choose one of {sorted(OVERLAYS)}")
+            raise UsageError(f"--overlay {self.overlay!r}: choose one of {sorted(OVERLAYS)}")
         if not is_sha256_digest(self.checksum):
-            raise UsageError(f"checksum must be sha256:<64 lowercase hex>, got {self.checksum!r}")
+            raise UsageError(
+                f"--checksum {self.checksum!r}: must be 'sha256:' followed by 64 lowercase hex "
+                "digits"
+            )
         check_pinned_image(self.image)
         if not _DNS_LABEL.fullmatch(self.namespace):
-            raise UsageError(f"namespace {self.namespace!r} is not a DNS-1123 label")
+            raise UsageError(f"--namespace {self.namespace!r}: is not a DNS-1123 label")
         if self.runtime_class is not None and not _RUNTIME_CLASS.fullmatch(self.runtime_class):
-            raise UsageError(f"runtime class {self.runtime_class!r} is not a valid name")
+            raise UsageError(f"--runtime-class {self.runtime_class!r}: is not a valid name")
         if self.nonce is not None and not is_nonce(self.nonce):
             raise UsageError(f"--nonce {self.nonce[:80]!r}: must be {NONCE_RULE}")
         if type(self.cpu) is not int or not 1 <= self.cpu <= 64:
             raise UsageError(
-                f"cpu must be a whole number of vCPUs from 1 to 64, got {self.cpu!r} "
+                f"--cpu {self.cpu!r}: must be a whole number of vCPUs from 1 to 64 "
                 "(the vCPU count is part of the SNP launch measurement)"
             )
         if not _MEMORY.fullmatch(self.memory):
-            raise UsageError(f"memory must look like 4Gi or 512Mi, got {self.memory!r}")
-        quantity_bytes(self.scratch_size, what="scratch size")
-        quantity_bytes(self.node_disk, what="node disk")
-        for field, value, low in (
-            ("backoff_limit", self.backoff_limit, 0),
-            ("active_deadline_seconds", self.active_deadline_seconds, 1),
-            ("ttl_seconds_after_finished", self.ttl_seconds_after_finished, 0),
+            raise UsageError(f"--memory {self.memory!r}: must look like 4Gi or 512Mi")
+        quantity_bytes(self.scratch_size, what="--scratch-size")
+        quantity_bytes(self.node_disk, what="--node-disk")
+        for option, value, low in (
+            ("--backoff-limit", self.backoff_limit, 0),
+            ("--active-deadline", self.active_deadline_seconds, 1),
+            ("--ttl", self.ttl_seconds_after_finished, 0),
         ):
             if type(value) is not int or value < low:
-                raise UsageError(f"{field} must be an integer >= {low}, got {value!r}")
+                raise UsageError(f"{option} {value!r}: must be an integer >= {low}")
         if self.publish_url is not None:
             if not self.publish_url.startswith(("https://", "http://")):
-                raise UsageError(f"publish URL must be http(s)://, got {self.publish_url!r}")
+                raise UsageError(f"--publish-url {self.publish_url!r}: must be http(s)://")
             # The pod's publisher would refuse these only after the whole replay, with an
             # exit code the podFailurePolicy treats as final: refuse them before submitting.
             check_target(self.publish_url)
             if self.publish_token_secret is None:
                 raise UsageError(
-                    "a publish URL needs a publish token secret (a Secret with key 'token' "
+                    "--publish-url needs --publish-token-secret (a Secret with key 'token' "
                     "holding an operator token): the publication service refuses anonymous "
                     "writes, so the pod could not publish"
                 )
         if self.publish_token_secret is not None:
             if self.publish_url is None:
-                raise UsageError("a publish token secret needs a publish URL")
+                raise UsageError("--publish-token-secret needs --publish-url")
             if not _DNS_SUBDOMAIN.fullmatch(self.publish_token_secret):
-                raise UsageError(f"secret name {self.publish_token_secret!r} is not valid")
+                raise UsageError(
+                    f"--publish-token-secret {self.publish_token_secret!r}: not a Secret name"
+                )
         if self.endorsement_secret is not None:
             if not _DNS_SUBDOMAIN.fullmatch(self.endorsement_secret):
-                raise UsageError(f"secret name {self.endorsement_secret!r} is not valid")
+                raise UsageError(
+                    f"--endorsement-secret {self.endorsement_secret!r}: not a Secret name"
+                )
             if OVERLAYS[self.overlay].evidence != "coco-aa":
                 raise UsageError(
-                    f"an endorsement secret is for SEV-SNP evidence from the attestation agent; "
+                    f"--endorsement-secret is for SEV-SNP evidence from the attestation agent; "
                     f"the {self.overlay} overlay's evidence is {OVERLAYS[self.overlay].evidence}"
                 )
         if self.shards is not None and (
             type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARD_COUNT
         ):
             raise UsageError(
-                f"shards must be a whole number from 1 to {MAX_SHARD_COUNT}, got {self.shards!r}"
+                f"--shards {self.shards!r}: must be a whole number from 1 to {MAX_SHARD_COUNT}"
             )
         if self.shards is not None and self.publish_url is not None:
             raise UsageError(
                 "a sharded run cannot publish its shard envelopes yet (the publication service "
-                "keeps one envelope per run ID): drop the publish URL; collect merges the "
+                "keeps one envelope per run ID): drop --publish-url; collect merges the "
                 "shards from the pods' logs"
             )
         if self.parallelism is not None:
             if self.shards is None:
-                raise UsageError("parallelism needs shards (an unsharded Job runs one pod)")
+                raise UsageError("--parallelism needs --shards (an unsharded Job runs one pod)")
             if type(self.parallelism) is not int or not 1 <= self.parallelism <= self.shards:
                 raise UsageError(
-                    f"parallelism must be a whole number from 1 to the {self.shards} shards, "
-                    f"got {self.parallelism!r}"
+                    f"--parallelism {self.parallelism!r}: must be a whole number from 1 to the "
+                    f"{self.shards} shards"
                 )
 
     @property
@@ -578,9 +587,9 @@ def _version() -> str:
 
 def _check_tenant(tenant: str) -> None:
     if not is_tenant_id(tenant):
-        raise UsageError(f"tenant {tenant!r} must be a DNS label (a-z, 0-9, '-', <= 63 chars)")
+        raise UsageError(f"tenant {tenant!r}: must be {IDENTIFIER_RULES[TENANT_ID_PATTERN]}")
 
 
 def _check_run_id(run_id: str) -> None:
     if not is_run_id(run_id):
-        raise UsageError(f"run ID {run_id!r} must match {RUN_ID_GRAMMAR}")
+        raise UsageError(f"run ID {run_id!r}: must be {IDENTIFIER_RULES[RUN_ID_PATTERN]}")

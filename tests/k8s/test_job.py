@@ -116,7 +116,7 @@ def test_emptydir_size_limits_allow_for_block_encrypted_metadata(
 def test_scratch_and_node_disk_sizes_are_binary_quantities(value: str) -> None:
     with pytest.raises(UsageError, match="must look like 512Mi, 2Gi or 4Ti"):
         spec(scratch_size=value)
-    with pytest.raises(UsageError, match="node disk must look like"):
+    with pytest.raises(UsageError, match=r"--node-disk '.*': must look like"):
         spec(node_disk=value)
 
 
@@ -211,16 +211,19 @@ def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() 
             {"image": "registry.example/attested-replay@sha256:abc"},
             "must be pinned by digest with its registry",
         ),
-        ({"cpu": 0}, "cpu must be a whole number of vCPUs from 1 to 64"),
-        ({"cpu": 1.5}, "cpu must be a whole number of vCPUs from 1 to 64"),
-        ({"cpu": True}, "cpu must be a whole number of vCPUs from 1 to 64"),
-        ({"memory": "4G"}, "memory must look like 4Gi or 512Mi"),
-        ({"checksum": "sha256:" + "A" * 64}, "checksum must be sha256:<64 lowercase hex>"),
-        ({"tenant": "Acme"}, "tenant 'Acme' must be a DNS label"),
-        ({"run_id": "a" * 129}, "must match"),
-        ({"overlay": "tdx"}, "unknown overlay 'tdx'"),
-        ({"active_deadline_seconds": 0}, "active_deadline_seconds must be an integer >= 1"),
-        ({"publish_token_secret": "tok"}, "a publish token secret needs a publish URL"),
+        ({"cpu": 0}, "--cpu 0: must be a whole number of vCPUs from 1 to 64"),
+        ({"cpu": 1.5}, "--cpu 1.5: must be a whole number of vCPUs from 1 to 64"),
+        ({"cpu": True}, "--cpu True: must be a whole number of vCPUs from 1 to 64"),
+        ({"memory": "4G"}, "--memory '4G': must look like 4Gi or 512Mi"),
+        (
+            {"checksum": "sha256:" + "A" * 64},
+            "--checksum 'sha256:AAAA",  # ... 'sha256:' followed by 64 lowercase hex digits
+        ),
+        ({"tenant": "Acme"}, "tenant 'Acme': must be a DNS label: 1 to 63 lowercase letters"),
+        ({"run_id": "a" * 129}, "': must be 1 to 128 letters, digits, '.', '_' or '-'"),
+        ({"overlay": "tdx"}, "--overlay 'tdx': choose one of"),
+        ({"active_deadline_seconds": 0}, "--active-deadline 0: must be an integer >= 1"),
+        ({"publish_token_secret": "tok"}, "--publish-token-secret needs --publish-url"),
         (
             {"publish_url": "https://publish.example"},
             "the publication service refuses anonymous writes",
@@ -231,13 +234,16 @@ def test_volume_corpus_is_mounted_read_only_and_the_pod_rechecks_the_checksum() 
         ),
         (
             {"publish_url": "dir:///srv/envelopes", "publish_token_secret": "tok"},
-            "publish URL must be http(s)://, got 'dir:///srv/envelopes'",
+            "--publish-url 'dir:///srv/envelopes': must be http(s)://",
         ),
-        ({"namespace": "Bad_NS"}, "is not a DNS-1123 label"),
+        ({"namespace": "Bad_NS"}, "--namespace 'Bad_NS': is not a DNS-1123 label"),
         # `$` in a pattern also matches before a final newline: the whole value must match.
-        ({"tenant": "acme\n"}, "tenant 'acme\\n' must be a DNS label"),
+        ({"tenant": "acme\n"}, "tenant 'acme\\n': must be a DNS label"),
         ({"namespace": "ns\n"}, "is not a DNS-1123 label"),
-        ({"checksum": "sha256:" + "1" * 64 + "\n"}, "checksum must be sha256:<64 lowercase hex>"),
+        (
+            {"checksum": "sha256:" + "1" * 64 + "\n"},
+            "\\n': must be 'sha256:' followed by 64 lowercase hex digits",
+        ),
     ],
 )
 def test_invalid_specs_are_refused_with_the_reason(changes: dict[str, Any], message: str) -> None:

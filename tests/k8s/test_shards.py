@@ -155,10 +155,10 @@ def test_the_longest_job_names_pass_the_servers_indexed_job_validation(shards: i
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"shards": 0}, "shards must be a whole number from 1 to 256"),
-        ({"shards": 257}, "shards must be a whole number from 1 to 256"),
-        ({"parallelism": 9}, "parallelism must be a whole number from 1 to the 8 shards"),
-        ({"shards": None}, "parallelism needs shards"),
+        ({"shards": 0}, "--shards 0: must be a whole number from 1 to 256"),
+        ({"shards": 257}, "--shards 257: must be a whole number from 1 to 256"),
+        ({"parallelism": 9}, "--parallelism 9: must be a whole number from 1 to the 8 shards"),
+        ({"shards": None}, "--parallelism needs --shards"),
         (
             {"publish_url": "https://publish.example", "publish_token_secret": "t"},
             "a sharded run cannot publish its shard envelopes yet",

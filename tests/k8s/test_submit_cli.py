@@ -401,9 +401,9 @@ def test_status_list_collect_and_cancel(
             "registry.example/attested-replay:latest",
             "must be pinned by digest with its registry",
         ),
-        ("--checksum", "sha256:abc", "checksum must be sha256:<64 lowercase hex>"),
+        ("--checksum", "sha256:abc", "--checksum 'sha256:abc': must be 'sha256:' followed by 64"),
         ("--corpus", "/data/corpus", "give an https:// URL, or a path with --corpus-claim"),
-        ("--run-id", "bad/run", "run ID 'bad/run' must match"),
+        ("--run-id", "bad/run", "run ID 'bad/run': must be 1 to 128 letters, digits"),
     ],
 )
 def test_bad_submissions_are_usage_errors_before_any_request(  # noqa: PLR0917 - fixtures
@@ -567,3 +567,32 @@ def test_a_namespace_that_does_not_exist_is_named(
     assert error_line(capsys.readouterr().err) == (
         f'creating Job {name_of()} was refused: HTTP 404: namespaces "replays-b" not found'
     )
+
+
+def test_parameters_are_checked_before_looking_for_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No kubeconfig anywhere: a bad checksum is still what the user hears about first."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    argv = [
+        *("submit", "--run-id", "run-1", "--tenant", "acme", "--overlay", "snp"),
+        *("--image", "registry.example/attested-replay@sha256:" + "1" * 64),
+        *("--corpus", "https://corpora.example/c.tar.gz", "--checksum", "sha256:00"),
+    ]
+    assert cli(*argv) == 9
+    assert error_line(capsys.readouterr().err) == (
+        "--checksum 'sha256:00': must be 'sha256:' followed by 64 lowercase hex digits"
+    )
+
+
+def test_a_missing_kubeconfig_file_is_named_as_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    assert cli("list") == 9
+    assert error_line(capsys.readouterr().err) == f"$KUBECONFIG {missing}: no such file"
+    assert cli("list", "--kubeconfig", str(missing)) == 9
+    assert error_line(capsys.readouterr().err) == f"--kubeconfig {missing}: no such file"
