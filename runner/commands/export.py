@@ -13,7 +13,7 @@ from runner.errors import InputError
 from runner.exit_codes import Family
 from runner.pipeline.envelope import read_envelope_file
 from tenant.fsutil import atomic_write
-from tenant.intoto import statement_bytes
+from tenant.intoto import InconsistentMergedEnvelopeError, ShardEnvelopeError, statement_bytes
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -25,8 +25,10 @@ subjects, by their SHA-256 digests (the envelope's binding); its predicate (type
 https://attested-replay.dev/attestations/replay/v1, docs/in-toto.md) names the envelope by
 digest and carries its binding, platform and measurement. The statement is unsigned: it lets
 tools that consume attestations index the run beside SLSA provenance; trust comes from
-verifying the envelope it names with verify-attested-run. Output: RFC 8785 JSON and a newline
-(one JSON Lines record)."""
+verifying the envelope it names with verify-attested-run. A merged envelope (a sharded run)
+has the merged result and the corpus as subjects (predicate type
+https://attested-replay.dev/attestations/replay-merged/v1); a shard envelope is refused: export
+the run's merged envelope. Output: RFC 8785 JSON and a newline (one JSON Lines record)."""
 
 
 def register(subparsers: Subparsers) -> None:
@@ -64,6 +66,10 @@ def handle_intoto(args: argparse.Namespace) -> int:
         statement = statement_bytes(data)
     except MalformedError as exc:
         raise InputError(f"ENVELOPE {path}: not a valid envelope: {exc}") from exc
+    except ShardEnvelopeError as exc:
+        raise InputError(f"ENVELOPE {path}: no statement for a shard envelope: {exc}") from exc
+    except InconsistentMergedEnvelopeError as exc:
+        raise InputError(f"ENVELOPE {path}: not one sharded run: {exc}") from exc
     if args.out is None:
         print(statement.decode("utf-8"), end="")
     else:

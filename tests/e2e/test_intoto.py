@@ -15,9 +15,17 @@ from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 
 from attestation.encoding.canonical import canonicalize
+from attestation.envelope.merged import merge_envelopes, merged_envelope_bytes
+from attestation.envelope.model import Envelope
 from runner.cli import main as runner_main
-from tenant.intoto import PREDICATE_TYPE, STATEMENT_TYPE, statement_bytes, statement_for
-from tests.e2e.conftest import GenuineRun
+from tenant.intoto import (
+    MERGED_PREDICATE_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    statement_bytes,
+    statement_for,
+)
+from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 
 SCHEMA = json.loads(
     (
@@ -116,3 +124,91 @@ def test_statement_bytes_end_with_one_newline(genuine_run: GenuineRun) -> None:
     data = statement_bytes(genuine_run.envelope.read_bytes())
     assert data.endswith(b"}\n")
     assert data.count(b"\n") == 1
+
+
+@pytest.fixture(scope="module")
+def shard_files(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> list[Path]:
+    """Shards 0 and 1 of 2 of one simulated run of the example corpus."""
+    out = tmp_path_factory.mktemp("shards")
+    files = []
+    for index in range(2):
+        envelope = out / f"shard-{index}.json"
+        argv = ["run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "run-e2e-s", "--tenant"]
+        argv += ["acme", "--evidence", "simulated", "--state-dir", str(state_dir)]
+        argv += ["--shard-index", str(index), "--shard-count", "2", "--out", str(envelope)]
+        assert runner_main(argv) == 0
+        files.append(envelope)
+    return files
+
+
+def test_a_merged_envelope_has_the_merged_result_and_the_corpus_as_subjects(
+    shard_files: list[Path], genuine_run: GenuineRun, tmp_path: Path
+) -> None:
+    shards = [Envelope.model_validate_json(path.read_bytes()) for path in shard_files]
+    data = merged_envelope_bytes(merge_envelopes(shards))
+    merged = json.loads(data)
+    envelope = tmp_path / "merged.json"
+    envelope.write_bytes(data)
+    out = tmp_path / "merged.intoto.json"
+    assert runner_main(["export", "in-toto", str(envelope), "--out", str(out)]) == 0
+    document = json.loads(out.read_bytes())
+
+    _validate(document)
+    assert document["predicateType"] == MERGED_PREDICATE_TYPE
+    # The merged report is the unsharded run's: the same result subject, the same corpus.
+    assert document["subject"] == statement_for(genuine_run.envelope.read_bytes())["subject"]
+    assert document["subject"][0]["digest"]["sha256"] == (
+        hashlib.sha256(canonicalize(merged["result"])).hexdigest()
+    )
+    predicate = document["predicate"]
+    assert predicate["envelope"] == {
+        "digest": {"sha256": hashlib.sha256(data).hexdigest()},
+        "mediaType": "application/vnd.attested-replay.merged-envelope.v1+json",
+    }
+    assert (predicate["runId"], predicate["tenant"], predicate["shardCount"]) == (
+        "run-e2e-s",
+        "acme",
+        2,
+    )
+    assert (predicate["platform"], predicate["measurement"], predicate["hostData"]) == (
+        "simulated",
+        shards[0].measurement,
+        shards[0].host_data,
+    )
+    assert predicate["header"] == {
+        key: value for key, value in merged.items() if key not in ("result", "shards")
+    }
+    assert predicate["shards"] == [
+        {
+            "index": index,
+            "reportData": shard.report_data,
+            "reportDataEncoding": shard.evidence.report_data_encoding,
+            "resultDigest": shard.binding.result_digest,
+        }
+        for index, shard in enumerate(shards)
+    ]
+
+
+def test_a_shard_envelope_is_refused_naming_the_merged_envelope(
+    shard_files: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert runner_main(["export", "in-toto", str(shard_files[1])]) == 1
+    assert capsys.readouterr().err.endswith(
+        f"error: ENVELOPE {shard_files[1]}: no statement for a shard envelope: it is shard 1 of "
+        "2 of run 'run-e2e-s', which binds only that shard's partial result: export the run's "
+        "merged envelope (attested-replay merge or collect) instead\n"
+    )
+
+
+def test_a_merged_envelope_whose_shards_are_not_one_run_is_refused(
+    shard_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shards = [Envelope.model_validate_json(path.read_bytes()) for path in shard_files]
+    merged = merge_envelopes(shards).model_copy(update={"shards": (shards[0], shards[0])})
+    envelope = tmp_path / "merged.json"
+    envelope.write_bytes(merged.canonical_bytes())
+    assert runner_main(["export", "in-toto", str(envelope)]) == 1
+    assert capsys.readouterr().err.endswith(
+        f"error: ENVELOPE {envelope}: not one sharded run: shard 0 of 2 appears more than once: "
+        "no verifier accepts it\n"
+    )
