@@ -3,10 +3,17 @@
 State kept in the output directory (each file written atomically, the checkpoint last):
 ``log-key.pub`` (the pinned verifier key), ``checkpoint`` (the last verified signed note),
 ``envelopes/sha256-<hex>.json`` (exact bytes) and ``index.json`` (log index -> digest, run,
-shard). Each fetch verifies the new checkpoint's signature with the pinned key, its
-consistency with the kept checkpoint, and every new entry's inclusion proof; any failure is
-tampering. So is a log holding two envelopes for one run (or one shard of a run): the service
-never logs a replacement, so a second one means the operator rewrote which envelope a run has.
+shard).
+
+Each fetch verifies the new checkpoint's signature with the pinned key, then proves with one
+computation that the new tree extends the kept one and holds every new entry: the right edge
+of the kept tree (its last entry's inclusion proof under the kept root) extended with the new
+entries must give the new signed root (:class:`CompactRange`). Any failure is tampering. So
+is a log holding two envelopes for one run (or one shard of a run): the service never logs a
+replacement, so a second one means the operator rewrote which envelope a run has.
+Envelopes are downloaded ``jobs`` at a time, each checked against its entry and written
+atomically; the directory is synced once per page, and the index and checkpoint follow only
+when every envelope is stored.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,19 +39,14 @@ from attestation.transparency.checkpoint import (
     verify_signed_checkpoint,
 )
 from attestation.transparency.entries import EntryError, LogEntry
-from attestation.transparency.merkle import (
-    HASH_SIZE,
-    leaf_hash,
-    verify_consistency,
-    verify_inclusion,
-)
+from attestation.transparency.merkle import HASH_SIZE, CompactRange, leaf_hash
 from tenant.errors import (
     ServiceUnavailableError,
     TamperingError,
     TenantInputError,
     TenantUsageError,
 )
-from tenant.fsutil import atomic_write, atomic_write_text
+from tenant.fsutil import atomic_write, atomic_write_text, fsync_directory
 from tenant.http import (
     Answer,
     AnswerTooLargeError,
@@ -57,6 +61,9 @@ from tenant.http import (
 log = structlog.get_logger("attested-replay.tenant")
 
 PAGE = 1000
+#: Envelopes downloaded at once by default (``tenant fetch --jobs``), and the most allowed.
+DEFAULT_JOBS: Final = 8
+MAX_JOBS: Final = 64
 #: A checkpoint or a proof; a page of PAGE entries; an envelope (the one contracts limit).
 SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
 ENTRIES_ANSWER: Final = Limits(max_bytes=1024 * 1024, deadline=60.0)
@@ -159,50 +166,40 @@ def fetch_tenant(
     last_checkpoint: str | None = None,
     retry: RetryPolicy | None = None,
     ca_bundle: Path | None = None,
+    jobs: int = DEFAULT_JOBS,
 ) -> FetchReport:
-    """Fetch and verify everything the log gained since the kept (or given) checkpoint."""
+    """Fetch and verify everything the log gained since the kept (or given) checkpoint,
+    downloading up to ``jobs`` envelopes at once."""
     check_url(server, what="server")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise TenantUsageError(f"--jobs {jobs}: must be between 1 and {MAX_JOBS}")
     key = _pinned_key(out_dir, log_key)
     origin = f"{key.name}/t/{tenant}"
     old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
-    with HttpClient(token=token, retry=retry, what="server", ca_bundle=ca_bundle) as client:
+    index = _load_index(out_dir)
+    with HttpClient(
+        token=token, retry=retry, what="server", ca_bundle=ca_bundle, connections=jobs
+    ) as client:
         api = _Api(server, tenant, client)
         note = api.get("/log/checkpoint").body.decode("utf-8", "replace")
         try:
             new = verify_signed_checkpoint(note, key, origin=origin)
         except CheckpointError as exc:
             raise TamperingError(f"the server's checkpoint is not acceptable: {exc}") from exc
-        if old is not None:
-            _check_consistency(api, old, new)
-        start = 0 if old is None else old.size
-        index = _load_index(out_dir)
-        new_digests = []
-        for page_start in range(start, new.size, PAGE):
-            page_end = min(page_start + PAGE, new.size)
-            body = api.json("/log/entries", ENTRIES_ANSWER, start=page_start, end=page_end)
-            raw_entries = body.get("entries")
-            if (
-                body.get("start") != page_start
-                or not isinstance(raw_entries, list)
-                or len(raw_entries) != page_end - page_start
-            ):
-                raise TamperingError(
-                    f"entries {page_start}..{page_end - 1} are missing from the server's log"
-                )
-            for offset, encoded in enumerate(raw_entries):
-                position = page_start + offset
-                digest, run_id, shard = _fetch_entry(
-                    api, out_dir, tenant=tenant, position=position, encoded=encoded, new=new
-                )
-                index[str(position)] = {"digest": digest, "runId": run_id, "shard": shard}
-                new_digests.append(digest)
+        entries = _proven_entries(api, tenant, old, new)
+        shards = _store_envelopes(api, out_dir, tenant, entries, jobs)
+    for (position, entry), shard in zip(entries, shards, strict=True):
+        index[str(position)] = {"digest": entry.envelope, "runId": entry.run_id, "shard": shard}
     _check_one_envelope_per_run(index, out_dir)
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
-    log.info("tenant_fetched", tenant=tenant, size=new.size, new=len(new_digests))
+    log.info("tenant_fetched", tenant=tenant, size=new.size, new=len(entries))
     return FetchReport(
-        previous_size=start, size=new.size, new_envelopes=tuple(new_digests), out_dir=out_dir
+        previous_size=0 if old is None else old.size,
+        size=new.size,
+        new_envelopes=tuple(entry.envelope for _, entry in entries),
+        out_dir=out_dir,
     )
 
 
@@ -239,39 +236,124 @@ def _old_checkpoint(
         raise TenantInputError(f"kept checkpoint {source} does not verify: {exc}") from exc
 
 
-def _check_consistency(api: _Api, old: Checkpoint, new: Checkpoint) -> None:
-    if new.size < old.size:
+def _not_consistent(old: Checkpoint, new: Checkpoint) -> TamperingError:
+    return TamperingError(
+        f"checkpoint of size {new.size} is not consistent with the kept checkpoint of size "
+        f"{old.size}: entries were removed, reordered or rewritten, or the log forked"
+    )
+
+
+def _proven_entries(
+    api: _Api, tenant: str, old: Checkpoint | None, new: Checkpoint
+) -> list[tuple[int, LogEntry]]:
+    """The entries past the kept size, in log order, proven to be what ``new`` commits to
+    in a tree that extends ``old``: the kept tree's right edge extended with them gives
+    ``new.root``."""
+    if old is not None and new.size < old.size:
         raise TamperingError(
             f"the log shrank from {old.size} to {new.size} entries: entries were removed"
         )
-    proof = _hashes(
-        api.json("/log/proof/consistency", SMALL_ANSWER, **{"from": old.size, "to": new.size}),
-        "consistency proof",
-    )
-    if not verify_consistency(old.size, new.size, proof, old.root, new.root):
+    if old is not None and new.size == old.size:
+        if new.root != old.root:
+            raise _not_consistent(old, new)
+        return []
+    edge = CompactRange()
+    # The kept tree's last entry comes first: its inclusion proof gives the kept right edge.
+    first = 0 if old is None or old.size == 0 else old.size - 1
+    entries: list[tuple[int, LogEntry]] = []
+    for page_start in range(first, new.size, PAGE):
+        page_end = min(page_start + PAGE, new.size)
+        for position, raw in enumerate(_entries_page(api, page_start, page_end), page_start):
+            if old is not None and position == old.size - 1:
+                edge = _kept_edge(api, old, new, raw)
+                continue
+            entries.append((position, _log_entry(raw, position, tenant)))
+            edge.append(leaf_hash(raw))
+    if edge.root() != new.root:
+        if old is not None:
+            raise _not_consistent(old, new)
         raise TamperingError(
-            f"checkpoint of size {new.size} is not consistent with the kept checkpoint of size "
-            f"{old.size}: entries were removed, reordered or rewritten, or the log forked"
+            f"the entries served do not give the root of the signed checkpoint of size "
+            f"{new.size}: the server shows another log than the one it signed"
         )
+    return entries
 
 
-def _fetch_entry(
-    api: _Api, out_dir: Path, *, tenant: str, position: int, encoded: object, new: Checkpoint
-) -> tuple[str, str, int | None]:
+def _entries_page(api: _Api, page_start: int, page_end: int) -> list[bytes]:
+    body = api.json("/log/entries", ENTRIES_ANSWER, start=page_start, end=page_end)
+    raw_entries = body.get("entries")
+    if (
+        body.get("start") != page_start
+        or not isinstance(raw_entries, list)
+        or len(raw_entries) != page_end - page_start
+    ):
+        raise TamperingError(
+            f"entries {page_start}..{page_end - 1} are missing from the server's log"
+        )
+    decoded = []
+    for position, encoded in enumerate(raw_entries, page_start):
+        try:
+            decoded.append(base64.b64decode(str(encoded), validate=True))
+        except (binascii.Error, ValueError) as exc:
+            raise TamperingError(f"log entry {position} is malformed: {exc}") from exc
+    return decoded
+
+
+def _kept_edge(api: _Api, old: Checkpoint, new: Checkpoint, raw: bytes) -> CompactRange:
+    position = old.size - 1
+    proof = _hashes(
+        api.json("/log/proof/inclusion", index=position, size=old.size),
+        f"inclusion proof of entry {position}",
+    )
+    edge = CompactRange.from_last_leaf(leaf_hash(raw), old.size, proof, old.root)
+    if edge is None:  # the server's log no longer holds the kept tree
+        raise _not_consistent(old, new)
+    return edge
+
+
+def _log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:
     try:
-        raw = base64.b64decode(str(encoded), validate=True)
         entry = LogEntry.from_bytes(raw)
-    except (binascii.Error, ValueError, EntryError) as exc:
+    except (ValueError, EntryError) as exc:
         raise TamperingError(f"log entry {position} is malformed: {exc}") from exc
     if entry.tenant != tenant:
         raise TamperingError(f"log entry {position} belongs to tenant {entry.tenant!r}")
-    proof = _hashes(
-        api.json("/log/proof/inclusion", index=position, size=new.size),
-        f"inclusion proof of entry {position}",
-    )
-    if not verify_inclusion(leaf_hash(raw), position, new.size, proof, new.root):
-        raise TamperingError(f"log entry {position} is not included in the signed checkpoint")
-    data = api.envelope(entry.envelope, position)
+    return entry
+
+
+def _store_envelopes(
+    api: _Api, out_dir: Path, tenant: str, entries: Sequence[tuple[int, LogEntry]], jobs: int
+) -> list[int | None]:
+    """Download, check and write the envelopes of ``entries``, ``jobs`` at a time; their shard
+    indices (None for a whole or merged run) in log order.
+
+    Each file is written and synced by its worker; the directory is synced once per page.
+    The first failure in log order is raised (the same one whatever the timing), and no
+    further download starts."""
+    directory = out_dir / "envelopes"
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def store(item: tuple[int, LogEntry]) -> int | None:
+        position, entry = item
+        data = api.envelope(entry.envelope, position)
+        shard = _check_envelope(data, entry, position, tenant)
+        atomic_write(_envelope_path(out_dir, entry.envelope), data, sync_directory=False)
+        return shard
+
+    shards: list[int | None] = []
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tenant-fetch") as pool:
+        try:
+            for first in range(0, len(entries), PAGE):
+                shards.extend(pool.map(store, entries[first : first + PAGE]))
+                fsync_directory(directory)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return shards
+
+
+def _check_envelope(data: bytes, entry: LogEntry, position: int, tenant: str) -> int | None:
+    """The envelope's shard index (None for a whole or merged run) once it matches its entry."""
     if sha256_digest(data) != entry.envelope:
         raise TamperingError(f"envelope {entry.envelope} (entry {position}) has other bytes")
     try:
@@ -280,8 +362,7 @@ def _fetch_entry(
         raise TamperingError(f"envelope {entry.envelope} is not a valid envelope: {exc}") from exc
     if envelope.tenant != tenant or envelope.run_id != entry.run_id:
         raise TamperingError(f"envelope {entry.envelope} does not match its log entry {position}")
-    atomic_write(_envelope_path(out_dir, entry.envelope), data)
-    return entry.envelope, entry.run_id, shard_index(envelope)
+    return shard_index(envelope)
 
 
 def _envelope_path(out_dir: Path, digest: str) -> Path:

@@ -12,10 +12,16 @@ from typing import BinaryIO
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_output(
+    path: Path, *, mode: int = 0o644, sync_directory: bool = True
+) -> Iterator[BinaryIO]:
     """A binary file that becomes ``path`` only if the ``with`` block completes: written to a
     temporary file in the same directory, fsynced, then renamed over the target. On any
-    exception the temporary file is removed and ``path`` is untouched."""
+    exception the temporary file is removed and ``path`` is untouched.
+
+    The rename is durable once the directory is synced too; a caller writing many files into
+    one directory passes ``sync_directory=False`` and calls :func:`fsync_directory` once after
+    the batch (before anything that records the files as written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
@@ -30,13 +36,16 @@ def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    _fsync_directory(path.parent)
+    if sync_directory:
+        fsync_directory(path.parent)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write(
+    path: Path, data: bytes, *, mode: int = 0o644, sync_directory: bool = True
+) -> None:
     """Write ``data`` to ``path`` atomically (:func:`atomic_output`). Readers see the old
     file or the new one."""
-    with atomic_output(path, mode=mode) as handle:
+    with atomic_output(path, mode=mode, sync_directory=sync_directory) as handle:
         handle.write(data)
 
 
@@ -68,7 +77,7 @@ def atomic_write_all(files: Sequence[tuple[Path, bytes]], *, mode: int = 0o644) 
                 tmp.unlink()
         raise
     for directory in dict.fromkeys(path.parent for _, path in staged):
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
 
 @contextlib.contextmanager
@@ -86,10 +95,11 @@ def staged_directory(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    _fsync_directory(target.parent)
+    fsync_directory(target.parent)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make the renames into ``directory`` durable."""
     # The rename is durable only once the directory entry is; not every platform allows it.
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)

@@ -82,3 +82,62 @@ def verify_consistency(
         fn >>= 1
         sn >>= 1
     return sn == 0 and fr == old_root and sr == new_root
+
+
+class CompactRange:
+    """The right edge of an RFC 6962 tree: the roots of its perfect subtrees, largest first
+    (one per set bit of the size). Enough to append leaves and compute the root of every
+    later size without any other hash of the tree.
+
+    A tenant that knows the right edge of a tree it verified (size ``m``, root ``R_m``) and the
+    entries ``m..n-1`` computes the root of size ``n`` itself; equal to a signed root ``R_n``,
+    that proves at once that the tree of size ``n`` extends the one of size ``m`` and that it
+    holds each of those entries: no consistency proof and no inclusion proof per entry.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._edge: list[bytes] = []
+
+    @classmethod
+    def from_last_leaf(
+        cls, leaf: bytes, size: int, proof: Sequence[bytes], root: bytes
+    ) -> CompactRange | None:
+        """The right edge of the tree of ``size`` whose last leaf is ``leaf``, from that
+        leaf's inclusion proof: None unless the proof verifies against ``root``.
+
+        The path of the last leaf holds only left siblings: first the ones inside the
+        smallest perfect subtree (as many as ``size`` has trailing zero bits), whose
+        combination with the leaf is that subtree's root, then the roots of the larger
+        subtrees of the edge, smallest first."""
+        if size < 1 or not verify_inclusion(leaf, size - 1, size, proof, root):
+            return None
+        inner = (size & -size).bit_length() - 1
+        if len(proof) != inner + size.bit_count() - 1:
+            return None
+        smallest = leaf
+        for sibling in proof[:inner]:
+            smallest = node_hash(sibling, smallest)
+        edge = cls()
+        edge.size = size
+        edge._edge = [*reversed(proof[inner:]), smallest]
+        return edge
+
+    def append(self, leaf: bytes) -> None:
+        """Append a leaf hash: it merges with as many subtrees as ``size`` has trailing ones."""
+        merged = leaf
+        size = self.size
+        while size & 1:
+            merged = node_hash(self._edge.pop(), merged)
+            size >>= 1
+        self._edge.append(merged)
+        self.size += 1
+
+    def root(self) -> bytes:
+        """MTH of the tree of :attr:`size` leaves (RFC 9162 section 2.1.1)."""
+        if not self._edge:
+            return EMPTY_ROOT
+        root = self._edge[-1]
+        for subtree in reversed(self._edge[:-1]):
+            root = node_hash(subtree, root)
+        return root

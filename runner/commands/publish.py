@@ -32,6 +32,8 @@ from runner.errors import InputError, PublishError, UsageError, VerificationFail
 from runner.exit_codes import Family
 from runner.extras import extra_required
 from tenant.errors import TenantUsageError
+from tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
+from tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
 from tenant.http import HttpClient, read_token
 from tenant.paths import check_input_dir
 
@@ -346,9 +348,9 @@ def _register_tenant(subparsers: Subparsers) -> None:
         "fetch",
         summary="fetch new envelopes and verify the log",
         description="""\
-Downloads the tenant's signed checkpoint, checks it extends the one kept in --out
-(consistency proof), downloads the new envelopes with their inclusion proofs, and keeps
-them under --out/envelopes.
+Downloads the tenant's signed checkpoint and the new log entries, checks that they extend
+the checkpoint kept in --out and are what the new checkpoint signs, downloads the new
+envelopes (--jobs at a time) and keeps them under --out/envelopes.
 
 With --expected X, each new envelope is then verified as `verify-attested-run --envelope E
 --expected X` would, except that the run ID is the one of the envelope's log entry: one file
@@ -400,6 +402,13 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
         default=DEFAULT_MAX_CORPUS_EXPORT_BYTES,
         metavar="SIZE",
         help="largest corpus export downloaded, e.g. 256M or 2G (default: 256M)",
+    )
+    fetch.add_argument(
+        "--jobs",
+        type=_fetch_jobs,
+        default=DEFAULT_FETCH_JOBS,
+        metavar="N",
+        help=f"envelopes downloaded at once, 1 to {MAX_FETCH_JOBS} (default: {DEFAULT_FETCH_JOBS})",
     )
     add_ca_bundle(fetch)
     fetch.set_defaults(handler=_tenant_fetch)
@@ -620,6 +629,12 @@ def _token_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch_jobs(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_FETCH_JOBS:
+        raise argparse.ArgumentTypeError(f"not a whole number from 1 to {MAX_FETCH_JOBS}: {text!r}")
+    return int(text)
+
+
 def _tenant_fetch(args: argparse.Namespace) -> int:
     from tenant.fetch import fetch_tenant, load_verifier_key
     from tenant.verify_fetched import load_expectations
@@ -634,6 +649,7 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         log_key=load_verifier_key(args.log_key) if args.log_key else None,
         last_checkpoint=None if args.checkpoint is None else str(args.checkpoint),
         ca_bundle=args.ca_bundle,
+        jobs=args.jobs,
     )
     print(
         f"verified log of {report.size} entries (was {report.previous_size}); "

@@ -178,7 +178,9 @@ CONTRACT: Final = Contract(
             statement="no published envelope was removed, reordered or rewritten, and the log "
             "did not fork, since the tenant's last fetch",
             artifact="per-tenant RFC 6962 log of entries `{envelope, runId, tenant, v}`, C2SP "
-            "checkpoint signed with the log's Ed25519 key, consistency and inclusion proofs",
+            "checkpoint signed with the log's Ed25519 key; the kept tree's right edge (from "
+            "its last entry's inclusion proof) extended with every new entry must give the "
+            "signed root",
             commands=(
                 (
                     "attested-replay tenant fetch --server URL --token-file F --tenant T --out DIR "

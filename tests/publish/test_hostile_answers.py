@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
-from attestation.transparency.merkle import leaf_hash
+from attestation.transparency.merkle import leaf_hash, node_hash
 from runner.cli import main as runner_main
 from runner.errors import EvidenceError, PublishError
 from runner.evidence.kds import KdsClient
@@ -72,16 +72,25 @@ def test_a_giant_checkpoint_is_tampering_before_any_signature_check(
 
 
 def test_a_deeply_nested_proof_is_tampering_not_a_crash(tmp_path: Path) -> None:
-    """A valid checkpoint of size 1 needs an inclusion proof; the proof is 10,000 levels deep."""
+    """A fetch from a kept checkpoint of size 1 asks for the inclusion proof of its last entry
+    (it gives the kept tree's right edge); the proof is 10,000 levels deep."""
     signer = CheckpointSigner("log.example", Ed25519PrivateKey.generate())
-    entry = LogEntry(tenant="acme", run_id="r1", envelope="sha256:" + "0" * 64).to_bytes()
-    note = signer.sign(Checkpoint(origin="log.example/t/acme", size=1, root=leaf_hash(entry)))
-    page = json.dumps({"start": 0, "entries": [base64.b64encode(entry).decode()]}).encode()
+    entries = [
+        LogEntry(tenant="acme", run_id=f"r{n}", envelope="sha256:" + f"{n}" * 64).to_bytes()
+        for n in (1, 2)
+    ]
+    origin = "log.example/t/acme"
+    kept = signer.sign(Checkpoint(origin=origin, size=1, root=leaf_hash(entries[0])))
+    note = signer.sign(Checkpoint(origin=origin, size=2, root=node_hash(*map(leaf_hash, entries))))
+    page = json.dumps(
+        {"start": 0, "entries": [base64.b64encode(entry).decode() for entry in entries]}
+    ).encode()
     routes = {
         f"{BASE}/log/checkpoint": hs.answer(200, note.encode()),
         f"{BASE}/log/entries": hs.answer(200, page),
     }
     out = tmp_path / "fetched"
+    (tmp_path / "kept.checkpoint").write_text(kept)
     with (
         hs.HostileServer(hs.route(routes, hs.nested_json(10_000))) as server,
         pytest.raises(TamperingError, match="nests deeper than 32 levels"),
@@ -92,6 +101,7 @@ def test_a_deeply_nested_proof_is_tampering_not_a_crash(tmp_path: Path) -> None:
             tenant="acme",
             out_dir=out,
             log_key=signer.verifier_key,
+            last_checkpoint=str(tmp_path / "kept.checkpoint"),
             retry=FAST,
         )
     assert not (out / "checkpoint").exists()

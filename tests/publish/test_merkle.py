@@ -10,6 +10,7 @@ from pymerkle import InmemoryTree
 
 from attestation.transparency.merkle import (
     EMPTY_ROOT,
+    CompactRange,
     leaf_hash,
     verify_consistency,
     verify_inclusion,
@@ -120,3 +121,35 @@ def test_reordered_log_is_not_consistent() -> None:
     swapped = _tree([entries[1], entries[0], *entries[2:], b"new"])
     proof = swapped.consistency_proof(10, 11)
     assert not verify_consistency(10, 11, proof, original.root(10), swapped.root(11))
+
+
+def test_compact_range_gives_the_reference_roots() -> None:
+    edge = CompactRange()
+    assert edge.root() == EMPTY_ROOT
+    for size, entry in enumerate(CT_LEAVES, start=1):
+        edge.append(leaf_hash(entry))
+        assert edge.root().hex() == CT_ROOTS[size]
+
+
+@given(st.integers(min_value=1, max_value=150), st.integers(min_value=0, max_value=150))
+def test_the_right_edge_from_the_last_leafs_path_extends_to_every_later_root(
+    old_size: int, added: int
+) -> None:
+    leaves = [leaf_hash(n.to_bytes(2, "big")) for n in range(old_size + added)]
+    tree = MerkleTree(leaves)
+    proof = tree.inclusion_proof(old_size - 1, old_size)
+    edge = CompactRange.from_last_leaf(leaves[old_size - 1], old_size, proof, tree.root(old_size))
+    assert edge is not None
+    assert (edge.size, edge.root()) == (old_size, tree.root(old_size))
+    for size, leaf in enumerate(leaves[old_size:], start=old_size + 1):
+        edge.append(leaf)
+        assert (edge.size, edge.root()) == (size, tree.root(size))
+    # another last leaf, a changed or shortened path, or another root gives no edge
+    other = leaf_hash(b"other")
+    assert CompactRange.from_last_leaf(other, old_size, proof, tree.root(old_size)) is None
+    assert CompactRange.from_last_leaf(leaves[old_size - 1], old_size, proof, other) is None
+    if proof:
+        changed = [other, *proof[1:]]
+        root = tree.root(old_size)
+        assert CompactRange.from_last_leaf(leaves[old_size - 1], old_size, changed, root) is None
+        assert CompactRange.from_last_leaf(leaves[old_size - 1], old_size, proof[:-1], root) is None

@@ -1,0 +1,350 @@
+"""Tenant fetch benchmark: `tenant fetch` of many envelopes against the sequential algorithm
+it replaced, in the same run, from one local publication service.
+
+    python benchmarks/fetch.py [--envelopes 10000] [--jobs 8] [--rounds 1]
+
+Set-up (not timed): `attested-replay serve` on a loopback port (SQLite in a temporary state
+directory), and ``--envelopes`` envelopes published to one tenant through the real client by
+8 publishers. The envelopes are copies of a genuine simulated replay of the bundled example
+corpus (``runner.pipeline.run``: a nested result, a PEM certificate chain, a base64 report,
+about 16 KiB) with one run ID each; a tenant fetch does not verify evidence, so a copy costs
+it what the original would.
+
+Timed, each into an empty directory, in alternation (``--rounds`` times, the best kept):
+
+* ``sequential``: the algorithm `tenant fetch` had before (kept below, verbatim in what it
+  does): a consistency proof, then per entry an inclusion-proof request, an envelope request,
+  a file fsync and a directory fsync, one entry at a time;
+* ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
+  entries (no proof per entry), ``N`` envelopes downloaded at a time, one directory fsync per
+  page of 1,000;
+* ``bulk --jobs 1``: the same, one envelope at a time (what concurrency adds on its own).
+
+Each line reports seconds, envelopes per second, HTTP requests and fsyncs per envelope
+(counted), the CPU the fetching process used (cores busy on average) and the server's, and
+the speed-up over ``sequential``. Both stores are compared byte for byte at the end. The
+server and the fetcher share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import requests
+import structlog
+
+from attestation.contracts import sha256_digest
+from attestation.encoding.canonical import canonicalize
+from attestation.envelope.merged import parse_any_envelope, shard_index
+from attestation.transparency.checkpoint import VerifierKey, verify_signed_checkpoint
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from runner.pipeline import RunRequest, run
+from runner.publish.client import publish_envelope
+from runner.publish.storage import Role, open_storage
+from runner.publish.tokens import create_token
+from tenant import fetch as tenant_fetch
+from tenant.fsutil import atomic_write, atomic_write_text
+from tenant.http import Answer, HttpClient, Limits, RetryPolicy
+
+TENANT = "bench"
+PUBLISHERS = 8
+
+
+def genuine_envelope(scratch: Path) -> bytes:
+    """A simulated replay of the bundled example corpus: the envelope a run writes."""
+    corpus = Path(str(resources.files("runner") / "examples" / "corpus"))
+    scratch.mkdir()
+    outcome = run(
+        RunRequest(
+            corpus=str(corpus),
+            run_id="bench-template",
+            tenant=TENANT,
+            evidence="simulated",
+            out=scratch / "envelope.json",
+            state_dir=scratch / "simulated-amd",
+        )
+    )
+    return outcome.envelope_bytes
+
+
+def copy_with_run_id(template: dict[str, Any], run_id: str) -> bytes:
+    document = json.loads(json.dumps(template))
+    document["runId"] = document["binding"]["runId"] = run_id
+    return canonicalize(document)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start_server(state: Path, database: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = [sys.executable, "-m", "runner", "--log-level", "warning", "serve"]
+    command += ["--port", str(port), "--state-dir", str(state), "--db", database]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(400):
+        try:
+            requests.get(f"{url}/v1/log/public-key", timeout=1)
+        except requests.ConnectionError:
+            time.sleep(0.05)
+        else:
+            return process, url
+    process.terminate()
+    raise SystemExit("serve did not start")
+
+
+def publish_all(url: str, token: str, envelopes: list[tuple[str, bytes]], spool: Path) -> None:
+    retry = RetryPolicy(backoff_factor=0.05, backoff_max=1.0)
+
+    def publisher(part: list[tuple[str, bytes]]) -> None:
+        with HttpClient(token=token, retry=retry) as client:
+            for run_id, data in part:
+                publish_envelope(
+                    url,
+                    data,
+                    tenant=TENANT,
+                    run_id=run_id,
+                    token=token,
+                    spool_dir=spool,
+                    client=client,
+                )
+
+    with ThreadPoolExecutor(PUBLISHERS) as pool:
+        for _ in pool.map(publisher, [envelopes[i::PUBLISHERS] for i in range(PUBLISHERS)]):
+            pass
+
+
+# -- the sequential algorithm `tenant fetch` had before (the baseline) ---------------------
+
+
+def sequential_fetch(server: str, token: str, out_dir: Path, key: VerifierKey) -> int:
+    """One entry at a time: inclusion proof, envelope, file fsync, directory fsync."""
+    origin = f"{key.name}/t/{TENANT}"
+    base = f"{server}/v1/tenants/{TENANT}"
+    with HttpClient(token=token, what="server") as client:
+
+        def get(path: str, limit: Limits = tenant_fetch.SMALL_ANSWER, **params: int) -> bytes:
+            answer = client.get(base + path, params=params, limit=limit)
+            if answer.status != 200:
+                raise SystemExit(f"GET {path}: HTTP {answer.status}")
+            return answer.body
+
+        def hashes(path: str, **params: int) -> list[bytes]:
+            return [
+                base64.b64decode(h, validate=True)
+                for h in json.loads(get(path, tenant_fetch.SMALL_ANSWER, **params))["hashes"]
+            ]
+
+        note = get("/log/checkpoint").decode()
+        new = verify_signed_checkpoint(note, key, origin=origin)
+        kept = out_dir / "checkpoint"
+        old = (
+            verify_signed_checkpoint(kept.read_text(), key, origin=origin)
+            if kept.exists()
+            else None
+        )
+        if old is not None:
+            proof = hashes("/log/proof/consistency", **{"from": old.size, "to": new.size})
+            if not verify_consistency(old.size, new.size, proof, old.root, new.root):
+                raise SystemExit("not consistent")
+        start = 0 if old is None else old.size
+        index: dict[str, Any] = {}
+        for page_start in range(start, new.size, tenant_fetch.PAGE):
+            page_end = min(page_start + tenant_fetch.PAGE, new.size)
+            page = json.loads(
+                get("/log/entries", tenant_fetch.ENTRIES_ANSWER, start=page_start, end=page_end)
+            )
+            for position, encoded in enumerate(page["entries"], page_start):
+                raw = base64.b64decode(encoded, validate=True)
+                entry = LogEntry.from_bytes(raw)
+                proof = hashes("/log/proof/inclusion", index=position, size=new.size)
+                if not verify_inclusion(leaf_hash(raw), position, new.size, proof, new.root):
+                    raise SystemExit(f"entry {position} is not included")
+                data = get(f"/envelopes/{entry.envelope}", tenant_fetch.ENVELOPE_ANSWER)
+                envelope = parse_any_envelope(data)
+                if (sha256_digest(data), envelope.tenant, envelope.run_id) != (
+                    entry.envelope,
+                    TENANT,
+                    entry.run_id,
+                ):
+                    raise SystemExit(f"envelope {entry.envelope} does not match its entry")
+                hex_digest = entry.envelope.removeprefix("sha256:")
+                atomic_write(out_dir / "envelopes" / f"sha256-{hex_digest}.json", data)
+                index[str(position)] = {
+                    "digest": entry.envelope,
+                    "runId": entry.run_id,
+                    "shard": shard_index(envelope),
+                }
+    atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out_dir / "checkpoint", note)
+    atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
+    return new.size
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+@dataclass
+class Counts:
+    requests: int = 0
+    fsyncs: int = 0
+
+
+@contextmanager
+def counted() -> Iterator[Counts]:
+    """Count the HTTP requests and fsyncs of the fetching process while the block runs."""
+    counts = Counts()
+    real_fsync, real_get = os.fsync, HttpClient.get
+
+    def fsync(fd: Any) -> None:  # noqa: ANN401 - os.fsync takes a descriptor or a file
+        counts.fsyncs += 1
+        real_fsync(fd)
+
+    def get(self: HttpClient, *args: Any, **kwargs: Any) -> Answer:  # noqa: ANN401
+        counts.requests += 1
+        return real_get(self, *args, **kwargs)
+
+    os.fsync = fsync
+    HttpClient.get = get  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        os.fsync = real_fsync
+        HttpClient.get = real_get  # type: ignore[method-assign]
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Measure:
+    seconds: float
+    requests: int
+    fsyncs: int
+    cpu: float
+    server_cpu: float
+
+
+def measure(fetch: Callable[[Path], object], out: Path, server_pid: int) -> Measure:
+    out.mkdir()
+    with counted() as counts:
+        cpu, server_cpu = cpu_seconds(), cpu_seconds(server_pid)
+        began = time.perf_counter()
+        fetch(out)
+        seconds = time.perf_counter() - began
+        cpu, server_cpu = cpu_seconds() - cpu, cpu_seconds(server_pid) - server_cpu
+    return Measure(seconds, counts.requests, counts.fsyncs, cpu, server_cpu)
+
+
+def store_of(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--envelopes", type=int, default=10_000)
+    parser.add_argument("--jobs", type=int, default=tenant_fetch.DEFAULT_JOBS)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    load = os.getloadavg()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load[0]:.2f}")
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        template = json.loads(genuine_envelope(scratch / "template"))
+        envelopes = [
+            (f"bench-{number:06d}", copy_with_run_id(template, f"bench-{number:06d}"))
+            for number in range(args.envelopes)
+        ]
+        sizes = sorted(len(data) for _, data in envelopes)
+        state = scratch / "state"
+        state.mkdir()
+        database = str(state / "publish.sqlite3")
+        storage = open_storage(database)
+        operator = create_token(storage, TENANT, Role.OPERATOR)
+        reader = create_token(storage, TENANT, Role.TENANT)
+        storage.close()
+        process, url = start_server(state, database)
+        try:
+            began = time.perf_counter()
+            publish_all(url, operator, envelopes, scratch / "spool")
+            print(
+                f"{args.envelopes} envelopes of {sizes[0]}-{sizes[-1]} bytes published in "
+                f"{time.perf_counter() - began:.1f} s (set-up, not timed)"
+            )
+            key = tenant_fetch.load_verifier_key(
+                requests.get(f"{url}/v1/log/public-key", timeout=10).text.strip()
+            )
+
+            def bulk(jobs: int) -> Callable[[Path], object]:
+                return lambda out: tenant_fetch.fetch_tenant(
+                    server=url, token=reader, tenant=TENANT, out_dir=out, log_key=key, jobs=jobs
+                )
+
+            variants: dict[str, Callable[[Path], object]] = {
+                "sequential": lambda out: sequential_fetch(url, reader, out, key),
+                f"bulk --jobs {args.jobs}": bulk(args.jobs),
+                "bulk --jobs 1": bulk(1),
+            }
+            best: dict[str, Measure] = {}
+            stores: dict[str, dict[str, bytes]] = {}
+            for round_number in range(args.rounds):
+                for name, fetch in variants.items():
+                    out = scratch / f"out-{round_number}-{name.replace(' ', '')}"
+                    result = measure(fetch, out, process.pid)
+                    if name not in best or result.seconds < best[name].seconds:
+                        best[name] = result
+                    stores[name] = store_of(out)
+        finally:
+            process.terminate()
+            process.wait()
+    floor = best["sequential"].seconds
+    count = args.envelopes
+    print(
+        f"{'':<16} {'seconds':>8} {'env/s':>7} {'req/env':>8} {'fsync/env':>9} "
+        f"{'cores':>6} {'server':>7} {'speed-up':>9}"
+    )
+    for name, result in best.items():
+        print(
+            f"{name:<16} {result.seconds:8.2f} {count / result.seconds:7.0f} "
+            f"{result.requests / count:8.3f} {result.fsyncs / count:9.3f} "
+            f"{result.cpu / result.seconds:6.2f} {result.server_cpu / result.seconds:7.2f} "
+            f"{floor / result.seconds:8.2f}x"
+        )
+    same = all(store == stores["sequential"] for store in stores.values())
+    print(f"stores identical: {same}; load now {os.getloadavg()[0]:.2f}")
+    if not same:
+        raise SystemExit("the stores differ")
+
+
+if __name__ == "__main__":
+    main()
