@@ -2,8 +2,10 @@
 
 Where the envelope comes from: the publication service (``GET {url}/v1/tenants/{tenant}/runs/
 {runId}``) when one is configured, else the one framed ``ATTESTED-ENVELOPE <base64>`` line in the
-log of container ``replay`` of the Job's succeeded pod. Either way it is only the bytes; what
-makes them trustworthy is the checks below and, last, the tenant's own verifier.
+log of container ``replay`` of the Job's succeeded pod. A sharded run (an Indexed Job) has one
+envelope per index, each from ``.../runs/{runId}/shards/{index}`` or from that index's succeeded
+pod, merged here into one merged envelope. Either way it is only the bytes; what makes them
+trustworthy is the checks below and, last, the tenant's own verifier.
 
 The pod's termination message is **not** required. Under Confidential Containers the guest
 shares no filesystem with the host (``shared_fs = none`` for the CoCo runtime classes since
@@ -202,18 +204,13 @@ class Collector:
         verify_envelope: VerifyEnvelope,
         base_url: str | None,
     ) -> CollectedEnvelope:
-        """A sharded run: every index's envelope, checked, merged, and the merged envelope
-        verified with the tenant's verifier (which verifies every shard in it)."""
+        """A sharded run: every index's envelope (from the publication service when
+        ``base_url`` is set, else from the index's pod log), checked, merged, and the merged
+        envelope verified with the tenant's verifier (which verifies every shard in it)."""
         name = str(job["metadata"]["name"])
         count = int((job.get("spec") or {}).get("completions") or 0)
         if not 1 <= count <= MAX_SHARD_COUNT:
             raise EnvelopeMismatchError(f"Job {name}: {count} completions is not a shard count")
-        if base_url:
-            raise EnvelopeMissingError(
-                f"Job {name} is sharded: collecting shard envelopes from a publication "
-                "endpoint is not supported yet; collect from the pods' logs (omit "
-                "--publish-url)"
-            )
         succeeded = self._succeeded_pods(name)
         shards = []
         budget = MergedBudget()
@@ -225,7 +222,10 @@ class Collector:
                     f"Job {name}: shard {index} of {count} has no succeeded pod (it may have "
                     "been removed by its TTL)"
                 )
-            envelope = self._from_pod_log(pod.name)
+            if base_url:
+                envelope = self._from_publication(base_url, tenant, run_id, shard=index)
+            else:
+                envelope = self._from_pod_log(pod.name)
             parsed = _parse(envelope, name)
             where = f"{name} shard {index}"
             _expect(where, "envelope runId", parsed.run_id, run_id)
@@ -264,7 +264,7 @@ class Collector:
             envelope,
             digest,
             merged.result_digest,
-            "pod-log",
+            "publication" if base_url else "pod-log",
             corroborated,
             shards=count,
         )
@@ -340,8 +340,14 @@ class Collector:
         except MalformedError as exc:
             raise EnvelopeMissingError(f"pod {pod}: {exc}") from exc
 
-    def _from_publication(self, base_url: str, tenant: str, run_id: str) -> bytes:
+    def _from_publication(
+        self, base_url: str, tenant: str, run_id: str, *, shard: int | None = None
+    ) -> bytes:
+        """The run's envelope from the publication service, or shard ``shard``'s (the
+        service keeps one envelope per run ID and part: the whole run, or each shard)."""
         url = publication_run_url(base_url, tenant, run_id)
+        if shard is not None:
+            url += f"/shards/{shard}"
         try:
             answer = self._http.get(
                 url, headers={"Accept": "application/json"}, limit=PUBLICATION_ANSWER

@@ -321,12 +321,6 @@ class ReplaySpec:
             raise UsageError(
                 f"--shards {self.shards!r}: must be a whole number from 1 to {MAX_SHARD_COUNT}"
             )
-        if self.shards is not None and self.publish_url is not None:
-            raise UsageError(
-                "a sharded run cannot publish its shard envelopes yet (the publication service "
-                "keeps one envelope per run ID): drop --publish-url; collect merges the "
-                "shards from the pods' logs"
-            )
         if self.parallelism is not None:
             if self.shards is None:
                 raise UsageError("--parallelism needs --shards (an unsharded Job runs one pod)")

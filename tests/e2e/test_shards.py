@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.cli import main as verify_main
+from attestation.contracts import sha256_digest
 from runner.cli import main as runner_main
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.storage import SqliteStorage
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
+from tests.publish.conftest import running_service
 
 RUN_ID = "run-e2e-1"  # the genuine run's: the same expected values serve both
 Mutation = Callable[[dict[str, Any]], None]
@@ -328,3 +333,85 @@ def test_docs_name_every_check_of_a_merged_envelope(
     }
     assert {"merged.shards", "merged.result", "binding.report-data"} <= names
     assert sorted(name for name in names if f"`{name}`" not in docs) == []
+
+
+# -- published and fetched like any other envelope -------------------------------------------
+
+
+def test_shards_and_their_merge_are_published_fetched_and_verified(
+    sharded: ShardedRun,
+    genuine_run: GenuineRun,
+    other_shards: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    storage = SqliteStorage(tmp_path / "publication.sqlite3")
+    storage.initialize()
+    signer = CheckpointSigner("publish.test", Ed25519PrivateKey.generate())
+    operator, reader = tmp_path / "operator.token", tmp_path / "tenant.token"
+    store = tmp_path / "acme-store"
+    with running_service(storage, signer) as service:
+        operator.write_text(service.token("acme") + "\n")
+        reader.write_text(service.token("acme", "tenant") + "\n")
+
+        def publish(envelope: Path) -> int:
+            capsys.readouterr()
+            return runner_main(
+                [
+                    "publish",
+                    str(envelope),
+                    "--target",
+                    service.url,
+                    "--tenant",
+                    "acme",
+                    "--token-file",
+                    str(operator),
+                    "--spool-dir",
+                    str(tmp_path / "spool"),
+                ]
+            )
+
+        # the pods publish their shards, the operator the merged envelope (run ID from it)
+        for envelope in [*sharded.shards, sharded.merged]:
+            assert publish(envelope) == 0, capsys.readouterr().err
+        # a second envelope for shard 1 of the run (a genuine one, of another split) is refused
+        other = tmp_path / "other-split.json"
+        other.write_text(json.dumps(other_shards["other-split"]))
+        assert publish(other) == 6
+        error = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("error: "))
+        assert (
+            "envelope upload answered HTTP 409: shard 1 of run 'run-e2e-1' already points to "
+            f"{sha256_digest(sharded.shards[1].read_bytes())}; this envelope was not logged"
+        ) in error
+        assert storage.run_shards("acme", RUN_ID) == [0, 1, 2]
+
+        fetch = [
+            "tenant",
+            "fetch",
+            "--server",
+            service.url,
+            "--token-file",
+            str(reader),
+            "--tenant",
+            "acme",
+            "--out",
+            str(store),
+            "--log-key",
+            signer.verifier_key.encode(),
+        ]
+        assert runner_main(fetch) == 0, capsys.readouterr().err
+
+    index = json.loads((store / "index.json").read_text())
+    digests = [sha256_digest(path.read_bytes()) for path in [*sharded.shards, sharded.merged]]
+    assert [(entry["digest"], entry["shard"]) for _, entry in sorted(index.items())] == [
+        (digests[0], 0),
+        (digests[1], 1),
+        (digests[2], 2),
+        (digests[3], None),
+    ]
+    fetched = {digest: store / "envelopes" / f"sha256-{digest[7:]}.json" for digest in digests}
+    # the merged envelope verifies as the run, every shard envelope alone does not
+    assert verify(fetched[digests[3]], genuine_run.expected) == 0
+    assert fetched[digests[3]].read_bytes() == sharded.merged.read_bytes()
+    for digest in digests[:3]:
+        assert verify(fetched[digest], genuine_run.expected) == 8

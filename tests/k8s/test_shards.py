@@ -12,17 +12,22 @@ import contextlib
 import io
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.cli import main as verify_main
 from runner.cli import main as runner_main
 from runner.k8s.indexes import IndexListError, parse_index_list
 from runner.k8s.job import MAX_NAME, CorpusUrl, ReplaySpec, build_job, job_name
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.client import publish_envelope
+from runner.publish.storage import SqliteStorage
 from tests.k8s.apiserver import job_validation_problems
 from tests.k8s.cluster import FakeCluster, format_index_list
 from tests.k8s.conftest import (
@@ -36,6 +41,7 @@ from tests.k8s.conftest import (
     submit_args,
 )
 from tests.k8s.test_manifests import VERSIONS
+from tests.publish.conftest import running_service
 
 SHARDS = 3
 RUN_ID = "run-sharded"
@@ -45,6 +51,7 @@ SUBMIT_EXIT = 5
 @dataclass(frozen=True)
 class ShardOutputs:
     logs: list[str]
+    envelopes: list[bytes]
     expected: Path
     unsharded_result: bytes
 
@@ -88,7 +95,8 @@ def shard_outputs(tmp_path_factory: pytest.TempPathFactory, pods: Pods) -> Shard
     path = work / "expected.json"
     path.write_text(json.dumps(expected))
     unsharded = json.loads(pods.base.envelope)["result"]
-    return ShardOutputs(logs, path, json.dumps(unsharded, sort_keys=True).encode())
+    envelopes = [(work / f"shard-{index}.json").read_bytes() for index in range(SHARDS)]
+    return ShardOutputs(logs, envelopes, path, json.dumps(unsharded, sort_keys=True).encode())
 
 
 def spec(**changes: Any) -> ReplaySpec:
@@ -159,10 +167,6 @@ def test_the_longest_job_names_pass_the_servers_indexed_job_validation(shards: i
         ({"shards": 257}, "--shards 257: must be a whole number from 1 to 256"),
         ({"parallelism": 9}, "--parallelism 9: must be a whole number from 1 to the 8 shards"),
         ({"shards": None}, "--parallelism needs --shards"),
-        (
-            {"publish_url": "https://publish.example", "publish_token_secret": "t"},
-            "a sharded run cannot publish its shard envelopes yet",
-        ),
     ],
 )
 def test_bad_shard_parameters_are_refused(changes: dict[str, Any], message: str) -> None:
@@ -187,9 +191,12 @@ def sharded_script(
     *,
     fail_once: dict[int, int] | None = None,
     release: threading.Event | None = None,
+    publish: Callable[[int], None] | None = None,
 ) -> Any:
     """Controller and kubelets: every index's pods run as they are created; ``fail_once``
-    makes the first pod of an index exit with that code; ``release`` holds index 2 until set."""
+    makes the first pod of an index exit with that code; ``release`` holds index 2 until set;
+    ``publish(index)`` is the pod publishing its shard envelope, whose log is then empty (as
+    under a CoCo agent policy that denies ReadStreamRequest)."""
     failures = dict(fail_once or {})
 
     def script(cluster: FakeCluster, job: dict[str, Any]) -> None:
@@ -223,7 +230,9 @@ def sharded_script(
                 continue
             if index == 2 and release is not None:
                 release.wait(30)
-            cluster.succeed(pod_name, log=outputs.logs[index])
+            if publish is not None:
+                publish(index)
+            cluster.succeed(pod_name, log="" if publish else outputs.logs[index])
 
     return script
 
@@ -370,7 +379,9 @@ def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # no
         document = json.loads(unframe_envelope(framed_payloads(log).pop()))
         document["result"]["padding"] = "x" * (9 * 1024 * 1024)
         logs.append(f"replaying\n{frame_envelope(json.dumps(document).encode())}\n")
-    padded = ShardOutputs(logs, shard_outputs.expected, shard_outputs.unsharded_result)
+    padded = ShardOutputs(
+        logs, shard_outputs.envelopes, shard_outputs.expected, shard_outputs.unsharded_result
+    )
     read: list[str] = []
     original = Collector._from_pod_log
 
@@ -396,3 +407,92 @@ def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # no
     )
     assert "over the 16777216-byte envelope limit every verifier applies" in error
     assert len(read) == 2
+
+
+def test_shards_published_by_their_pods_are_collected_from_the_service(  # noqa: PLR0917 (pytest fixtures)
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    shard_outputs: ShardOutputs,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    storage = SqliteStorage(tmp_path / "publication.sqlite3")
+    storage.initialize()
+    signer = CheckpointSigner("publish.test", Ed25519PrivateKey.generate())
+    with running_service(storage, signer) as service:
+
+        def publish(index: int) -> None:  # what `run --publish` does in the pod of `index`
+            if index != 1:  # shard 1 never reaches the service (its pod's publish failed)
+                publish_envelope(
+                    service.url,
+                    shard_outputs.envelopes[index],
+                    tenant=TENANT,
+                    run_id=RUN_ID,
+                    token=service.token(TENANT),
+                    spool_dir=tmp_path / "spool",
+                )
+
+        reader = tmp_path / "tenant.token"
+        reader.write_text(service.token(TENANT, "tenant") + "\n")
+        cluster.on_job_created = sharded_script(shard_outputs, publish=publish)
+        publishing = ["--publish-url", service.url, "--publish-token-secret", "acme-publish"]
+        code = cli(
+            *submit_args(kubeconfig, pods, "--shards", str(SHARDS), *publishing, run_id=RUN_ID),
+            "--wait",
+            "--timeout",
+            "60",
+            "--expected",
+            str(shard_outputs.expected),
+            "--publish-token-file",
+            str(reader),
+        )
+        captured = capsys.readouterr()
+        assert code == SUBMIT_EXIT
+        assert error_line(captured.err) == (
+            f"publication endpoint {service.url}/v1/tenants/{TENANT}/runs/{RUN_ID}/shards/1 "
+            "answered HTTP 404"
+        )
+        job = cluster.jobs[("attested-replay", job_name(TENANT, RUN_ID))]
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--publish") + 1] == service.url
+        assert args[args.index("--shard-count") + 1] == str(SHARDS)
+
+        # the spooled shard is delivered later; collect then merges the three from the service
+        publish_envelope(
+            service.url,
+            shard_outputs.envelopes[1],
+            tenant=TENANT,
+            run_id=RUN_ID,
+            token=service.token(TENANT),
+            spool_dir=tmp_path / "spool",
+        )
+        out = tmp_path / "merged.json"
+        base = ["--kubeconfig", str(kubeconfig), "--api-retry-delay", "0.01"]
+        code = cli(
+            "collect",
+            RUN_ID,
+            "--tenant",
+            TENANT,
+            *base,
+            "--expected",
+            str(shard_outputs.expected),
+            "--publish-token-file",
+            str(reader),
+            "--out",
+            str(out),
+        )
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        summary = last_json(captured.out)
+        assert (summary["source"], summary["shards"], summary["verified"]) == (
+            "publication",
+            SHARDS,
+            True,
+        )
+        assert cluster.requests["GET log"] == 0
+    merged = json.loads(out.read_bytes())
+    assert [json.dumps(shard) for shard in merged["shards"]] == [
+        json.dumps(json.loads(envelope)) for envelope in shard_outputs.envelopes
+    ]
+    assert json.dumps(merged["result"], sort_keys=True).encode() == shard_outputs.unsharded_result
