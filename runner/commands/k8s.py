@@ -301,7 +301,8 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
         "--publish-token-file",
         type=input_file("--publish-token-file"),
         metavar="FILE",
-        help="bearer token for reading from the publication endpoint",
+        help="bearer token of the run's tenant for reading from the publication endpoint "
+        "(collect; with --publish-url, submit first asks it whether the run ID was published)",
     )
     add_ca_bundle(parser)
 
@@ -321,6 +322,12 @@ def handle_submit(args: argparse.Namespace) -> int:
         return 0
     if args.wait and args.expected is None:
         raise UsageError("--wait verifies the envelope: give --expected EXPECTED.json")
+    if args.publish_url and args.publish_token_file is None:
+        raise UsageError(
+            f"--publish-url {args.publish_url}: submit first asks the publication service "
+            f"whether run {args.run_id!r} was published; give --publish-token-file FILE (a "
+            f"token of tenant {args.tenant!r})"
+        )
     # The expected values are read before anything is submitted: a missing or malformed file
     # found only after the Job ran would waste a TEE run.
     verifier = load_verifier(_expected_for(args.expected, args.run_id)) if args.wait else None

@@ -9,6 +9,15 @@ class RunConflictError(SubmitError):
     """A Job for this tenant and run ID exists with a different spec."""
 
 
+class RunPublishedError(RunConflictError):
+    """The publication service already has an envelope of this run ID (``--rerun`` cannot help:
+    it would refuse the new one)."""
+
+
+class PublicationCheckError(SubmitError):
+    """submit could not learn from the publication service whether the run ID was published."""
+
+
 class RunNotFoundError(SubmitError):
     """No Job exists for this tenant and run ID."""
 

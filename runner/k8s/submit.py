@@ -25,6 +25,7 @@ from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, 
 from runner.k8s.errors import (
     ApiUnavailableError,
     PodCannotRunError,
+    PublicationCheckError,
     RunConflictError,
     RunFailedError,
     RunGoneError,
@@ -40,6 +41,7 @@ from runner.k8s.job import (
     build_job,
 )
 from runner.k8s.progress import RunProgress, WaitPolicy
+from runner.k8s.published import check_unpublished
 from runner.k8s.records import (
     DEFAULT_RECORDS_NAMESPACE,
     RecordState,
@@ -101,18 +103,16 @@ class Submitter:
         self._retry = retry_policy or KUBERNETES_RETRY
         self._watch_timeout = watch_timeout
         self._records = RunRecords(self._core, records_namespace, retry_policy=self._retry)
+        self._publication_token = publish_token is not None or http is not None
+        self._http = http or HttpClient(
+            token=publish_token,
+            retry=PUBLICATION_RETRY,
+            what="publication URL",
+            # --ca-bundle: the only way to trust another CA (no REQUESTS_CA_BUNDLE & co.)
+            ca_bundle=ca_bundle,
+        )
         self._collector = Collector(
-            self._core,
-            namespace,
-            retry_policy=self._retry,
-            http=http
-            or HttpClient(
-                token=publish_token,
-                retry=PUBLICATION_RETRY,
-                what="publication URL",
-                # --ca-bundle: the only way to trust another CA (no REQUESTS_CA_BUNDLE & co.)
-                ca_bundle=ca_bundle,
-            ),
+            self._core, namespace, retry_policy=self._retry, http=self._http
         )
 
     # -- submit ---------------------------------------------------------------------------
@@ -132,6 +132,8 @@ class Submitter:
         digest = body["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
         name = body["metadata"]["name"]
         self._check_runtime_class(body["spec"]["template"]["spec"]["runtimeClassName"])
+        if spec.publish_url:
+            self._check_unpublished(spec, name, digest)
         self._claim(spec, name, digest, rerun)
         try:
             response: Any = retry.call(
@@ -227,6 +229,27 @@ class Submitter:
         )
         if rerun:
             log.warning("k8s_run_rerun", job=name, run_id=spec.run_id, reason=rerun)
+
+    def _check_unpublished(self, spec: ReplaySpec, name: str, digest: str) -> None:
+        """Refuse a run ID the publication service it publishes to has an envelope of
+        (:mod:`runner.k8s.published`); an identical Job that exists here is attached to below
+        without asking (an idempotent retry of this very submission)."""
+        assert spec.publish_url is not None
+        try:
+            existing = self._read_job(name)
+        except RunNotFoundError:
+            existing = None
+        if existing is not None:
+            annotations = existing["metadata"].get("annotations") or {}
+            if annotations.get(ANNOTATION_SPEC_DIGEST) == digest:
+                return
+        if not self._publication_token:
+            raise PublicationCheckError(
+                f"run {spec.run_id!r} publishes to {spec.publish_url}: submit must first ask that "
+                "service whether the run ID was published, and has no token to ask with"
+            )
+        check_unpublished(self._http, spec.publish_url, spec.tenant, spec.run_id)
+        log.info("k8s_run_unpublished", job=name, run_id=spec.run_id, url=spec.publish_url)
 
     def _job_exists(self, name: str) -> bool:
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_httpserver import HTTPServer
 
 from attestation.envelope.model import Envelope
 from runner.cli import main as runner_main
@@ -210,6 +211,26 @@ def succeed(pods: Pods, *, termination_message: bool = False, log: bool = True) 
         )
 
     return script
+
+
+def unpublished_service(
+    httpserver: HTTPServer, *, owner: str = TENANT, shards: tuple[int, ...] | list[int] = ()
+) -> str:
+    """The publication service as submit's check sees it before the run (its URL): the token
+    is ``owner``'s (the tenant's listing answers 200, or 404 as for another tenant), no whole or
+    merged envelope of RUN_ID (a one-shot 404, so a test's own handler answers later reads of
+    the run), ``shards`` as the run's shard parts."""
+    listing = httpserver.expect_request(f"/v1/tenants/{TENANT}/envelopes")
+    if owner == TENANT:
+        listing.respond_with_json({"envelopes": [], "next": None})
+    else:
+        listing.respond_with_json({"error": "not found", "reason": "not-found"}, status=404)
+    run = f"/v1/tenants/{TENANT}/runs/{RUN_ID}"
+    httpserver.expect_oneshot_request(run).respond_with_json(
+        {"error": "not found", "reason": "not-found"}, status=404
+    )
+    httpserver.expect_request(f"{run}/shards").respond_with_json({"shards": list(shards)})
+    return str(httpserver.url_for("/")).rstrip("/")
 
 
 def cli(*argv: str) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_httpserver import HTTPServer
 
 from runner.k8s import submit
 from runner.k8s.job import ReplaySpec, build_job
@@ -30,6 +31,7 @@ from tests.k8s.conftest import (
     name_of,
     submit_args,
     succeed,
+    unpublished_service,
 )
 
 NS = "attested-replay"
@@ -128,22 +130,30 @@ def test_collect_after_the_ttl_names_what_is_missing(
     assert cluster.requests["GET log"] == 0
 
 
-def test_collect_after_the_ttl_says_where_the_published_envelope_is(
-    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+def test_collect_after_the_ttl_says_where_the_published_envelope_is(  # noqa: PLR0917
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    httpserver: HTTPServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     cluster.on_job_created = succeed(pods)
-    publish = ["--publish-url", PUBLISH_URL, "--publish-token-secret", "acme-publish"]
+    url = unpublished_service(httpserver)
+    token = tmp_path / "token"
+    token.write_text("read-token\n")
+    publish = ["--publish-url", url, "--publish-token-secret", "acme-publish"]
+    publish += ["--publish-token-file", str(token)]
     assert cli(*submit_args(kubeconfig, pods), *publish) == 0
-    assert record(cluster)["publishUrl"] == PUBLISH_URL
+    assert record(cluster)["publishUrl"] == url
     cluster.expire(name_of())
     capsys.readouterr()
 
     assert collect(kubeconfig, pods) == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
         f"run '{RUN_ID}' of tenant '{TENANT}': {ttl_gone(record(cluster))}{PODS_GONE}; the run "
-        f"published its envelope to {PUBLISH_URL}: it is at {PUBLISH_URL}/v1/tenants/{TENANT}/"
-        f"runs/{RUN_ID} (attested-replay tenant fetch --server {PUBLISH_URL} --tenant {TENANT} "
-        "fetches and verifies it)"
+        f"published its envelope to {url}: it is at {url}/v1/tenants/{TENANT}/runs/{RUN_ID} "
+        f"(attested-replay tenant fetch --server {url} --tenant {TENANT} fetches and verifies it)"
     )
 
 

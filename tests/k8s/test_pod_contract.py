@@ -265,7 +265,10 @@ def test_pod_publishes_to_the_real_service_and_collect_fetches_it_from_there(  #
     storage.initialize()
     signer = CheckpointSigner("publish.test", Ed25519PrivateKey.generate())
     with running_service(storage, signer) as service:
-        submitted = cli(
+        # submit asks the service whether the run ID was published, with a token of the tenant
+        reader = tmp_path / "tenant-token"
+        reader.write_text(service.token(TENANT, "tenant") + "\n")
+        submit = (
             "submit",
             "--kubeconfig",
             str(kubeconfig),
@@ -289,7 +292,10 @@ def test_pod_publishes_to_the_real_service_and_collect_fetches_it_from_there(  #
             service.url,
             "--publish-token-secret",
             "acme-publish",
+            "--publish-token-file",
+            str(reader),
         )
+        submitted = cli(*submit)
         assert submitted == 0, capsys.readouterr().err
         name = name_of()
         job = cluster.jobs[("attested-replay", name)]
@@ -318,8 +324,6 @@ def test_pod_publishes_to_the_real_service_and_collect_fetches_it_from_there(  #
         # corroborates the envelope collected from the service
         cluster.succeed(pod, log="", termination_message=termination.read_text())
 
-        reader = tmp_path / "tenant-token"
-        reader.write_text(service.token(TENANT, "tenant") + "\n")
         collect = (
             "collect",
             RUN_ID,
@@ -365,3 +369,15 @@ def test_pod_publishes_to_the_real_service_and_collect_fetches_it_from_there(  #
             f"publication endpoint {service.url}/v1/tenants/{TENANT}/runs/{RUN_ID} "
             "answered HTTP 401"
         )
+
+        # Its Job expires, the run ID stays published: the service would refuse a rerun's
+        # envelope after the TEE ran, so submit refuses first, --rerun or not.
+        cluster.expire(name)
+        assert cli(*submit, "--rerun", "the envelope was lost") == 5
+        assert error_line(capsys.readouterr().err) == (
+            f"run '{RUN_ID}' of tenant '{TENANT}' was published before: the publication service "
+            f"has an envelope of it ({service.url}/v1/tenants/{TENANT}/runs/{RUN_ID}) and keeps "
+            "one per run ID, so it would refuse this run's envelope after the TEE ran (--rerun "
+            "does not change that). Use a new run ID, or collect the published envelope"
+        )
+        assert cluster.created[name] == 1

@@ -9,6 +9,7 @@ the Job and by the tenant's verifier.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,17 @@ from tests.k8s.conftest import (
     name_of,
     submit_args,
     succeed,
+    unpublished_service,
 )
 
 TOKEN = "read-token-for-acme"
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    return path
 
 
 def finish_without_log(pods: Pods, *, termination_message: bool = False) -> Script:
@@ -42,16 +51,15 @@ def test_envelope_is_collected_from_the_publication_endpoint(  # noqa: PLR0917 -
     kubeconfig: Path,
     pods: Pods,
     httpserver: HTTPServer,
-    tmp_path: Path,
+    token_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    unpublished_service(httpserver)
     httpserver.expect_request(
         f"/v1/tenants/{TENANT}/runs/{RUN_ID}",
         method="GET",
         headers={"Authorization": f"Bearer {TOKEN}"},
     ).respond_with_data(pods.base.envelope, content_type="application/json")
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
     cluster.on_job_created = finish_without_log(pods)
     url = httpserver.url_for("/").rstrip("/")
     code = cli(
@@ -60,13 +68,13 @@ def test_envelope_is_collected_from_the_publication_endpoint(  # noqa: PLR0917 -
         url,
         "--publish-token-secret",
         "acme-publish",
+        "--publish-token-file",
+        str(token_file),
         "--wait",
         "--timeout",
         "30",
         "--expected",
         str(pods.base.expected),
-        "--publish-token-file",
-        str(token_file),
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -90,10 +98,12 @@ def test_endpoint_envelope_of_another_run_is_refused(  # noqa: PLR0917 - fixture
     kubeconfig: Path,
     pods: Pods,
     httpserver: HTTPServer,
+    token_file: Path,
     capsys: pytest.CaptureFixture[str],
     termination_message: bool,
 ) -> None:
     other = pods.for_run("run-other").envelope
+    unpublished_service(httpserver)
     httpserver.expect_request(f"/v1/tenants/{TENANT}/runs/{RUN_ID}").respond_with_data(other)
     cluster.on_job_created = finish_without_log(pods, termination_message=termination_message)
     url = httpserver.url_for("/").rstrip("/")
@@ -103,6 +113,8 @@ def test_endpoint_envelope_of_another_run_is_refused(  # noqa: PLR0917 - fixture
         url,
         "--publish-token-secret",
         "acme-publish",
+        "--publish-token-file",
+        str(token_file),
         "--wait",
         "--timeout",
         "30",
@@ -116,14 +128,16 @@ def test_endpoint_envelope_of_another_run_is_refused(  # noqa: PLR0917 - fixture
     )
 
 
-def test_endpoint_envelope_the_termination_message_contradicts_is_refused(
+def test_endpoint_envelope_the_termination_message_contradicts_is_refused(  # noqa: PLR0917
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
     httpserver: HTTPServer,
+    token_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """When the host does see the message (kata >= 3.29), it must describe the envelope."""
+    unpublished_service(httpserver)
     httpserver.expect_request(f"/v1/tenants/{TENANT}/runs/{RUN_ID}").respond_with_data(
         pods.base.envelope
     )
@@ -142,6 +156,8 @@ def test_endpoint_envelope_the_termination_message_contradicts_is_refused(
         url,
         "--publish-token-secret",
         "acme-publish",
+        "--publish-token-file",
+        str(token_file),
         "--wait",
         "--timeout",
         "30",
@@ -157,13 +173,15 @@ def test_endpoint_envelope_the_termination_message_contradicts_is_refused(
     )
 
 
-def test_endpoint_without_the_run_is_a_clear_error(
+def test_endpoint_without_the_run_is_a_clear_error(  # noqa: PLR0917 - fixtures
     cluster: FakeCluster,
     kubeconfig: Path,
     pods: Pods,
     httpserver: HTTPServer,
+    token_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    unpublished_service(httpserver)
     httpserver.expect_request(f"/v1/tenants/{TENANT}/runs/{RUN_ID}").respond_with_data(
         "{}", status=404
     )
@@ -175,6 +193,8 @@ def test_endpoint_without_the_run_is_a_clear_error(
         url,
         "--publish-token-secret",
         "acme-publish",
+        "--publish-token-file",
+        str(token_file),
         "--wait",
         "--timeout",
         "30",
@@ -244,6 +264,7 @@ def test_an_https_endpoint_signed_by_another_ca_is_trusted_only_with_ca_bundle( 
     kubeconfig: Path,
     pods: Pods,
     tmp_path: Path,
+    token_file: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -252,17 +273,29 @@ def test_an_https_endpoint_signed_by_another_ca_is_trusted_only_with_ca_bundle( 
     context, ca = hs.mint_tls(tmp_path)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))
-    envelope = hs.answer(200, pods.base.envelope, {"Content-Type": "application/json"})
+    json_answer = {"Content-Type": "application/json"}
+    envelope = hs.answer(200, pods.base.envelope, json_answer)
+    missing = hs.answer(404, b'{"error": "not found"}', json_answer)
+    answers = iter([missing])  # submit's check finds no envelope; collect finds it
+
+    def run(conn: socket.socket, request: bytes, server: hs.HostileServer) -> None:
+        next(answers, envelope)(conn, request, server)
+
     cluster.on_job_created = finish_without_log(pods)
     expected = ["--expected", str(pods.base.expected)]
-    with hs.HostileServer(
-        hs.route({f"/v1/tenants/{TENANT}/runs/{RUN_ID}": envelope}, hs.answer(404)), tls=context
-    ) as server:
+    run_path = f"/v1/tenants/{TENANT}/runs/{RUN_ID}"
+    routes = {
+        f"/v1/tenants/{TENANT}/envelopes": hs.answer(200, b'{"envelopes": []}', json_answer),
+        run_path: run,
+        f"{run_path}/shards": hs.answer(200, b'{"shards": []}', json_answer),
+    }
+    with hs.HostileServer(hs.route(routes, hs.answer(404)), tls=context) as server:
         publish = ["--publish-url", server.url, "--publish-token-secret", "acme-publish"]
+        publish += ["--publish-token-file", str(token_file)]
         submit = [*submit_args(kubeconfig, pods), *publish, "--wait", "--timeout", "30"]
         assert cli(*submit, *expected, "--ca-bundle", str(ca)) == 0
         assert last_json(capsys.readouterr().out)["source"] == "publication"
-        assert len(server.requests) == 1
+        assert len(server.requests) == 4  # the listing, the run (404), its shards; the run
 
         collect = ["collect", RUN_ID, "--tenant", TENANT, "--kubeconfig", str(kubeconfig)]
         assert cli(*collect, *expected) == 5
@@ -271,12 +304,12 @@ def test_an_https_endpoint_signed_by_another_ca_is_trusted_only_with_ca_bundle( 
             f"publication endpoint {server.url}/v1/tenants/{TENANT}/runs/{RUN_ID}: "
         )
         assert "TLS failed" in message
-        assert len(server.requests) == 1  # the handshake failed: no request was sent
+        assert len(server.requests) == 4  # the handshake failed: no request was sent
 
         assert cli(*collect, *expected, "--ca-bundle", str(ca)) == 0
         summary = last_json(capsys.readouterr().out)
         assert (summary["source"], summary["verified"]) == ("publication", True)
-        assert len(server.requests) == 2
+        assert len(server.requests) == 5
 
 
 def test_a_ca_bundle_that_is_not_pem_is_a_usage_error_before_any_request(
