@@ -213,6 +213,29 @@ def succeed(pods: Pods, *, termination_message: bool = False, log: bool = True) 
     return script
 
 
+PUBLISH_TOKEN = "read-token-for-acme"
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    """A token file for submit/collect's --publish-token-file (the tenant's read token)."""
+    path = tmp_path / "token"
+    path.write_text(PUBLISH_TOKEN + "\n")
+    return path
+
+
+def publishing_args(url: str, token_file: Path) -> list[str]:
+    """submit's options for a run that publishes to ``url`` (token Secret acme-publish)."""
+    return [
+        "--publish-url",
+        url,
+        "--publish-token-secret",
+        "acme-publish",
+        "--publish-token-file",
+        str(token_file),
+    ]
+
+
 def unpublished_service(
     httpserver: HTTPServer, *, owner: str = TENANT, shards: tuple[int, ...] | list[int] = ()
 ) -> str:

@@ -29,6 +29,7 @@ from tests.k8s.conftest import (
     error_line,
     last_json,
     name_of,
+    publishing_args,
     submit_args,
     succeed,
     unpublished_service,
@@ -135,16 +136,12 @@ def test_collect_after_the_ttl_says_where_the_published_envelope_is(  # noqa: PL
     kubeconfig: Path,
     pods: Pods,
     httpserver: HTTPServer,
-    tmp_path: Path,
+    token_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     cluster.on_job_created = succeed(pods)
     url = unpublished_service(httpserver)
-    token = tmp_path / "token"
-    token.write_text("read-token\n")
-    publish = ["--publish-url", url, "--publish-token-secret", "acme-publish"]
-    publish += ["--publish-token-file", str(token)]
-    assert cli(*submit_args(kubeconfig, pods), *publish) == 0
+    assert cli(*submit_args(kubeconfig, pods), *publishing_args(url, token_file)) == 0
     assert record(cluster)["publishUrl"] == url
     cluster.expire(name_of())
     capsys.readouterr()

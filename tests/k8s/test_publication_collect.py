@@ -19,6 +19,7 @@ from pytest_httpserver import HTTPServer
 from tests import hostile_server as hs
 from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (
+    PUBLISH_TOKEN,
     RUN_ID,
     TENANT,
     Pods,
@@ -27,19 +28,11 @@ from tests.k8s.conftest import (
     error_line,
     last_json,
     name_of,
+    publishing_args,
     submit_args,
     succeed,
     unpublished_service,
 )
-
-TOKEN = "read-token-for-acme"
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    path.write_text(TOKEN + "\n")
-    return path
 
 
 def finish_without_log(pods: Pods, *, termination_message: bool = False) -> Script:
@@ -58,18 +51,13 @@ def test_envelope_is_collected_from_the_publication_endpoint(  # noqa: PLR0917 -
     httpserver.expect_request(
         f"/v1/tenants/{TENANT}/runs/{RUN_ID}",
         method="GET",
-        headers={"Authorization": f"Bearer {TOKEN}"},
+        headers={"Authorization": f"Bearer {PUBLISH_TOKEN}"},
     ).respond_with_data(pods.base.envelope, content_type="application/json")
     cluster.on_job_created = finish_without_log(pods)
     url = httpserver.url_for("/").rstrip("/")
     code = cli(
         *submit_args(kubeconfig, pods),
-        "--publish-url",
-        url,
-        "--publish-token-secret",
-        "acme-publish",
-        "--publish-token-file",
-        str(token_file),
+        *publishing_args(url, token_file),
         "--wait",
         "--timeout",
         "30",
@@ -109,12 +97,7 @@ def test_endpoint_envelope_of_another_run_is_refused(  # noqa: PLR0917 - fixture
     url = httpserver.url_for("/").rstrip("/")
     code = cli(
         *submit_args(kubeconfig, pods),
-        "--publish-url",
-        url,
-        "--publish-token-secret",
-        "acme-publish",
-        "--publish-token-file",
-        str(token_file),
+        *publishing_args(url, token_file),
         "--wait",
         "--timeout",
         "30",
@@ -152,12 +135,7 @@ def test_endpoint_envelope_the_termination_message_contradicts_is_refused(  # no
     url = httpserver.url_for("/").rstrip("/")
     code = cli(
         *submit_args(kubeconfig, pods),
-        "--publish-url",
-        url,
-        "--publish-token-secret",
-        "acme-publish",
-        "--publish-token-file",
-        str(token_file),
+        *publishing_args(url, token_file),
         "--wait",
         "--timeout",
         "30",
@@ -189,12 +167,7 @@ def test_endpoint_without_the_run_is_a_clear_error(  # noqa: PLR0917 - fixtures
     url = httpserver.url_for("/").rstrip("/")
     code = cli(
         *submit_args(kubeconfig, pods),
-        "--publish-url",
-        url,
-        "--publish-token-secret",
-        "acme-publish",
-        "--publish-token-file",
-        str(token_file),
+        *publishing_args(url, token_file),
         "--wait",
         "--timeout",
         "30",
@@ -290,8 +263,7 @@ def test_an_https_endpoint_signed_by_another_ca_is_trusted_only_with_ca_bundle( 
         f"{run_path}/shards": hs.answer(200, b'{"shards": []}', json_answer),
     }
     with hs.HostileServer(hs.route(routes, hs.answer(404)), tls=context) as server:
-        publish = ["--publish-url", server.url, "--publish-token-secret", "acme-publish"]
-        publish += ["--publish-token-file", str(token_file)]
+        publish = publishing_args(server.url, token_file)
         submit = [*submit_args(kubeconfig, pods), *publish, "--wait", "--timeout", "30"]
         assert cli(*submit, *expected, "--ca-bundle", str(ca)) == 0
         assert last_json(capsys.readouterr().out)["source"] == "publication"

@@ -17,36 +17,20 @@ from pytest_httpserver import HTTPServer
 
 from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (
+    PUBLISH_TOKEN,
     RUN_ID,
     TENANT,
     Pods,
     cli,
     error_line,
     name_of,
+    publishing_args,
     submit_args,
     unpublished_service,
 )
 
 SUBMIT_EXIT = 5
 RUN_PATH = f"/v1/tenants/{TENANT}/runs/{RUN_ID}"
-
-
-def publishing(url: str, token_file: Path) -> list[str]:
-    return [
-        "--publish-url",
-        url,
-        "--publish-token-secret",
-        "acme-publish",
-        "--publish-token-file",
-        str(token_file),
-    ]
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    path.write_text("read-token\n")
-    return path
 
 
 def nothing_created(cluster: FakeCluster) -> bool:
@@ -57,17 +41,17 @@ def test_an_unpublished_run_is_submitted_after_three_reads(
     cluster: FakeCluster, kubeconfig: Path, pods: Pods, httpserver: HTTPServer, token_file: Path
 ) -> None:
     url = unpublished_service(httpserver)
-    assert cli(*submit_args(kubeconfig, pods), *publishing(url, token_file)) == 0
+    assert cli(*submit_args(kubeconfig, pods), *publishing_args(url, token_file)) == 0
     assert [(r.method, r.path) for r, _ in httpserver.log] == [
         ("GET", f"/v1/tenants/{TENANT}/envelopes"),
         ("GET", RUN_PATH),
         ("GET", f"{RUN_PATH}/shards"),
     ]
-    assert all(r.headers["Authorization"] == "Bearer read-token" for r, _ in httpserver.log)
+    assert all(r.headers["Authorization"] == f"Bearer {PUBLISH_TOKEN}" for r, _ in httpserver.log)
     assert cluster.created[name_of()] == 1
 
     # An identical submit while the Job exists attaches to it: the run is not asked about again.
-    assert cli(*submit_args(kubeconfig, pods), *publishing(url, token_file)) == 0
+    assert cli(*submit_args(kubeconfig, pods), *publishing_args(url, token_file)) == 0
     assert len(httpserver.log) == 3
     assert cluster.created[name_of()] == 1
 
@@ -81,7 +65,9 @@ def test_a_run_with_published_shards_is_refused(  # noqa: PLR0917 - fixtures
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = unpublished_service(httpserver, shards=[0, 2])
-    code = cli(*submit_args(kubeconfig, pods), *publishing(url, token_file), "--rerun", "again")
+    code = cli(
+        *submit_args(kubeconfig, pods), *publishing_args(url, token_file), "--rerun", "again"
+    )
     assert code == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
         f"run '{RUN_ID}' of tenant '{TENANT}' was published before: the publication service "
@@ -101,7 +87,7 @@ def test_a_token_of_another_tenant_cannot_tell_and_is_refused(  # noqa: PLR0917 
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = unpublished_service(httpserver, owner="globex")
-    assert cli(*submit_args(kubeconfig, pods), *publishing(url, token_file)) == SUBMIT_EXIT
+    assert cli(*submit_args(kubeconfig, pods), *publishing_args(url, token_file)) == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
         f"{url}/v1/tenants/{TENANT}/envelopes answered HTTP 404: the --publish-token-file token "
         f"is not one of tenant '{TENANT}', and the publication service answers 'not found' for "
@@ -124,7 +110,7 @@ def test_a_token_the_service_does_not_accept_is_refused(  # noqa: PLR0917 - fixt
         {"error": "no"}, status=401
     )
     url = httpserver.url_for("/").rstrip("/")
-    assert cli(*submit_args(kubeconfig, pods), *publishing(url, token_file)) == SUBMIT_EXIT
+    assert cli(*submit_args(kubeconfig, pods), *publishing_args(url, token_file)) == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
         f"{url}/v1/tenants/{TENANT}/envelopes answered HTTP 401: the --publish-token-file token is not accepted by "
         f"the publication service, so submit cannot check whether run '{RUN_ID}' was published "
@@ -146,7 +132,7 @@ def test_a_service_that_cannot_answer_fails_the_check_closed(  # noqa: PLR0917 -
     )
     httpserver.expect_request(RUN_PATH).respond_with_data("overloaded", status=503)
     url = httpserver.url_for("/").rstrip("/")
-    assert cli(*submit_args(kubeconfig, pods), *publishing(url, token_file)) == SUBMIT_EXIT
+    assert cli(*submit_args(kubeconfig, pods), *publishing_args(url, token_file)) == SUBMIT_EXIT
     assert error_line(capsys.readouterr().err) == (
         f"{url}{RUN_PATH} answered HTTP 503: submit cannot check whether run '{RUN_ID}' was "
         "published, and refuses to boot a TEE for a run ID that may have been"
