@@ -10,7 +10,9 @@ computation that the new tree extends the kept one and holds every new entry: th
 of the kept tree (its last entry's inclusion proof under the kept root) extended with the new
 entries must give the new signed root (:class:`CompactRange`). Any failure is tampering. So
 is a log holding two envelopes for one run (or one shard of a run): the service never logs a
-replacement, so a second one means the operator rewrote which envelope a run has.
+replacement, so a second one means the operator rewrote which envelope a run has; and a run
+whose merged envelope holds other shards than the log's shard envelopes of it
+(:mod:`tenant.logged_shards`).
 Envelopes are downloaded ``jobs`` at a time, each checked against its entry and written
 atomically; the directory is synced once per page, and the index and checkpoint follow only
 when every envelope is stored.
@@ -57,6 +59,7 @@ from tenant.http import (
     RetryPolicy,
     check_url,
 )
+from tenant.logged_shards import check_logged_shards
 
 log = structlog.get_logger("attested-replay.tenant")
 
@@ -191,6 +194,11 @@ def fetch_tenant(
     for (position, entry), shard in zip(entries, shards, strict=True):
         index[str(position)] = {"digest": entry.envelope, "runId": entry.run_id, "shard": shard}
     _check_one_envelope_per_run(index, out_dir)
+    check_logged_shards(
+        index,
+        (position for position, _ in entries),
+        lambda digest: _envelope_path(out_dir, digest).read_bytes(),
+    )
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")

@@ -469,3 +469,96 @@ def test_two_envelopes_for_one_shard_are_tampering(
             f"log entries 6 and 7 both publish shard 1 of run 'run-s' ({_digest(shards[1])} and "
             f"{_digest(again)})",
         )
+
+
+def _publish_all(world: Any, service: Any, envelopes: list[bytes], run_id: str) -> None:
+    for data in envelopes:
+        publish_envelope(
+            service.url,
+            data,
+            tenant="acme",
+            run_id=run_id,
+            token=service.token("acme"),
+            spool_dir=world["tenant"].out.parent / "spool",
+            retry=FAST,
+        )
+
+
+def test_a_merged_envelope_with_another_shard_than_the_logged_one_is_tampering(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pods publish shards 0 and 1; the operator publishes a merged envelope whose shard
+    1 is other evidence (the service checks no more than the schema)."""
+    shards = [envelope_for("acme", "run-s", n, shard=(n, 2)) for n in range(2)]
+    other = envelope_for("acme", "run-s", 77, shard=(1, 2))
+    merged = make_merged_envelope("acme", "run-s", [shards[0], other])
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        _publish_all(world, service, [*shards, merged], "run-s")
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"the merged envelope of run 'run-s' (log entry 7, {_digest(merged)}) holds another "
+            f"shard 1 than the one log entry 6 publishes ({_digest(shards[1])})",
+        )
+    assert not (world["tenant"].out / "index.json").read_text().count("run-s")
+
+
+def test_a_shard_logged_after_its_merged_envelope_is_checked_against_it(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The merged envelope was fetched (and kept) first; shard 0, logged later, is compared
+    with the kept merged envelope's shard 0."""
+    shards = [envelope_for("acme", "run-s", n, shard=(n, 2)) for n in range(2)]
+    merged = make_merged_envelope("acme", "run-s", shards)
+    other = envelope_for("acme", "run-s", 50, shard=(0, 2))
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        _publish_all(world, service, [merged, shards[1]], "run-s")
+        assert world["tenant"].fetch(service.url) == 0
+        _publish_all(world, service, [other], "run-s")
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"the merged envelope of run 'run-s' (log entry 5, {_digest(merged)}) holds another "
+            f"shard 0 than the one log entry 7 publishes ({_digest(other)})",
+        )
+
+
+def test_a_logged_shard_of_another_split_is_tampering(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    shards = [envelope_for("acme", "run-s", n, shard=(n, 2)) for n in range(2)]
+    merged = make_merged_envelope("acme", "run-s", shards)
+    third = envelope_for("acme", "run-s", 9, shard=(2, 3))
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        _publish_all(world, service, [merged, *shards, third], "run-s")
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"log entry 8 publishes shard 2 of run 'run-s' ({_digest(third)}), and the run's "
+            f"merged envelope (log entry 5, {_digest(merged)}) holds no shard 2",
+        )
+
+
+def test_an_unsharded_envelope_beside_shards_of_its_run_is_tampering(
+    world: Any, envelope_for: Callable[..., bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = envelope_for("acme", "run-s", 3)
+    shard = envelope_for("acme", "run-s", 4, shard=(0, 2))
+    with _restarted(world) as service:
+        service.tokens.update(world["tokens"])
+        _publish_all(world, service, [whole], "run-s")
+        assert world["tenant"].fetch(service.url) == 0
+        _publish_all(world, service, [shard], "run-s")
+        _expect_tampering(
+            world["tenant"],
+            service.url,
+            capsys,
+            f"log entry 5 publishes run 'run-s' unsharded ({_digest(whole)}) and log entry 6 "
+            f"publishes shard 0 of it ({_digest(shard)})",
+        )
