@@ -17,7 +17,9 @@ each on its own VM), and reports that process's CPU time for the work (imports e
   merged envelope alone against N single verifications of one shard envelope.
 
 Goal (issue 16): every shard's CPU time at most 1.3 x (unsharded / N) plus the cost of checking
-the corpus; printed for the checksum of ``cases.jsonl`` alone and for the whole integrity pass.
+the corpus checksum (``corpus checksum``: ``cases.jsonl``), and verifying a merged envelope of N
+shards at most N single verifications; the exit status is 0 only when both hold for every N.
+The shard line also prints the bound with the whole integrity pass in place of the checksum.
 """
 
 from __future__ import annotations
@@ -275,14 +277,14 @@ def main(argv: list[str] | None = None) -> int:
             assert merged["resultDigest"] == whole["resultDigest"], "merged != unsharded"
             verify_merged = measure(work, "verify-merged", str(count))["cpu"]
             verify_one = measure(work, "verify-shard", str(count))["cpu"]
-            met = max(cpus) <= generous
+            met = max(cpus) <= strict  # the goal of issue 16
             ok = ok and met and verify_merged <= count * verify_one
             print(
                 f"N={count}: shard CPU {', '.join(f'{cpu:.2f}' for cpu in cpus)} s; max "
                 f"{max(cpus):.2f} = {max(cpus) / share:.2f} x unsharded/N; goal "
                 f"1.3 x unsharded/N + checksum = {strict:.2f} "
-                f"({'met' if max(cpus) <= strict else 'missed'}), + integrity pass = "
-                f"{generous:.2f} ({'met' if met else 'missed'})"
+                f"({'met' if met else 'missed'}), + integrity pass = "
+                f"{generous:.2f} ({'met' if max(cpus) <= generous else 'missed'})"
             )
             print(
                 f"      merge + verify {merged['cpu']:.3f} s CPU, merged envelope "

@@ -3,8 +3,8 @@
 A run record is the pack's template on one line: a header (``arm_id``, ``run_index``,
 ``set_ref``, ``marks_ref``, ``usage``) and ``cases``, one result per corpus case, so a
 1M-case run is a single line of about 100 MB. :class:`RunReader` reads each line through a
-1 MiB window and hands the caller's sink the entries in batches, as columns
-(:class:`CaseColumns`):
+1 MiB window and hands the caller's sink the entries of the ranks it reads in batches, as
+columns (:class:`CaseColumns`: built only for those ranks, a shard's share):
 
 * the members other than ``cases`` are small; each is tokenized and parsed on its own;
 * ``cases`` is decoded in batches: the window is cut after its last ``}`` and ``[`` + piece
@@ -112,8 +112,20 @@ class CaseColumns:
 
 
 class CaseSink(Protocol):
+    @property
+    def ranks(self) -> range:
+        """The ranks of the entries the sink reads; the reader builds no columns for the
+        others (it still checks and digests every entry)."""
+        ...
+
     def add(self, rank: int, columns: CaseColumns) -> None:
-        """Entries of ranks ``rank`` to ``rank + len(columns) - 1`` of the current run."""
+        """Entries of ranks ``rank`` to ``rank + len(columns) - 1`` of the current run, all
+        within :attr:`ranks`."""
+        ...
+
+    def read(self, entries: int) -> None:
+        """The first ``entries`` entries of the current run have been read (progress)."""
+        ...
 
 
 SinkT = TypeVar("SinkT", bound=CaseSink)
@@ -122,7 +134,12 @@ SinkT = TypeVar("SinkT", bound=CaseSink)
 class IgnoreCases:
     """The sink of a reader that wants only the digest and the checks."""
 
+    ranks: Final = range(0)
+
     def add(self, rank: int, columns: CaseColumns) -> None:
+        pass
+
+    def read(self, entries: int) -> None:
         pass
 
 
@@ -454,16 +471,20 @@ class RunReader:
                     self.check_entries(header, ids, number, complete=False)
                     raise
                 ids.append(entry["case_id"])
-            sink.add(
-                first,
-                CaseColumns(
-                    case_ids=[entry["case_id"] for entry in batch],
-                    predictions=[entry["prediction"] for entry in batch],
-                    errors=[entry.get("error") for entry in batch],
-                    costs=[entry["cost_usd"] for entry in batch],
-                    latencies=[entry["latency_ms"] for entry in batch],
-                ),
-            )
+            start, end = _overlap(sink.ranks, first, len(batch))
+            if start < end:
+                wanted = batch[start - first : end - first]
+                sink.add(
+                    start,
+                    CaseColumns(
+                        case_ids=[entry["case_id"] for entry in wanted],
+                        predictions=[entry["prediction"] for entry in wanted],
+                        errors=[entry.get("error") for entry in wanted],
+                        costs=[entry["cost_usd"] for entry in wanted],
+                        latencies=[entry["latency_ms"] for entry in wanted],
+                    ),
+                )
+            sink.read(first + len(batch))
         if not self.entries_match(len(ids), _ids_digest(ids)):
             self.check_entries(header, ids, number, complete=True)
         self.digest.update(canonical + b"\n")
@@ -581,16 +602,11 @@ class _FastLine(Generic[SinkT]):
         ids = list(map(_CASE_ID, records))
         costs = list(map(_COST, records))
         latencies = list(map(_LATENCY, records))
-        self.sink.add(
-            self.count,
-            CaseColumns(
-                case_ids=ids,
-                predictions=list(map(_PREDICTION, records)),
-                errors=[None if error is UNSET else error for error in map(_ERROR, records)],
-                costs=costs,
-                latencies=latencies,
-            ),
-        )
+        start, end = _overlap(self.sink.ranks, self.count, len(records))
+        if start < end:  # before the numbers below are changed to their RFC 8785 form
+            part = slice(start - self.count, end - self.count)
+            self.sink.add(start, _columns(ids, records, costs, latencies, part=part))
+        self.sink.read(self.count + len(records))
         _rfc8785_numbers(records, costs, "cost_usd")
         _rfc8785_numbers(records, latencies, "latency_ms")
         canonical = _ENCODE(records)
@@ -626,6 +642,32 @@ class _FastLine(Generic[SinkT]):
             window.pos += 1
             if separator == b"]":
                 return
+
+
+def _overlap(ranks: range, first: int, count: int) -> tuple[int, int]:
+    """The ranks of ``ranks`` among ``first`` to ``first + count - 1`` (start, end)."""
+    return max(first, ranks.start), min(first + count, ranks.stop)
+
+
+def _columns(
+    ids: list[str],
+    records: list[RunCaseLine],
+    costs: list[Any],
+    latencies: list[Any],
+    *,
+    part: slice,
+) -> CaseColumns:
+    """The columns of ``records[part]`` (ids, costs and latencies already taken out)."""
+    if (part.start, part.stop) != (0, len(records)):
+        ids, costs, latencies = ids[part], costs[part], latencies[part]
+        records = records[part]
+    return CaseColumns(
+        case_ids=ids,
+        predictions=list(map(_PREDICTION, records)),
+        errors=[None if error is UNSET else error for error in map(_ERROR, records)],
+        costs=costs,
+        latencies=latencies,
+    )
 
 
 def _decode_batch(

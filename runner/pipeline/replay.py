@@ -171,7 +171,7 @@ class _ProgressCounter:
 class _RunScorer:
     """A run's entries folded into a tally by rank: the entry of rank k is the corpus case
     of rank k (``RunReader`` checks that), scored against the k-th label. Only the ranks in
-    ``owned`` (a shard's range; every rank for a whole run) are scored."""
+    ``ranks`` (a shard's range; every rank for a whole run) are read and scored."""
 
     def __init__(
         self,
@@ -183,33 +183,31 @@ class _RunScorer:
     ) -> None:
         self.tally = RunTally(plan.positive_label, plan.abstain_label, tail=tail)
         self.labels = labels
-        self.owned = owned
+        self.ranks = owned
         self.counter = counter
-        self.entries = 0
 
     def add(self, rank: int, columns: CaseColumns) -> None:
-        count = len(columns)
-        first, end = max(rank, self.owned.start), min(rank + count, self.owned.stop)
-        if first < end:
-            part = slice(first - rank, end - rank)
-            predictions, errors = columns.predictions[part], columns.errors[part]
-            answers = (
-                predictions
-                if errors.count(None) == len(errors)
-                # An error makes the case an error whatever the prediction says.
-                else [
-                    None if error is not None else p
-                    for p, error in zip(predictions, errors, strict=True)
-                ]
-            )
-            self.tally.add_batch(
-                self.labels.labels(first, end),
-                answers,
-                columns.costs[part],
-                columns.latencies[part],
-            )
-        self.entries += count
-        self.counter.entries(self.entries)
+        if not (self.ranks.start <= rank and rank + len(columns) <= self.ranks.stop):
+            raise ValueError(f"entries of ranks {rank}..{rank + len(columns) - 1} not scored here")
+        predictions, errors = columns.predictions, columns.errors
+        answers = (
+            predictions
+            if errors.count(None) == len(errors)
+            # An error makes the case an error whatever the prediction says.
+            else [
+                None if error is not None else p
+                for p, error in zip(predictions, errors, strict=True)
+            ]
+        )
+        self.tally.add_batch(
+            self.labels.labels(rank, rank + len(columns)),
+            answers,
+            columns.costs,
+            columns.latencies,
+        )
+
+    def read(self, entries: int) -> None:
+        self.counter.entries(entries)
 
 
 def _check_no_abstain_label(corpus_dir: Path, labels: CaseLabels, abstain_label: str) -> None:

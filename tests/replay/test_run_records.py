@@ -28,6 +28,7 @@ from runner.corpus import run_records
 from runner.corpus.check import check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
+from runner.corpus.evaluation import load_evaluation
 from runner.corpus.jsonio import parse_json
 from runner.corpus.models import RunCase
 from runner.pipeline.replay import replay_corpus
@@ -423,3 +424,65 @@ def test_a_line_longer_than_the_cap_is_refused_without_reading_it_whole(
     forbid_exact_reader(monkeypatch)
     with pytest.raises(CorpusError, match=r"^runs\.jsonl:1: line longer than 2000 bytes$"):
         replay_corpus(corpus)
+
+
+class _RecordingSink:
+    """Keeps what the reader hands over for the ranks it asks for."""
+
+    def __init__(self, ranks: range) -> None:
+        self.ranks = ranks
+        self.added: list[tuple[int, run_records.CaseColumns]] = []
+        self.progress: list[int] = []
+
+    def add(self, rank: int, columns: run_records.CaseColumns) -> None:
+        self.added.append((rank, columns))
+
+    def read(self, entries: int) -> None:
+        self.progress.append(entries)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_sink_gets_the_entries_of_its_ranks_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    """Columns are built for the sink's ranks alone (a shard's share), whichever reader
+    takes the line, and every entry still counts as read."""
+    corpus = write_corpus(tmp_path / "c", 3, cases=800)
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", 4096)  # many batches per run
+    monkeypatch.setattr(run_records, "_EXACT_BATCH", 100)
+    if exact:
+
+        def fall_back(self: object) -> None:
+            raise run_records._FallbackError
+
+        monkeypatch.setattr(run_records._FastLine, "read", fall_back)
+    else:
+        forbid_exact_reader(monkeypatch)
+    scan = case_scan.scan_cases(corpus, collect_labels=True)
+    assert scan.labels is not None
+    reader = run_records.RunReader(
+        corpus,
+        load_evaluation(corpus),
+        checksum=scan.checksum,
+        cases=run_records.CorpusCases(
+            count=scan.case_count, ids_digest=scan.labels.ids_digest, read_ids=list
+        ),
+    )
+    runs = list(reader.runs(lambda: _RecordingSink(range(350, 700))))
+    assert len(runs) == 4
+    for run, record in zip(runs, runs_of(corpus), strict=True):
+        sink = run.sink
+        assert len(sink.added) > 1
+        ranks = [rank + k for rank, columns in sink.added for k in range(len(columns))]
+        assert ranks == list(range(350, 700))
+        entries = record["cases"][350:700]
+        assert [i for _, c in sink.added for i in c.case_ids] == [e["case_id"] for e in entries]
+        assert [p for _, c in sink.added for p in c.predictions] == [
+            e["prediction"] for e in entries
+        ]
+        assert [x for _, c in sink.added for x in c.errors] == [e.get("error") for e in entries]
+        assert [repr(x) for _, c in sink.added for x in c.latencies] == [
+            repr(e["latency_ms"]) for e in entries
+        ]
+        assert sink.progress == sorted(sink.progress)
+        assert sink.progress[-1] == 800
