@@ -133,12 +133,17 @@ def require_fully_parseable(certificate: x509.Certificate, what: str) -> None:
 
 def load_endorsement(data: bytes) -> Endorsement:
     """Parse a VCEK/VLEK from PEM, DER or a PEM bundle (the leaf is the first certificate)."""
-    return _decoded_endorsement(load_certificates(data)[0])
+    return load_endorsement_chain(data)[0]
 
 
-def load_endorsement_from(certificates: tuple[x509.Certificate, ...]) -> Endorsement:
-    """The endorsement of ``load_certificates``' result (its first certificate)."""
-    return _decoded_endorsement(certificates[0])
+def load_endorsement_chain(data: bytes) -> tuple[Endorsement, tuple[x509.Certificate, ...]]:
+    """The endorsement (first certificate) of PEM, DER or a PEM bundle, and the certificates
+    after it."""
+    certificates = load_certificates(data)
+    # A DER input is exactly the certificate's DER (cryptography refuses trailing bytes), so
+    # it is kept as it came instead of being re-encoded.
+    der_input = None if _PEM_MARKER in data else data
+    return _decoded_endorsement(certificates[0], der_input), certificates[1:]
 
 
 def endorsement_from_certificate(certificate: x509.Certificate) -> Endorsement:
@@ -147,9 +152,12 @@ def endorsement_from_certificate(certificate: x509.Certificate) -> Endorsement:
     return _decoded_endorsement(certificate)
 
 
-def _decoded_endorsement(certificate: x509.Certificate) -> Endorsement:
+def _decoded_endorsement(
+    certificate: x509.Certificate, der_input: bytes | None = None
+) -> Endorsement:
     """:func:`endorsement_from_certificate` for a certificate ``load_certificates`` already
-    decoded completely (decoding it twice doubled the cost of a new chip's verification)."""
+    decoded completely (decoding it twice doubled the cost of a new chip's verification).
+    ``der_input`` is the DER it was loaded from, if the input was DER."""
     signer_kind = _signer_kind(certificate)
     public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(
@@ -180,7 +188,7 @@ def _decoded_endorsement(certificate: x509.Certificate) -> Endorsement:
     csp_id = _optional_string(values, OID_CSP_ID, "csp_id")
     return Endorsement(
         certificate=certificate,
-        der=certificate.public_bytes(serialization.Encoding.DER),
+        der=der_input or certificate.public_bytes(serialization.Encoding.DER),
         signer_kind=signer_kind,
         struct_version=struct_version,
         product_name=product_name,

@@ -5,10 +5,14 @@ validate AMD chains. A CA ``ExtensionPolicy.permit_all()`` is refused outright (
 policy must require the basicConstraints extension to be present"), and with basicConstraints
 required the verifier rejects every AMD certificate with "Forbidden signature algorithm"
 (RSASSA-PSS SHA-384 salt 48 is outside its Web PKI algorithm set). So each hop is checked here
-explicitly: ``verify_directly_issued_by`` for the signature, plus our own checks of the exact
-signature algorithm (RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48, trailer 1, parsed from the
-DER), RSA-4096 issuer keys, CA basic constraints and key usage, no unknown critical extension,
-and validity of every certificate at the caller's ``now``.
+explicitly: the issuer's key verifies the signature with the PSS parameters the certificate
+declares (over the TBS bytes as received when the DER input is at hand), plus our checks of
+the exact signature algorithm (RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48, trailer 1, parsed
+from the DER), RSA-4096 issuer keys, CA basic constraints and key usage, no unknown critical
+extension, and validity of every certificate at the caller's ``now``. What depends only on a
+pinned certificate (a root's self-signature, the pinned ASK/ASVK under its root, their own
+format checks) is checked once per process; validity at ``now`` and everything about the
+VCEK/VLEK are checked at every verification.
 
 Path selection: the intermediate is chosen by signer kind (ASK for a VCEK, ASVK for a VLEK, by
 the pinned certificate or, for supplied certificates, by CN ``SEV-<line>`` vs
@@ -27,9 +31,10 @@ simulated or future PKI); a serial-0 entry never revokes every VCEK.
 from __future__ import annotations
 
 import datetime as dt
-import functools
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -67,7 +72,8 @@ AMD_RSA_KEY_BITS = 4096
 
 _VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
 _ARK_PREFIX = "ARK-"
-_VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, *PARSE_ERRORS)
+# MalformedError: the DER of a certificate cryptography loaded does not split as DER should.
+_VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, MalformedError, *PARSE_ERRORS)
 _HANDLED_CRITICAL = frozenset(
     {x509.BasicConstraints.oid.dotted_string, x509.KeyUsage.oid.dotted_string}
 )
@@ -110,26 +116,29 @@ def verify_chain(
     for index, certificate in enumerate(supplied, start=1):
         require_fully_parseable(certificate, f"supplied certificate {index}")
     ark, intermediate, simulated = _find_path(endorsement, product_line, trust, supplied)
-    intermediate_label = f"{_intermediate_kind(endorsement.signer_kind)} {_cn(intermediate)!r}"
-    ark_label = f"{'simulated ARK' if simulated else f'{product_line.value} ARK'} {_cn(ark)!r}"
     pinned_intermediate = not simulated and intermediate is trust.intermediate(
         product_line, endorsement.signer_kind
     )
+    intermediate_label = (
+        f"{_intermediate_kind(endorsement.signer_kind)} "
+        f"{_pinned_cn(intermediate) if pinned_intermediate else _cn(intermediate)!r}"
+    )
+    ark_label = (
+        f"{'simulated ARK' if simulated else f'{product_line.value} ARK'} {_pinned_cn(ark)!r}"
+    )
+    leaf = endorsement.certificate
+    _require_sound(ark, ark_label, now, pinned=True)
+    _require_sound(intermediate, intermediate_label, now, pinned=pinned_intermediate)
+    _require_sound(leaf, leaf_label, now, pinned=False, certificate_der=endorsement.der)
     for certificate, label, pinned in (
         (ark, ark_label, True),
         (intermediate, intermediate_label, pinned_intermediate),
-        (endorsement.certificate, leaf_label, False),
     ):
-        if pinned:  # the same bytes every time: judged once per process
-            _pinned_algorithm_checked(certificate, label)
+        if pinned:
+            _remembered("authority", (certificate,), _require_signing_authority, label)
         else:
-            require_amd_signature_algorithm(_der(certificate), label)
-        _require_version_3(certificate, label)
-        _require_validity(certificate, label, now)
-        _require_no_unknown_critical_extensions(certificate, label)
-    for certificate, label in ((ark, ark_label), (intermediate, intermediate_label)):
-        _require_signing_authority(certificate, label)
-    _require_end_entity(endorsement.certificate, leaf_label)
+            _require_signing_authority(certificate, label)
+    _require_end_entity(leaf, leaf_label)
     if crl is not None:
         _check_crl(
             crl,
@@ -237,37 +246,41 @@ def _find_path(
     failures: list[str] = []
     for ark, candidates, simulated in anchors:
         root_label = "simulated ARK" if simulated else f"{product_line.value} ARK"
-        if not _cn(ark).startswith(_ARK_PREFIX):
+        ark_name = _pinned_cn(ark)
+        if not ark_name.startswith(_ARK_PREFIX):
             # AMD's roots are "ARK-<line>": a root named like an intermediate is not one.
-            failures.append(f"{root_label} {_cn(ark)!r} is not named like an ARK ('ARK-...')")
+            failures.append(f"{root_label} {ark_name!r} is not named like an ARK ('ARK-...')")
             continue
         # Roots are pinned (by the trust store or the tenant's fingerprint): their
         # self-signature is the same check every time.
-        if ark.subject != ark.issuer or not _pinned_pair_signed(ark, ark):
-            failures.append(f"{root_label} {_cn(ark)!r} is not validly self-signed")
+        if not _remembered("self-signed", (ark,), _self_signed):
+            failures.append(f"{root_label} {ark_name!r} is not validly self-signed")
             continue
         for candidate in candidates:
+            pinned_pair = candidate is pinned and not simulated
             # An intermediate is issued by the root (by name and by signature) and is not
             # itself a root: a certificate that is both cannot stand for two links.
-            if (
-                candidate.subject != leaf.issuer
-                or candidate.issuer != ark.subject
-                or candidate.subject == candidate.issuer
+            if candidate.subject != leaf.issuer or not (
+                _remembered("issued", (candidate, ark), _issued_by_name)
+                if pinned_pair
+                else _issued_by_name(candidate, ark)
             ):
                 continue
-            candidate_label = f"{_intermediate_kind(kind)} {_cn(candidate)!r}"
-            if not _signed_by(leaf, candidate):
+            if not _signed_by(leaf, candidate, endorsement.der):
                 failures.append(
-                    f"{label} signature does not verify under the {candidate_label} "
+                    f"{label} signature does not verify under the "
+                    f"{_intermediate_kind(kind)} {_cn(candidate)!r} "
                     f"({fingerprint(candidate)}): the certificate is not issued by it"
                 )
                 continue
-            pinned_pair = candidate is pinned and not simulated
             if not (
-                _pinned_pair_signed(candidate, ark) if pinned_pair else _signed_by(candidate, ark)
+                _remembered("signed", (candidate, ark), _signed_by)
+                if pinned_pair
+                else _signed_by(candidate, ark)
             ):
                 failures.append(
-                    f"supplied {candidate_label} does not verify under the pinned {root_label}"
+                    f"supplied {_intermediate_kind(kind)} {_cn(candidate)!r} does not verify "
+                    f"under the pinned {root_label}"
                 )
                 continue
             return ark, candidate, simulated
@@ -383,15 +396,19 @@ def _check_crl(
             )
 
 
-def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
-    """Whether ``issuer`` (an RSA-4096 key) signed ``child``: the names chain and the
-    signature verifies with the issuer's key under the parameters ``child`` declares
-    (:func:`require_amd_signature_algorithm` then requires AMD's). One RSA verification,
-    without ``verify_directly_issued_by``'s extra work."""
+def _signed_by(
+    child: x509.Certificate, issuer: x509.Certificate, child_der: bytes | None = None
+) -> bool:
+    """Whether ``issuer`` (an RSA-4096 key) signed ``child``, whose issuer name the caller
+    matched to ``issuer``'s subject: the signature verifies with the issuer's key under the
+    parameters ``child`` declares (:func:`require_amd_signature_algorithm` then requires
+    AMD's). One RSA verification, without ``verify_directly_issued_by``'s extra work.
+
+    ``child_der`` is the DER ``child`` was loaded from, if at hand: its TBS part is sliced out
+    instead of re-encoded.
+    """
     public_key = issuer.public_key()
     if not isinstance(public_key, rsa.RSAPublicKey) or public_key.key_size != AMD_RSA_KEY_BITS:
-        return False
-    if child.issuer != issuer.subject:
         return False
     try:
         parameters = child.signature_algorithm_parameters
@@ -400,30 +417,91 @@ def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
         # its own message by require_amd_signature_algorithm, after the path is found.
         if not isinstance(parameters, padding.PSS | padding.PKCS1v15) or algorithm is None:
             return False
-        public_key.verify(child.signature, child.tbs_certificate_bytes, parameters, algorithm)
+        tbs = child.tbs_certificate_bytes if child_der is None else _tbs(child_der)
+        public_key.verify(child.signature, tbs, parameters, algorithm)
     except _VERIFY_ERRORS:
         return False
     return True
 
 
+def _tbs(certificate_der: bytes) -> bytes:
+    """The TBSCertificate (header included) of a certificate's DER: what its signature covers."""
+    what = "certificate"
+    outer = der.read_single(certificate_der, what=what, tag=der.TAG_SEQUENCE)
+    _tbs_element, end = der.read_element(outer.content, 0, what=what)
+    return outer.content[:end]
+
+
+def _self_signed(root: x509.Certificate) -> bool:
+    return root.subject == root.issuer and _signed_by(root, root)
+
+
+def _issued_by_name(candidate: x509.Certificate, ark: x509.Certificate) -> bool:
+    """An intermediate names the root as its issuer and is not itself a root."""
+    return candidate.issuer == ark.subject and candidate.subject != candidate.issuer
+
+
 # Pinned certificates (AMD's, checked against their fingerprints when loaded, and a simulated
-# root the tenant pinned by fingerprint) are the same bytes at every verification, so their
-# own checks are made once per process. Certificates compare and hash by their DER, so a
-# cache entry stands for exactly those bytes. Never used for a certificate from the input.
+# root the tenant pinned by fingerprint) are the same objects at every verification, so what
+# is computed from them alone is computed once per process. Entries are keyed by the
+# certificates' identity (hashing a certificate re-encodes its DER) and hold the certificates,
+# so an id cannot be reused while its entry exists. Only successes are kept: a failure is
+# recomputed, and its message rebuilt, every time. Never used for a certificate from the input.
+_REMEMBERED: dict[tuple[object, ...], tuple[tuple[x509.Certificate, ...], object]] = {}
+_REMEMBERED_LIMIT = 512
+_T = TypeVar("_T")
 
 
-@functools.lru_cache(maxsize=32)
-def _pinned_pair_signed(child: x509.Certificate, issuer: x509.Certificate) -> bool:
-    """:func:`_signed_by` for a pinned root's self-signature or a pinned intermediate under
-    its pinned root."""
-    return _signed_by(child, issuer)
+def _remembered(
+    what: str,
+    certificates: tuple[x509.Certificate, ...],
+    compute: Callable[..., _T],
+    *args: object,
+) -> _T:
+    """``compute(*certificates, *args)`` for pinned certificates, computed once."""
+    key = (what, *map(id, certificates))
+    entry = _REMEMBERED.get(key)
+    if entry is not None and all(map(operator.is_, entry[0], certificates)):
+        return cast("_T", entry[1])
+    value = compute(*certificates, *args)
+    if value is not False:
+        if len(_REMEMBERED) >= _REMEMBERED_LIMIT:
+            _REMEMBERED.clear()
+        _REMEMBERED[key] = (certificates, value)
+    return value
 
 
-@functools.lru_cache(maxsize=32)
-def _pinned_algorithm_checked(certificate: x509.Certificate, label: str) -> None:
-    """:func:`require_amd_signature_algorithm` for a pinned certificate (a failure raises and
-    is not cached)."""
-    require_amd_signature_algorithm(_der(certificate), label)
+def _pinned_cn(certificate: x509.Certificate) -> str:
+    return _remembered("cn", (certificate,), _cn)
+
+
+def _require_sound(
+    certificate: x509.Certificate,
+    label: str,
+    now: dt.datetime,
+    *,
+    pinned: bool,
+    certificate_der: bytes | None = None,
+) -> None:
+    """Signature algorithm, X.509 version, validity at ``now`` and critical extensions of one
+    certificate of the path. Only validity depends on ``now``: for a pinned certificate the
+    rest is checked once per process."""
+    if pinned:
+        _remembered("own", (certificate,), _require_own_format, label)
+    else:
+        _require_own_format(certificate, label, certificate_der)
+    _require_validity(certificate, label, now)
+    if pinned:
+        _remembered("critical", (certificate,), _require_no_unknown_critical_extensions, label)
+    else:
+        _require_no_unknown_critical_extensions(certificate, label)
+
+
+def _require_own_format(
+    certificate: x509.Certificate, label: str, certificate_der: bytes | None = None
+) -> None:
+    require_amd_signature_algorithm(certificate_der or _der(certificate), label)
+    _require_version_3(certificate, label)
 
 
 def _require_version_3(certificate: x509.Certificate, label: str) -> None:

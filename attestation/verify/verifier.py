@@ -42,8 +42,7 @@ from attestation.abi.signature import verify_report_signature
 from attestation.endorsement.certificate import (
     Endorsement,
     endorsement_from_certificate,
-    load_certificates,
-    load_endorsement_from,
+    load_endorsement_chain,
 )
 from attestation.endorsement.chain import VerifiedChain, verify_chain
 from attestation.endorsement.trust import TrustStore
@@ -110,8 +109,7 @@ def _endorsement_parts(endorsement: EndorsementInput) -> _Parsed:
     if isinstance(endorsement, Endorsement):
         return endorsement, ()
     if isinstance(endorsement, bytes):
-        certificates = load_certificates(endorsement)  # decodes every part of each
-        return load_endorsement_from(certificates), certificates[1:]
+        return load_endorsement_chain(endorsement)  # decodes every part of each certificate
     certificates = tuple(endorsement)
     if not certificates:
         raise MalformedError("no certificate given")

@@ -577,3 +577,20 @@ def test_a_pinned_simulated_root_must_be_an_ark(simulated_amd: SimulatedAmd) -> 
         verify_chain(
             endorsement, ProductLine.MILAN, trust=not_a_root, now=now(), intermediates=supplied
         )
+
+
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), r"^Milan ARK 'ARK-Milan' is not yet valid: "),
+        (dt.datetime(2100, 1, 1, tzinfo=dt.UTC), r"^Milan ARK 'ARK-Milan' expired: "),
+    ],
+)
+def test_pinned_certificates_are_judged_at_every_now(when: dt.datetime, message: str) -> None:
+    # What depends only on a pinned certificate is checked once per process; its validity
+    # depends on `now` and is checked at every verification, after a success too.
+    vcek = real("azure-milan-v3-vcek.der")
+    assert verify_chain(vcek, ProductLine.MILAN, trust=AMD, now=CASE_NOW).leaf == vcek.certificate
+    for _ in range(2):
+        with pytest.raises(UntrustedChainError, match=message):
+            verify_chain(vcek, ProductLine.MILAN, trust=AMD, now=when)
