@@ -16,9 +16,10 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
   does): a consistency proof, then per entry an inclusion-proof request, an envelope request,
   a file fsync and a directory fsync, one entry at a time;
 * ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
-  entries (no proof per entry), ``N`` envelopes downloaded at a time, one directory fsync per
-  page of 1,000;
-* ``bulk --jobs 1``: the same, one envelope at a time (what concurrency adds on its own).
+  entries (no proof per entry), the envelopes in bundles of up to 64 per request
+  (``GET .../log/envelopes``), ``N`` requests at a time, one fsync per envelope and one
+  directory fsync per page of 1,000;
+* ``bulk --jobs 1``: the same, one request at a time (what concurrency adds on its own).
 
 Each line reports seconds, envelopes per second, HTTP requests and fsyncs per envelope
 (counted), the CPU the fetching process used (cores busy on average) and the server's, and

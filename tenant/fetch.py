@@ -13,9 +13,11 @@ is a log holding two envelopes for one run (or one shard of a run): the service 
 replacement, so a second one means the operator rewrote which envelope a run has; and a run
 whose merged envelope holds other shards than the log's shard envelopes of it
 (:mod:`tenant.logged_shards`).
-Envelopes are downloaded ``jobs`` at a time, each checked against its entry and written
-atomically; the directory is synced once per page, and the index and checkpoint follow only
-when every envelope is stored.
+Envelopes are downloaded in bundles (the envelopes of up to ``BUNDLE`` consecutive entries
+in one request, ``GET .../log/envelopes``), ``jobs`` requests at a time; each envelope is
+checked against its entry and written atomically; the directory is synced once per page, and
+the index and checkpoint follow only when every envelope is stored. A service without the
+bundle route is asked for each envelope on its own.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ from tenant.logged_shards import check_logged_shards
 log = structlog.get_logger("attested-replay.tenant")
 
 PAGE = 1000
+#: Entries whose envelopes one request asks for (the service may answer fewer: it bounds an
+#: answer's bytes, and the rest is asked for again).
+BUNDLE: Final = 64
 #: Envelopes downloaded at once by default (``tenant fetch --jobs``), and the most allowed.
 DEFAULT_JOBS: Final = 8
 MAX_JOBS: Final = 64
@@ -71,6 +76,9 @@ MAX_JOBS: Final = 64
 SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
 ENTRIES_ANSWER: Final = Limits(max_bytes=1024 * 1024, deadline=60.0)
 ENVELOPE_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES, deadline=120.0)
+#: A bundle: base64 of at most one maximal envelope's bytes (the service's byte bound is
+#: below it, and its first envelope is always served), with room for the JSON around it.
+BUNDLE_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES * 4 // 3 + 64 * 1024, deadline=120.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +132,63 @@ class _Api:
         try:
             answer = self._client.get(self._base + path, limit=ENVELOPE_ANSWER)
         except AnswerTooLargeError as exc:
+            raise _too_large(digest, position) from exc
+        except HttpError as exc:
+            raise ServiceUnavailableError(f"publication service unreachable: {exc}") from exc
+        if answer.status == 404:
+            raise _gone(digest, position)
+        if answer.status != 200:
+            raise ServiceUnavailableError(f"GET {path} answered HTTP {answer.status}")
+        return answer.body
+
+    def bundle(self, start: int, end: int) -> list[bytes | None] | None:
+        """The envelopes of entries ``start``, ``start + 1``, ... (at least one, at most up to
+        ``end - 1``), None for one the service says is not stored; None when the service has
+        no bundle route (a 404 after the checkpoint was served with the same token)."""
+        path = "/log/envelopes"
+        try:
+            answer = self._client.get(
+                self._base + path, params={"start": start, "end": end}, limit=BUNDLE_ANSWER
+            )
+        except AnswerTooLargeError as exc:
             raise TamperingError(
-                f"envelope {digest} of log entry {position} exceeds "
-                f"{MAX_ENVELOPE_BYTES} bytes, which the service never accepts"
+                f"the envelopes of log entries {start}..{end - 1} exceed "
+                f"{BUNDLE_ANSWER.max_bytes} bytes, more than the service ever answers"
             ) from exc
         except HttpError as exc:
             raise ServiceUnavailableError(f"publication service unreachable: {exc}") from exc
         if answer.status == 404:
-            raise TamperingError(
-                f"envelope {digest} of log entry {position} is gone: the signed log "
-                "includes it, so it was removed after publication"
-            )
+            return None
         if answer.status != 200:
-            raise ServiceUnavailableError(f"GET {path} answered HTTP {answer.status}")
-        return answer.body
+            raise ServiceUnavailableError(
+                f"GET {path} answered HTTP {answer.status}: {answer.text()}"
+            )
+        try:
+            body = answer.json(f"GET {path}")
+        except HttpRefusedError as exc:
+            raise TamperingError(f"GET {path} did not return JSON: {exc}") from exc
+        served = body.get("envelopes") if isinstance(body, dict) else None
+        if (
+            not isinstance(body, dict)
+            or body.get("start") != start
+            or not isinstance(served, list)
+            or not 1 <= len(served) <= end - start
+        ):
+            raise TamperingError(
+                f"the envelopes of log entries {start}..{end - 1} are missing from the "
+                "server's answer"
+            )
+        bundle: list[bytes | None] = []
+        for position, encoded in enumerate(served, start):
+            try:
+                bundle.append(
+                    None if encoded is None else base64.b64decode(str(encoded), validate=True)
+                )
+            except (binascii.Error, ValueError) as exc:
+                raise TamperingError(
+                    f"the envelope of log entry {position} is malformed: {exc}"
+                ) from exc
+        return bundle
 
     def json(self, path: str, limit: Limits = SMALL_ANSWER, **params: int) -> dict[str, Any]:
         try:
@@ -332,32 +383,69 @@ def _log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:
 def _store_envelopes(
     api: _Api, out_dir: Path, tenant: str, entries: Sequence[tuple[int, LogEntry]], jobs: int
 ) -> list[int | None]:
-    """Download, check and write the envelopes of ``entries``, ``jobs`` at a time; their shard
+    """Download, check and write the envelopes of ``entries`` (consecutive log positions),
+    a bundle of up to ``BUNDLE`` per request and ``jobs`` requests at a time; their shard
     indices (None for a whole or merged run) in log order.
 
-    Each file is written and synced by its worker; the directory is synced once per page.
-    The first failure in log order is raised (the same one whatever the timing), and no
-    further download starts."""
+    Each file is written and synced by the worker that downloaded it; the directory is synced
+    once per page. The first failure in log order is raised (the same one whatever the
+    timing), and no further download starts."""
     directory = out_dir / "envelopes"
     directory.mkdir(parents=True, exist_ok=True)
 
-    def store(item: tuple[int, LogEntry]) -> int | None:
-        position, entry = item
-        data = api.envelope(entry.envelope, position)
-        shard = _check_envelope(data, entry, position, tenant)
-        atomic_write(_envelope_path(out_dir, entry.envelope), data, sync_directory=False)
-        return shard
+    def store(chunk: Sequence[tuple[int, LogEntry]]) -> list[int | None]:
+        shards = []
+        for (position, entry), data in zip(chunk, _download(api, chunk), strict=True):
+            if data is None:
+                raise _gone(entry.envelope, position)
+            if len(data) > MAX_ENVELOPE_BYTES:
+                raise _too_large(entry.envelope, position)
+            shard = _check_envelope(data, entry, position, tenant)
+            atomic_write(_envelope_path(out_dir, entry.envelope), data, sync_directory=False)
+            shards.append(shard)
+        return shards
 
     shards: list[int | None] = []
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tenant-fetch") as pool:
         try:
             for first in range(0, len(entries), PAGE):
-                shards.extend(pool.map(store, entries[first : first + PAGE]))
+                page = entries[first : first + PAGE]
+                chunks = [page[i : i + BUNDLE] for i in range(0, len(page), BUNDLE)]
+                for chunk_shards in pool.map(store, chunks):
+                    shards.extend(chunk_shards)
                 fsync_directory(directory)
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return shards
+
+
+def _download(api: _Api, chunk: Sequence[tuple[int, LogEntry]]) -> list[bytes | None]:
+    """The envelopes of ``chunk`` in its order (None for one the service says is gone): in
+    bundles, asking again from where an answer stopped; one by one from a service without
+    the bundle route."""
+    end = chunk[-1][0] + 1
+    found: list[bytes | None] = []
+    while len(found) < len(chunk):
+        bundle = api.bundle(chunk[len(found)][0], end)
+        if bundle is None:
+            return found + [api.envelope(e.envelope, p) for p, e in chunk[len(found) :]]
+        found.extend(bundle)
+    return found
+
+
+def _too_large(digest: str, position: int) -> TamperingError:
+    return TamperingError(
+        f"envelope {digest} of log entry {position} exceeds {MAX_ENVELOPE_BYTES} bytes, "
+        "which the service never accepts"
+    )
+
+
+def _gone(digest: str, position: int) -> TamperingError:
+    return TamperingError(
+        f"envelope {digest} of log entry {position} is gone: the signed log "
+        "includes it, so it was removed after publication"
+    )
 
 
 def _check_envelope(data: bytes, entry: LogEntry, position: int, tenant: str) -> int | None:

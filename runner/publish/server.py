@@ -4,9 +4,9 @@
 bearer token of that tenant; a token of another tenant gets the same 404 as a missing object,
 so the API is no existence oracle. Routers: :func:`publish_routes` (the PUTs),
 :func:`read_routes` (envelopes, runs, the listing), :func:`log_routes` (checkpoint, entries,
-proofs) and :func:`meta_routes` (public key, health). Other features (corpus exports, the trust
-panel) mount their own routes through :func:`create_app` and authorize with
-:meth:`Service.authorize` and :meth:`Service.identify`.
+their envelopes in bundles, proofs) and :func:`meta_routes` (public key, health). Other
+features (corpus exports, the trust panel) mount their own routes through :func:`create_app`
+and authorize with :meth:`Service.authorize` and :meth:`Service.identify`.
 
 Every error is JSON ``{"error": <message>, "reason": <code>}``: storage faults are 507 (full)
 or 503 (unavailable, with ``Retry-After``), a refused log 503 without ``Retry-After`` (an
@@ -48,6 +48,7 @@ from attestation.contracts import (
 from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.transparency.entries import LogEntry
+from runner.publish.bundles import read_bundle
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.guard import QuietLog
 from runner.publish.log import AppendRequest, LogRefusedError, Outcome, PublicationLog, Receipt
@@ -558,6 +559,25 @@ async def get_entries(service: Service, request: Request) -> Response:
     return json_response({"start": start, "entries": _b64(entries)})
 
 
+async def get_entry_envelopes(service: Service, request: Request) -> Response:
+    """The envelopes of entries ``start`` to ``end - 1`` in log order, base64 (null for one
+    that is not stored), bounded by :func:`runner.publish.bundles.read_bundle`."""
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    start, end = query_int(request, "start"), query_int(request, "end", minimum=1)
+    if end <= start or end - start > MAX_PAGE:
+        raise bad_request(f"need start < end and at most {MAX_PAGE} entries per page")
+
+    def read() -> list[bytes | None]:
+        with service.log.view(tenant) as (_tree, head):
+            signed = head.size  # entries past the signed head are not served: unprovable
+        return read_bundle(service.storage, tenant, start, min(end, signed))
+
+    bundle = await asyncio.to_thread(read)
+    encoded = [None if data is None else base64.b64encode(data).decode() for data in bundle]
+    return json_response({"start": start, "envelopes": encoded})
+
+
 async def get_inclusion(service: Service, request: Request) -> Response:
     tenant = request.path_params["tenant"]
     await service.authorize(request, tenant, write=False)
@@ -593,6 +613,7 @@ def log_routes(service: Service) -> list[BaseRoute]:
     return [
         Route(f"{base}/checkpoint", _bound(get_checkpoint, service), methods=["GET"]),
         Route(f"{base}/entries", _bound(get_entries, service), methods=["GET"]),
+        Route(f"{base}/envelopes", _bound(get_entry_envelopes, service), methods=["GET"]),
         Route(f"{base}/proof/inclusion", _bound(get_inclusion, service), methods=["GET"]),
         Route(f"{base}/proof/consistency", _bound(get_consistency, service), methods=["GET"]),
     ]

@@ -10,10 +10,12 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 
 from runner.cli import main
+from runner.publish import bundles
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import Storage
@@ -26,17 +28,25 @@ from .conftest import Service, sha256_name
 
 FAST = RetryPolicy(attempts=2, backoff_factor=0.01, backoff_max=0.05)
 BASE = "/v1/tenants/acme"
+BUNDLE_PATH = f"{BASE}/log/envelopes"
+
+
+Bundle = list[str | None]
 
 
 class Recorder:
-    """An ASGI wrapper that records the paths asked for and can answer some of them itself,
-    after a delay (an operator's server in front of the real one)."""
+    """An ASGI wrapper that records the paths asked for (and the ranges of the bundles) and can
+    answer some of them itself, after a delay, or rewrite the real answer (an operator's server
+    in front of the real one)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.paths: list[str] = []
+        self.bundles: list[tuple[int, int]] = []
         self.answers: dict[str, tuple[float, int, bytes]] = {}
         self.rewrite_entries: Callable[[list[str]], list[str]] | None = None
+        #: start -> (delay, rewrite of that bundle's envelopes)
+        self.rewrite_bundles: dict[int, tuple[float, Callable[[Bundle], Bundle]]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -45,17 +55,36 @@ class Recorder:
         path = scope["path"]
         if scope["method"] == "GET":
             self.paths.append(path)
+        query = dict(parse_qsl(scope["query_string"].decode()))
+        if path == BUNDLE_PATH:
+            self.bundles.append((int(query["start"]), int(query["end"])))
         if path in self.answers:
             delay, status, body = self.answers[path]
             await asyncio.sleep(delay)
             await _answer(send, status, body)
         elif path == f"{BASE}/log/entries" and self.rewrite_entries is not None:
-            await self._rewritten(scope, receive, send, self.rewrite_entries)
+            rewrite_entries = self.rewrite_entries
+            await self._rewritten(
+                scope,
+                receive,
+                send,
+                lambda page: {**page, "entries": rewrite_entries(page["entries"])},
+            )
+        elif path == BUNDLE_PATH and int(query["start"]) in self.rewrite_bundles:
+            delay, rewrite = self.rewrite_bundles[int(query["start"])]
+            await asyncio.sleep(delay)
+            await self._rewritten(
+                scope, receive, send, lambda page: {**page, "envelopes": rewrite(page["envelopes"])}
+            )
         else:
             await self.app(scope, receive, send)
 
     async def _rewritten(
-        self, scope: Any, receive: Any, send: Any, rewrite: Callable[[list[str]], list[str]]
+        self,
+        scope: Any,
+        receive: Any,
+        send: Any,
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> None:
         parts: list[bytes] = []
         status = 500
@@ -68,9 +97,7 @@ class Recorder:
                 parts.append(message.get("body", b""))
 
         await self.app(scope, receive, keep)
-        page = json.loads(b"".join(parts))
-        page["entries"] = rewrite(page["entries"])
-        await _answer(send, status, json.dumps(page).encode())
+        await _answer(send, status, json.dumps(rewrite(json.loads(b"".join(parts)))).encode())
 
     def envelope_path(self, data: bytes) -> str:
         return f"{BASE}/envelopes/{sha256_name(data)}"
@@ -139,22 +166,36 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(
 ) -> None:
     service, recorder = recorded
     monkeypatch.setattr(tenant_fetch, "PAGE", 7)  # pages of 7 entries: 20 envelopes = 3 pages
+    monkeypatch.setattr(tenant_fetch, "BUNDLE", 3)  # at most 3 envelopes asked for at once
     synced: list[Path] = []
     monkeypatch.setattr(tenant_fetch, "fsync_directory", synced.append)
     published = publish(service, envelope_for, range(20), tmp_path / "spool")
     outs = {jobs: tmp_path / f"jobs-{jobs}" for jobs in (1, 8)}
     for jobs, out in outs.items():
         recorder.paths.clear()
+        recorder.bundles.clear()
         synced.clear()
         report = fetch(service, out, jobs=jobs)
         assert report.new_envelopes == tuple(map(sha256_name, published))
-        # checkpoint, 3 pages of entries, one GET per envelope: no proof at all
+        # checkpoint, 3 pages of entries, then the envelopes in bundles: no proof at all
         assert recorder.paths[:4] == [f"{BASE}/log/checkpoint"] + [f"{BASE}/log/entries"] * 3
-        assert sorted(recorder.paths[4:]) == sorted(map(recorder.envelope_path, published))
+        assert recorder.paths[4:] == [BUNDLE_PATH] * 8
+        # each page's entries in bundles of 3 (7 = 3 + 3 + 1), never across a page
+        assert sorted(recorder.bundles) == [
+            (0, 3),
+            (3, 6),
+            (6, 7),
+            (7, 10),
+            (10, 13),
+            (13, 14),
+            (14, 17),
+            (17, 20),
+        ]
         assert synced == [out / "envelopes"] * 3  # one directory sync per page of envelopes
     more = publish(service, envelope_for, range(20, 30), tmp_path / "spool")
     for jobs, out in outs.items():
         recorder.paths.clear()
+        recorder.bundles.clear()
         report = fetch(service, out, jobs=jobs)
         assert (report.previous_size, report.size) == (20, 30)
         assert report.new_envelopes == tuple(map(sha256_name, more))
@@ -166,27 +207,73 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(
             f"{BASE}/log/proof/inclusion",
             f"{BASE}/log/entries",
         ]
-        assert sorted(recorder.paths[4:]) == sorted(map(recorder.envelope_path, more))
+        assert sorted(recorder.bundles) == [(20, 23), (23, 26), (26, 27), (27, 30)]
     assert stored(outs[1]) == stored(outs[8])
     index = json.loads((outs[8] / "index.json").read_text())
     assert index["29"] == {"digest": sha256_name(more[-1]), "runId": "run-29", "shard": None}
 
 
-def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(
+def test_a_bundle_cut_short_is_asked_again_from_where_it_stopped(
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, recorder = recorded
+    published = publish(service, envelope_for, range(7), tmp_path / "spool")
+    # the service's byte bound lets 2 envelopes through per answer
+    monkeypatch.setattr(bundles, "MAX_BUNDLE_BYTES", 2 * max(map(len, published)))
+    out = tmp_path / "store"
+    fetch(service, out, jobs=1)
+    assert recorder.bundles == [(0, 7), (2, 7), (4, 7), (6, 7)]
+    assert stored(out) == stored(_fetched_one_by_one(service, recorder, tmp_path / "one"))
+
+
+def _fetched_one_by_one(service: Service, recorder: Recorder, out: Path) -> Path:
+    """A store fetched from the service as one without the bundle route: one GET per envelope."""
+    recorder.answers[BUNDLE_PATH] = (0.0, 404, b'{"error":"not found","reason":"not-found"}')
+    recorder.paths.clear()
+    try:
+        report = fetch(service, out, jobs=3)
+    finally:
+        del recorder.answers[BUNDLE_PATH]
+    envelope_paths = [path for path in recorder.paths if "/envelopes/" in path]
+    assert len(envelope_paths) == len(report.new_envelopes)
+    assert sorted(envelope_paths) == sorted(
+        f"{BASE}/envelopes/{digest}" for digest in report.new_envelopes
+    )
+    return out
+
+
+def test_a_service_without_the_bundle_route_is_asked_for_each_envelope(
     recorded: tuple[Service, Recorder], envelope_for: Callable[..., bytes], tmp_path: Path
 ) -> None:
     service, recorder = recorded
+    publish(service, envelope_for, range(5), tmp_path / "spool")
+    one_by_one = _fetched_one_by_one(service, recorder, tmp_path / "one")
+    assert stored(one_by_one) == stored(fetch(service, tmp_path / "bulk", jobs=3).out_dir)
+
+
+def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, recorder = recorded
+    monkeypatch.setattr(tenant_fetch, "BUNDLE", 3)
     published = publish(service, envelope_for, range(16), tmp_path / "spool")
-    # Entry 3's envelope comes late and with other bytes; entry 9's is gone at once.
-    recorder.answers[recorder.envelope_path(published[3])] = (0.5, 200, published[4])
-    recorder.answers[recorder.envelope_path(published[9])] = (0.0, 404, b"{}")
+    # The bundle with entry 3 comes late and holds entry 4's bytes for it; entry 9 is gone
+    # from its bundle at once.
+    recorder.rewrite_bundles[3] = (0.5, lambda envelopes: [envelopes[1], *envelopes[1:]])
+    recorder.rewrite_bundles[9] = (0.0, lambda envelopes: [None, *envelopes[1:]])
     out = tmp_path / "store"
     with pytest.raises(TamperingError) as caught:
         fetch(service, out, jobs=8)
     assert str(caught.value) == (f"envelope {sha256_name(published[3])} (entry 3) has other bytes")
     assert sorted(path.name for path in out.iterdir()) == ["envelopes"]  # no index, checkpoint
     # with entry 3 answered, entry 9 is the first failure
-    del recorder.answers[recorder.envelope_path(published[3])]
+    del recorder.rewrite_bundles[3]
     with pytest.raises(TamperingError) as caught:
         fetch(service, out, jobs=8)
     assert str(caught.value) == (
@@ -194,6 +281,44 @@ def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(
         "includes it, so it was removed after publication"
     )
     assert not (out / "checkpoint").exists()
+    # an interrupted fetch is simply repeated: the same store as a fetch that never failed
+    del recorder.rewrite_bundles[9]
+    report = fetch(service, out, jobs=8)
+    assert report.new_envelopes == tuple(map(sha256_name, published))
+    assert stored(out) == stored(fetch(service, tmp_path / "clean", jobs=8).out_dir)
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "message"),
+    [
+        (
+            lambda envelopes: [],
+            "the envelopes of log entries 0..3 are missing from the server's answer",
+        ),
+        (
+            lambda envelopes: [*envelopes, envelopes[0]],
+            "the envelopes of log entries 0..3 are missing from the server's answer",
+        ),
+        (
+            lambda envelopes: [envelopes[0], "not base64!", *envelopes[2:]],
+            "the envelope of log entry 1 is malformed: Only base64 data is allowed",
+        ),
+    ],
+)
+def test_a_bundle_that_is_no_answer_to_the_question_is_tampering(
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    rewrite: Callable[[Bundle], Bundle],
+    message: str,
+) -> None:
+    service, recorder = recorded
+    publish(service, envelope_for, range(4), tmp_path / "spool")
+    recorder.rewrite_bundles[0] = (0.0, rewrite)
+    with pytest.raises(TamperingError) as caught:
+        fetch(service, tmp_path / "store", jobs=2)
+    assert str(caught.value) == message
+    assert not (tmp_path / "store" / "checkpoint").exists()
 
 
 def test_entries_that_do_not_give_the_signed_root_are_tampering(
@@ -211,7 +336,7 @@ def test_entries_that_do_not_give_the_signed_root_are_tampering(
     )
     assert not out.exists()
     assert not any(path.endswith("/log/proof/inclusion") for path in recorder.paths)
-    assert not any("/envelopes/" in path for path in recorder.paths)  # nothing downloaded
+    assert not any("envelopes" in path for path in recorder.paths)  # nothing downloaded
 
 
 def test_the_kept_edge_must_be_the_servers(
@@ -252,3 +377,18 @@ def test_jobs_out_of_range_is_a_usage_error(
         fetch_tenant(
             server="http://127.0.0.1:9", token="t", tenant="acme", out_dir=tmp_path, jobs=0
         )
+
+
+def test_a_bundle_answer_over_the_bound_is_tampering(
+    recorded: tuple[Service, Recorder], envelope_for: Callable[..., bytes], tmp_path: Path
+) -> None:
+    service, recorder = recorded
+    publish(service, envelope_for, range(2), tmp_path / "spool")
+    limit = tenant_fetch.BUNDLE_ANSWER.max_bytes
+    recorder.answers[BUNDLE_PATH] = (0.0, 200, b'{"start":0,"envelopes":["' + b"A" * limit + b'"]}')
+    with pytest.raises(TamperingError) as caught:
+        fetch(service, tmp_path / "store", jobs=1)
+    assert str(caught.value) == (
+        f"the envelopes of log entries 0..1 exceed {limit} bytes, more than the service "
+        "ever answers"
+    )

@@ -178,6 +178,7 @@ def test_cross_tenant_access_answers_404(service: Any, envelope_for: EnvelopeFor
             "/v1/tenants/acme/runs/run-1",
             "/v1/tenants/acme/log/checkpoint",
             "/v1/tenants/acme/log/entries?start=0&end=1",
+            "/v1/tenants/acme/log/envelopes?start=0&end=1",
             "/v1/tenants/acme/log/proof/inclusion?index=0&size=1",
             "/v1/tenants/acme/log/proof/consistency?from=0&to=1",
         ):
@@ -360,6 +361,7 @@ def test_out_of_range_query_integers_are_400(service: Any) -> None:
     for path, params in (
         ("/v1/tenants/acme/envelopes", {"start": huge}),
         ("/v1/tenants/acme/log/entries", {"start": "0", "end": huge}),
+        ("/v1/tenants/acme/log/envelopes", {"start": huge, "end": "1"}),
         ("/v1/tenants/acme/log/proof/inclusion", {"index": huge, "size": "1"}),
         ("/v1/tenants/acme/log/proof/consistency", {"from": "0", "to": "99" * 40}),
         ("/v1/tenants/acme/envelopes", {"limit": "-1"}),
