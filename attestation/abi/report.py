@@ -27,7 +27,9 @@ the parser would reject: sizes of byte fields, reserved flags, policy bits and C
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import struct
 from dataclasses import dataclass, replace
 from typing import ClassVar, Final, Literal
 
@@ -114,6 +116,7 @@ LAYOUT: Final[tuple[FieldSpec, ...]] = (
 )
 FIELDS: Final = {spec.name: spec for spec in LAYOUT}
 _CPUID_FIELDS: Final = ("cpuid_fam_id", "cpuid_mod_id", "cpuid_step")
+_SIGNER_BY_KEY: Final = {SIGNING_KEY_VCEK: SignerKind.VCEK, SIGNING_KEY_VLEK: SignerKind.VLEK}
 _MIT_VECTOR_FIELDS: Final = ("launch_mit_vector", "current_mit_vector")
 
 #: (CPUID family, inclusive model ranges) -> product line, as AMD's KDS and virtee/sev map them.
@@ -130,6 +133,15 @@ TEMPLATE_CPUID: Final[dict[ProductLine, tuple[int, int, int]]] = {
 }
 
 
+#: Every known (family, model) pair: a lookup is on the verifier's hot path.
+_PRODUCT_BY_CPUID: Final = {
+    (family, model): product
+    for family, ranges, product in _CPUID_PRODUCTS
+    for lo, hi in ranges
+    for model in range(lo, hi + 1)
+}
+
+
 def cpuid_families(product: ProductLine) -> frozenset[int]:
     """The CPUID families of a product line's parts (the model decides within a family)."""
     return frozenset(family for family, _ranges, line in _CPUID_PRODUCTS if line is product)
@@ -141,13 +153,18 @@ def product_line_from_cpuid(family: int, model: int) -> ProductLine:
     Raises:
         MalformedError: the pair is not a known SEV-SNP product (fail closed).
     """
-    for known_family, ranges, product in _CPUID_PRODUCTS:
-        if family == known_family and any(lo <= model <= hi for lo, hi in ranges):
-            return product
+    product = _PRODUCT_BY_CPUID.get((family, model))
+    if product is not None:
+        return product
     raise MalformedError(
         f"cpuid_fam_id/cpuid_mod_id [0x188:0x18a] name no known SEV-SNP product: "
         f"family {family:#04x} model {model:#04x}"
     )
+
+
+def signer_kind_of(signing_key: int) -> SignerKind | None:
+    """The key a SIGNING_KEY value names; None for 7 (unsigned) or a reserved value."""
+    return _SIGNER_BY_KEY.get(signing_key)
 
 
 def _mbz_error(spec: FieldSpec, data: bytes, what: str = "not all zero") -> MalformedError:
@@ -264,7 +281,8 @@ class PlatformInfo:
         return value
 
     def unknown_bit_numbers(self) -> list[int]:
-        return [bit for bit in range(64) if self.unknown_bits >> bit & 1]
+        bits = self.unknown_bits
+        return [bit for bit in range(bits.bit_length()) if bits >> bit & 1]
 
     def to_json_dict(self) -> dict[str, object]:
         fields: dict[str, object] = {"raw": f"{self.raw:#x}"}
@@ -297,6 +315,9 @@ _U8_FIELDS: Final = (
     "committed_minor",
     "committed_major",
 )
+_BYTES_SIZES: Final = tuple((name, FIELDS[name].size) for name in _BYTES_FIELDS)
+_INTEGER_GROUPS: Final = ((_U64_FIELDS, 1 << 64), (_U32_FIELDS, 1 << 32), (_U8_FIELDS, 256))
+_INTEGER_LIMITS: Final = tuple((name, limit) for names, limit in _INTEGER_GROUPS for name in names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,14 +377,7 @@ class AttestationReport:
             raise MalformedError(
                 "platform_info must be a PlatformInfo (PlatformInfo.from_raw(int))"
             )
-        for name in _BYTES_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, bytes) or len(value) != FIELDS[name].size:
-                raise MalformedError(f"{FIELDS[name].describe()} must be {FIELDS[name].size} bytes")
-        for names, limit in ((_U64_FIELDS, 1 << 64), (_U32_FIELDS, 1 << 32), (_U8_FIELDS, 256)):
-            for name in names:
-                if not 0 <= getattr(self, name) < limit:
-                    raise MalformedError(f"{FIELDS[name].describe()} out of range")
+        self._check_field_types()
         if self.signature_algo != SIGNATURE_ALGO_ECDSA_P384_SHA384:
             raise MalformedError(
                 f"{FIELDS['signature_algo'].describe()} unknown signature algorithm "
@@ -375,6 +389,15 @@ class AttestationReport:
                 f"(0 VCEK, 1 VLEK, 7 none)"
             )
         self._check_version_dependent_fields()
+
+    def _check_field_types(self) -> None:
+        for name, size in _BYTES_SIZES:
+            value = getattr(self, name)
+            if not isinstance(value, bytes) or len(value) != size:
+                raise MalformedError(f"{FIELDS[name].describe()} must be {size} bytes")
+        for name, limit in _INTEGER_LIMITS:
+            if not 0 <= getattr(self, name) < limit:
+                raise MalformedError(f"{FIELDS[name].describe()} out of range")
 
     def _check_version_dependent_fields(self) -> None:
         cpuid = (self.cpuid_fam_id, self.cpuid_mod_id, self.cpuid_step)
@@ -407,9 +430,7 @@ class AttestationReport:
     @property
     def signer_kind(self) -> SignerKind | None:
         """The key that signed the report per SIGNING_KEY; None when the report is unsigned."""
-        return {SIGNING_KEY_VCEK: SignerKind.VCEK, SIGNING_KEY_VLEK: SignerKind.VLEK}.get(
-            self.signing_key
-        )
+        return _SIGNER_BY_KEY.get(self.signing_key)
 
     @property
     def flags(self) -> int:
@@ -522,23 +543,59 @@ class AttestationReport:
         return out
 
 
-#: Precomputed slices: parsing is on the verifier's hot path (benchmarks/verify.py).
-_SLICES: Final = {spec.name: slice(spec.offset, spec.end) for spec in LAYOUT}
-_RESERVED_SPECS: Final = tuple((spec, _SLICES[spec.name]) for spec in LAYOUT if spec.reserved)
+#: Fields read as little-endian integers; every other field (and every reserved range) is bytes.
+_INTEGER_FIELDS: Final = frozenset(
+    {
+        *_U64_FIELDS,
+        *_U32_FIELDS,
+        *_U8_FIELDS,
+        *_CPUID_FIELDS,
+        *_MIT_VECTOR_FIELDS,
+        "policy",
+        "platform_info",
+        "flags",
+    }
+)
+_INTEGER_CODES: Final = {1: "B", 4: "I", 8: "Q"}
+#: The whole report in one ``struct`` call: parsing is on the verifier's hot path
+#: (benchmarks/verify.py), and one unpack replaces a slice and int conversion per field.
+_REPORT_STRUCT: Final = struct.Struct(
+    "<"
+    + "".join(
+        _INTEGER_CODES[spec.size] if spec.name in _INTEGER_FIELDS else f"{spec.size}s"
+        for spec in LAYOUT
+    )
+)
+#: The order :func:`parse_report` unpacks into; it must be :data:`LAYOUT`'s.
+_UNPACK_ORDER: Final = (  # noqa: SIM905 - one string reads as the unpack below
+    "version guest_svn policy family_id image_id vmpl signature_algo current_tcb platform_info "
+    "flags reserved_04c report_data measurement host_data id_key_digest author_key_digest "
+    "report_id report_id_ma reported_tcb cpuid_fam_id cpuid_mod_id cpuid_step reserved_18b "
+    "chip_id committed_tcb current_build current_minor current_major reserved_1eb "
+    "committed_build committed_minor committed_major reserved_1ef launch_tcb launch_mit_vector "
+    "current_mit_vector reserved_208 signature_r signature_s signature_reserved"
+).split()
+if tuple(_UNPACK_ORDER) != tuple(spec.name for spec in LAYOUT):  # pragma: no cover
+    raise AssertionError("parse_report's unpack order differs from LAYOUT")
+_ZERO: Final = {spec.name: bytes(spec.size) for spec in LAYOUT}
 
 
-def _slice(data: bytes, name: str) -> bytes:
-    return data[_SLICES[name]]
+# Pure functions of a u64 returning immutable values; a fleet's reports carry a few distinct
+# ones. Errors are not cached.
+_guest_policy: Final = functools.lru_cache(maxsize=256)(GuestPolicy.from_raw)
+_platform_info: Final = functools.lru_cache(maxsize=256)(PlatformInfo.from_raw)
 
 
-def _uint(data: bytes, name: str) -> int:
-    return int.from_bytes(_slice(data, name), "little")
+def _field_bytes(data: bytes, name: str) -> bytes:
+    spec = FIELDS[name]
+    return data[spec.offset : spec.end]
 
 
-def _require_zero(data: bytes, name: str, why: str = "not all zero") -> None:
-    chunk = _slice(data, name)
-    if any(chunk):
-        raise _mbz_error(FIELDS[name], chunk, why)
+def _require_zero(name: str, value: bytes | int, data: bytes, why: str = "not all zero") -> None:
+    if value:  # a non-zero int, or bytes compared below
+        chunk = _field_bytes(data, name)
+        if any(chunk):
+            raise _mbz_error(FIELDS[name], chunk, why)
 
 
 def parse_report(data: bytes) -> AttestationReport:
@@ -555,76 +612,119 @@ def parse_report(data: bytes) -> AttestationReport:
             f"report must be exactly {REPORT_SIZE} bytes ({REPORT_SIZE:#x}), got {len(data)}"
         )
     data = bytes(data)
-    version = _uint(data, "version")
+    (
+        version,
+        guest_svn,
+        policy,
+        family_id,
+        image_id,
+        vmpl,
+        algo,
+        current_tcb,
+        platform_info,
+        flags,
+        reserved_04c,
+        report_data,
+        measurement,
+        host_data,
+        id_key_digest,
+        author_key_digest,
+        report_id,
+        report_id_ma,
+        reported_tcb,
+        cpuid_fam_id,
+        cpuid_mod_id,
+        cpuid_step,
+        reserved_18b,
+        chip_id,
+        committed_tcb,
+        current_build,
+        current_minor,
+        current_major,
+        reserved_1eb,
+        committed_build,
+        committed_minor,
+        committed_major,
+        reserved_1ef,
+        launch_tcb,
+        launch_mit_vector,
+        current_mit_vector,
+        reserved_208,
+        signature_r,
+        signature_s,
+        signature_reserved,
+    ) = _REPORT_STRUCT.unpack(data)
     if version not in SUPPORTED_VERSIONS:
-        raise _mbz_error(FIELDS["version"], _slice(data, "version"), "unsupported (2..5)")
-    algo = _uint(data, "signature_algo")
+        raise _mbz_error(FIELDS["version"], _field_bytes(data, "version"), "unsupported (2..5)")
     if algo != SIGNATURE_ALGO_ECDSA_P384_SHA384:
         raise _mbz_error(
-            FIELDS["signature_algo"], _slice(data, "signature_algo"), "not 1 (ECDSA P-384)"
+            FIELDS["signature_algo"], _field_bytes(data, "signature_algo"), "not 1 (ECDSA P-384)"
         )
-    flags = _uint(data, "flags")
     if flags >> 5:
-        raise _mbz_error(FIELDS["flags"], _slice(data, "flags"), "bits 31:5 must be zero")
+        raise _mbz_error(FIELDS["flags"], _field_bytes(data, "flags"), "bits 31:5 must be zero")
     signing_key = flags >> 2 & 0b111
     if signing_key not in (SIGNING_KEY_VCEK, SIGNING_KEY_VLEK, SIGNING_KEY_NONE):
-        raise _mbz_error(FIELDS["flags"], _slice(data, "flags"), "SIGNING_KEY reserved value")
-    for spec, where in _RESERVED_SPECS:
-        if any(data[where]):
-            raise _mbz_error(spec, data[where])
+        raise _mbz_error(FIELDS["flags"], _field_bytes(data, "flags"), "SIGNING_KEY reserved value")
+    for name, value in (
+        ("reserved_04c", reserved_04c),
+        ("reserved_18b", reserved_18b),
+        ("reserved_1eb", reserved_1eb),
+        ("reserved_1ef", reserved_1ef),
+        ("reserved_208", reserved_208),
+        ("signature_reserved", signature_reserved),
+    ):
+        if value != _ZERO[name]:
+            raise _mbz_error(FIELDS[name], value)
+    cpuid: tuple[int | None, int | None, int | None]
     if version < 3:
-        for name in _CPUID_FIELDS:
-            _require_zero(data, name, "reserved in version 2, not zero")
-        cpuid: tuple[int | None, int | None, int | None] = (None, None, None)
+        for name, byte in zip(_CPUID_FIELDS, (cpuid_fam_id, cpuid_mod_id, cpuid_step), strict=True):
+            _require_zero(name, byte, data, "reserved in version 2, not zero")
+        cpuid = (None, None, None)
     else:
-        cpuid = (
-            _uint(data, "cpuid_fam_id"),
-            _uint(data, "cpuid_mod_id"),
-            _uint(data, "cpuid_step"),
-        )
+        cpuid = (cpuid_fam_id, cpuid_mod_id, cpuid_step)
+    vectors: tuple[int | None, int | None]
     if version < 5:
-        for name in _MIT_VECTOR_FIELDS:
-            _require_zero(data, name, f"reserved in version {version}, not zero")
-        vectors: tuple[int | None, int | None] = (None, None)
+        for name, vector in zip(
+            _MIT_VECTOR_FIELDS, (launch_mit_vector, current_mit_vector), strict=True
+        ):
+            _require_zero(name, vector, data, f"reserved in version {version}, not zero")
+        vectors = (None, None)
     else:
-        vectors = (_uint(data, "launch_mit_vector"), _uint(data, "current_mit_vector"))
+        vectors = (launch_mit_vector, current_mit_vector)
     return AttestationReport(
-        version=version,
-        guest_svn=_uint(data, "guest_svn"),
-        policy=GuestPolicy.from_raw(_uint(data, "policy")),
-        family_id=_slice(data, "family_id"),
-        image_id=_slice(data, "image_id"),
-        vmpl=_uint(data, "vmpl"),
-        signature_algo=algo,
-        current_tcb=_uint(data, "current_tcb"),
-        platform_info=PlatformInfo.from_raw(_uint(data, "platform_info")),
-        author_key_en=bool(flags & 1),
-        mask_chip_key=bool(flags & 2),
-        signing_key=signing_key,
-        report_data=_slice(data, "report_data"),
-        measurement=_slice(data, "measurement"),
-        host_data=_slice(data, "host_data"),
-        id_key_digest=_slice(data, "id_key_digest"),
-        author_key_digest=_slice(data, "author_key_digest"),
-        report_id=_slice(data, "report_id"),
-        report_id_ma=_slice(data, "report_id_ma"),
-        reported_tcb=_uint(data, "reported_tcb"),
-        cpuid_fam_id=cpuid[0],
-        cpuid_mod_id=cpuid[1],
-        cpuid_step=cpuid[2],
-        chip_id=_slice(data, "chip_id"),
-        committed_tcb=_uint(data, "committed_tcb"),
-        current_build=_uint(data, "current_build"),
-        current_minor=_uint(data, "current_minor"),
-        current_major=_uint(data, "current_major"),
-        committed_build=_uint(data, "committed_build"),
-        committed_minor=_uint(data, "committed_minor"),
-        committed_major=_uint(data, "committed_major"),
-        launch_tcb=_uint(data, "launch_tcb"),
-        launch_mit_vector=vectors[0],
-        current_mit_vector=vectors[1],
-        signature_r=_slice(data, "signature_r"),
-        signature_s=_slice(data, "signature_s"),
+        version,
+        guest_svn,
+        _guest_policy(policy),
+        family_id,
+        image_id,
+        vmpl,
+        algo,
+        current_tcb,
+        _platform_info(platform_info),
+        bool(flags & 1),
+        bool(flags & 2),
+        signing_key,
+        report_data,
+        measurement,
+        host_data,
+        id_key_digest,
+        author_key_digest,
+        report_id,
+        report_id_ma,
+        reported_tcb,
+        *cpuid,
+        chip_id,
+        committed_tcb,
+        current_build,
+        current_minor,
+        current_major,
+        committed_build,
+        committed_minor,
+        committed_major,
+        launch_tcb,
+        *vectors,
+        signature_r,
+        signature_s,
     )
 
 

@@ -21,6 +21,7 @@ the Milan layout silently yields wrong numbers, which is why the product line is
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -90,6 +91,12 @@ class TcbVersion:
     @classmethod
     def decode(cls, raw: int, product: ProductLine) -> TcbVersion:
         """Decode a raw little-endian u64 TCB_VERSION with the product line's layout."""
+        if cls is TcbVersion and type(raw) is int:
+            return _decoded(raw, product)
+        return cls._decode(raw, product)
+
+    @classmethod
+    def _decode(cls, raw: int, product: ProductLine) -> TcbVersion:
         if not 0 <= raw <= _U64_MAX:
             raise ValueError(f"TCB_VERSION must be a u64, got {raw:#x}")
         data = raw.to_bytes(TCB_SIZE, "little")
@@ -124,3 +131,10 @@ class TcbVersion:
     def to_json_dict(self) -> dict[str, int]:
         """Components by name, for ``--json`` output."""
         return self.components()
+
+
+# A pure function of (u64, product line) returning an immutable value: a verifier decodes the
+# same few TCB values (one fleet's firmware levels) over and over. Errors are not cached.
+@functools.lru_cache(maxsize=256)
+def _decoded(raw: int, product: ProductLine) -> TcbVersion:
+    return TcbVersion._decode(raw, product)  # noqa: SLF001 - the cache of this class's decode

@@ -29,13 +29,14 @@ class Check:
     ok: bool | None
     detail: str
 
+    # Positional arguments: a verification builds a few dozen checks (benchmarks/verify.py).
     @classmethod
     def passed(cls, name: str, failure_class: FailureClass, detail: str) -> Check:
-        return cls(name, failure_class, ok=True, detail=detail)
+        return cls(name, failure_class, True, detail)  # noqa: FBT003 - the field `ok`
 
     @classmethod
     def failed(cls, name: str, failure_class: FailureClass, detail: str) -> Check:
-        return cls(name, failure_class, ok=False, detail=detail)
+        return cls(name, failure_class, False, detail)  # noqa: FBT003 - the field `ok`
 
     @classmethod
     def not_run(cls, name: str, failure_class: FailureClass, why: str) -> Check:

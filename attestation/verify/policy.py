@@ -40,6 +40,7 @@ never as a single integer.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Final
 
@@ -49,7 +50,7 @@ from pydantic import (
 )
 
 from attestation.abi.product import ProductLine, SignerKind
-from attestation.abi.report import AttestationReport
+from attestation.abi.report import AttestationReport, PlatformInfo
 from attestation.abi.tcb import TcbVersion
 from attestation.contracts import MAX_POLICY_BYTES, Hex32, Hex48, WireModel
 from attestation.encoding.json_document import load_json_document
@@ -172,40 +173,60 @@ def evaluate_policy(
     checks = [
         _debug(report, policy),
         _migration_agent(report, policy),
-        _vmpl(report, policy),
+        _vmpl(report.vmpl, policy.allowed_vmpl),
         _provisional(report, policy, product),
         _minimum_tcb(report, policy, product),
         _minimum_firmware(report, policy),
-        _products(policy, product),
-        _signers(policy, signer),
-        _platform_info(report, policy),
+        _products(policy.allowed_products, product),
+        _signers(policy.allowed_signers, signer),
+        _platform_info(report.platform_info, policy.reject_unknown_platform_info),
     ]
     checks.extend(_workload_identity(report, policy))
     return checks
 
 
+# Outcomes whose detail names no value are built once: a Check is immutable.
+_DEBUG_OFF: Final = Check.passed("policy.debug", _PLATFORM, "POLICY.DEBUG is 0")
+_DEBUG_ALLOWED: Final = Check.passed(
+    "policy.debug", _PLATFORM, "POLICY.DEBUG is 1 (allowed by allowDebug)"
+)
+_DEBUG_REFUSED: Final = Check.failed(
+    "policy.debug", _PLATFORM, "POLICY.DEBUG is 1: the host can read guest memory"
+)
+_MA_OFF: Final = Check.passed("policy.migration-agent", _PLATFORM, "POLICY.MIGRATE_MA is 0")
+_MA_ALLOWED: Final = Check.passed(
+    "policy.migration-agent", _PLATFORM, "POLICY.MIGRATE_MA is 1 (allowed)"
+)
+_MA_REFUSED: Final = Check.failed(
+    "policy.migration-agent", _PLATFORM, "POLICY.MIGRATE_MA is 1: a migration agent is allowed"
+)
+_NO_MINIMUM_TCB: Final = Check.passed("policy.minimum-tcb", _PLATFORM, "no minimumTcb configured")
+_NO_MINIMUM_FIRMWARE: Final = Check.passed(
+    "policy.minimum-firmware", _PLATFORM, "no minimumFirmware configured"
+)
+
+
 def _debug(report: AttestationReport, policy: Policy) -> Check:
-    name = "policy.debug"
     if not report.policy.debug:
-        return Check.passed(name, _PLATFORM, "POLICY.DEBUG is 0")
-    if policy.allow_debug:
-        return Check.passed(name, _PLATFORM, "POLICY.DEBUG is 1 (allowed by allowDebug)")
-    return Check.failed(name, _PLATFORM, "POLICY.DEBUG is 1: the host can read guest memory")
+        return _DEBUG_OFF
+    return _DEBUG_ALLOWED if policy.allow_debug else _DEBUG_REFUSED
 
 
 def _migration_agent(report: AttestationReport, policy: Policy) -> Check:
-    name = "policy.migration-agent"
     if not report.policy.migrate_ma:
-        return Check.passed(name, _PLATFORM, "POLICY.MIGRATE_MA is 0")
-    if policy.allow_migration_agent:
-        return Check.passed(name, _PLATFORM, "POLICY.MIGRATE_MA is 1 (allowed)")
-    return Check.failed(name, _PLATFORM, "POLICY.MIGRATE_MA is 1: a migration agent is allowed")
+        return _MA_OFF
+    return _MA_ALLOWED if policy.allow_migration_agent else _MA_REFUSED
 
 
-def _vmpl(report: AttestationReport, policy: Policy) -> Check:
-    allowed = list(policy.allowed_vmpl)
-    ok = report.vmpl in policy.allowed_vmpl
-    detail = f"VMPL {report.vmpl} {'in' if ok else 'not in'} allowedVmpl {allowed}"
+# The checks taking values (not the report) are pure functions of a policy and a few values a
+# fleet shares: each outcome is built once (a Check is immutable).
+
+
+@functools.lru_cache(maxsize=256)
+def _vmpl(vmpl: int, allowed_vmpl: tuple[int, ...]) -> Check:
+    allowed = list(allowed_vmpl)
+    ok = vmpl in allowed_vmpl
+    detail = f"VMPL {vmpl} {'in' if ok else 'not in'} allowedVmpl {allowed}"
     return Check("policy.vmpl", _PLATFORM, ok, detail)
 
 
@@ -241,7 +262,7 @@ def _minimum_tcb(report: AttestationReport, policy: Policy, product: ProductLine
     name = "policy.minimum-tcb"
     minimum = policy.minimum_tcb
     if minimum is None:
-        return Check.passed(name, _PLATFORM, "no minimumTcb configured")
+        return _NO_MINIMUM_TCB
     if isinstance(minimum, dict):
         if product not in minimum:
             return Check.failed(
@@ -259,7 +280,7 @@ def _minimum_firmware(report: AttestationReport, policy: Policy) -> Check:
     name = "policy.minimum-firmware"
     minimum = policy.minimum_firmware_tuple
     if minimum is None:
-        return Check.passed(name, _PLATFORM, "no minimumFirmware configured")
+        return _NO_MINIMUM_FIRMWARE
     versions = {
         "current": (report.current_major, report.current_minor, report.current_build),
         "committed": (report.committed_major, report.committed_minor, report.committed_build),
@@ -272,48 +293,53 @@ def _minimum_firmware(report: AttestationReport, policy: Policy) -> Check:
     return Check.passed(name, _PLATFORM, f"firmware meets {_firmware(*minimum)}")
 
 
-def _products(policy: Policy, product: ProductLine) -> Check:
+@functools.lru_cache(maxsize=256)
+def _products(allowed_products: tuple[ProductLine, ...] | None, product: ProductLine) -> Check:
     name = "policy.products"
-    if policy.allowed_products is None:
+    if allowed_products is None:
         return Check.passed(name, _PLATFORM, f"{product} (any product line allowed)")
-    ok = product in policy.allowed_products
-    allowed = [p.value for p in policy.allowed_products]
+    ok = product in allowed_products
+    allowed = [p.value for p in allowed_products]
     return Check(name, _PLATFORM, ok, f"{product} {'in' if ok else 'not in'} {allowed}")
 
 
-def _signers(policy: Policy, signer: SignerKind) -> Check:
-    ok = signer in policy.allowed_signers
-    allowed = [s.value for s in policy.allowed_signers]
+@functools.lru_cache(maxsize=256)
+def _signers(allowed_signers: tuple[SignerKind, ...], signer: SignerKind) -> Check:
+    ok = signer in allowed_signers
+    allowed = [s.value for s in allowed_signers]
     return Check(
         "policy.signers", _PLATFORM, ok, f"{signer.value} {'in' if ok else 'not in'} {allowed}"
     )
 
 
-def _platform_info(report: AttestationReport, policy: Policy) -> Check:
+@functools.lru_cache(maxsize=256)
+def _platform_info(info: PlatformInfo, reject_unknown: bool) -> Check:
     name = "policy.platform-info"
-    info = report.platform_info
     bits = info.unknown_bit_numbers()
     raw = f"PLATFORM_INFO {info.raw:#x}"
     if not bits:
         return Check.passed(name, _PLATFORM, f"{raw}: no unknown bits")
     detail = f"{raw}: unknown bits {bits}"
-    if policy.reject_unknown_platform_info:
+    if reject_unknown:
         return Check.failed(name, _PLATFORM, f"{detail} (rejectUnknownPlatformInfo)")
     return Check.passed(name, _PLATFORM, f"{detail} (reported, not rejected)")
 
 
+#: (check name, report field, policy key) of each workload identity check, in order.
+_WORKLOAD_ROWS: Final = (
+    ("workload.measurement", "MEASUREMENT", "measurements"),
+    ("workload.host-data", "HOST_DATA", "hostData"),
+    ("workload.id-key-digest", "ID_KEY_DIGEST", "idKeyDigests"),
+    ("workload.author-key-digest", "AUTHOR_KEY_DIGEST", "authorKeyDigests"),
+)
+_NOT_CHECKED: Final = tuple(
+    Check.passed(name, _WORKLOAD, f"{field} not checked ({key} absent)")
+    for name, field, key in _WORKLOAD_ROWS
+)
+
+
 def _workload_identity(report: AttestationReport, policy: Policy) -> list[Check]:
-    rows = (
-        ("workload.measurement", "MEASUREMENT", "measurements", report.measurement),
-        ("workload.host-data", "HOST_DATA", "hostData", report.host_data),
-        ("workload.id-key-digest", "ID_KEY_DIGEST", "idKeyDigests", report.id_key_digest),
-        (
-            "workload.author-key-digest",
-            "AUTHOR_KEY_DIGEST",
-            "authorKeyDigests",
-            report.author_key_digest,
-        ),
-    )
+    values = (report.measurement, report.host_data, report.id_key_digest, report.author_key_digest)
     allowed_sets = (
         policy.measurements,
         policy.host_data,
@@ -321,9 +347,11 @@ def _workload_identity(report: AttestationReport, policy: Policy) -> list[Check]
         policy.author_key_digests,
     )
     checks = []
-    for (name, field, key, value), allowed in zip(rows, allowed_sets, strict=True):
+    for (name, field, key), not_checked, value, allowed in zip(
+        _WORKLOAD_ROWS, _NOT_CHECKED, values, allowed_sets, strict=True
+    ):
         if allowed is None:
-            checks.append(Check.passed(name, _WORKLOAD, f"{field} not checked ({key} absent)"))
+            checks.append(not_checked)
         elif _one_of(value, allowed):
             checks.append(Check.passed(name, _WORKLOAD, f"{field} {value.hex()} in {key}"))
         else:

@@ -26,6 +26,7 @@ distinct (certificate, intermediates, product line, now, CRL).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -34,11 +35,16 @@ from datetime import datetime
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from attestation.abi.product import ProductLine, SignerKind
-from attestation.abi.report import SIGNED_REGION_END, AttestationReport, parse_report
+from attestation.abi.report import (
+    SIGNED_REGION_END,
+    AttestationReport,
+    parse_report,
+    signer_kind_of,
+)
 from attestation.abi.signature import verify_report_signature
+from attestation.abi.tcb import TcbVersion
 from attestation.endorsement.certificate import (
     Endorsement,
     endorsement_from_certificate,
@@ -131,9 +137,9 @@ class Verifier:
         self._policy = policy
         self._crl = crl
         self._cache_size = cache_size
-        self._chain_cache: OrderedDict[tuple[object, ...], VerifiedChain | AttestationError] = (
-            OrderedDict()
-        )
+        self._chain_cache: OrderedDict[
+            tuple[object, ...], tuple[VerifiedChain, Check] | AttestationError
+        ] = OrderedDict()
         self._endorsement_cache: OrderedDict[bytes, _Parsed] = OrderedDict()
 
     # Read-only: memoized chain verdicts hold only for the trust store and CRL they were
@@ -174,27 +180,34 @@ class Verifier:
         intermediates: tuple[x509.Certificate, ...],
         product: ProductLine,
         now: datetime,
-    ) -> VerifiedChain | AttestationError:
-        """The verified chain, or the error that stopped it (both memoized)."""
-        key = (
-            endorsement.der,
-            tuple(c.public_bytes(serialization.Encoding.DER) for c in intermediates),
-            product,
-            now,
-            self.crl,
-        )
-        if key in self._chain_cache:
+    ) -> tuple[VerifiedChain, Check] | AttestationError:
+        """The verified chain and its passed check, or the error that stopped it (memoized).
+
+        Certificates compare by their DER, so the key stands for exactly those bytes.
+        """
+        key = (endorsement.der, intermediates, product, now, self.crl)
+        cached = self._chain_cache.get(key)
+        if cached is not None:
             self._chain_cache.move_to_end(key)
-            return self._chain_cache[key]
-        outcome: VerifiedChain | AttestationError
+            return cached
+        outcome: tuple[VerifiedChain, Check] | AttestationError
         try:
-            outcome = verify_chain(
+            chain = verify_chain(
                 endorsement,
                 product,
                 trust=self.trust,
                 now=now,
                 crl=self.crl,
                 intermediates=intermediates,
+            )
+            outcome = (
+                chain,
+                Check.passed(
+                    "endorsement.chain",
+                    _CHAIN,
+                    f"{endorsement.signer_kind.value.upper()} chains to the pinned {product} root "
+                    f"at {now.isoformat()}",
+                ),
             )
         except AttestationError as exc:
             outcome = exc
@@ -208,33 +221,22 @@ class Verifier:
         out = ReportChecks()
         try:
             out.report = parse_report(report_bytes)
-            out.checks.append(
-                Check.passed(
-                    "report.parse",
-                    _MALFORMED,
-                    f"version {out.report.version}, {len(report_bytes)} bytes",
-                )
-            )
+            out.checks.append(_report_parsed(out.report.version, len(report_bytes)))
         except AttestationError as exc:
             out.checks.append(Check.from_error("report.parse", exc))
         intermediates: tuple[x509.Certificate, ...] = ()
         try:
             out.endorsement, intermediates = self._endorsement(endorsement)
             e = out.endorsement
-            out.checks.append(
-                Check.passed(
-                    "endorsement.parse",
-                    _MALFORMED,
-                    f"{e.signer_kind.value.upper()} for {e.product_name or 'no product name'}",
-                )
-            )
+            out.checks.append(_endorsement_parsed(e.signer_kind, e.product_name))
         except AttestationError as exc:
             out.checks.append(Check.from_error("endorsement.parse", exc))
         if out.report is None or out.endorsement is None:
             return _skip_rest(out, 0, "the input did not parse")
         report, cert = out.report, out.endorsement
 
-        chain_product = cert.product_line or report.product_line
+        report_product = report.product_line
+        chain_product = cert.product_line or report_product
         if chain_product is None:
             out.checks.append(
                 Check.failed(
@@ -245,21 +247,15 @@ class Verifier:
                 )
             )
             return _skip_rest(out, 1, "no trusted chain")
-        chain = self._chain(cert, intermediates, chain_product, now)
-        if isinstance(chain, AttestationError):
-            out.checks.append(Check.from_error("endorsement.chain", chain))
+        chained = self._chain(cert, intermediates, chain_product, now)
+        if isinstance(chained, AttestationError):
+            out.checks.append(Check.from_error("endorsement.chain", chained))
             return _skip_rest(out, 1, "no trusted chain")
-        out.chain = chain
-        out.checks.append(
-            Check.passed(
-                "endorsement.chain",
-                _CHAIN,
-                f"{cert.signer_kind.value.upper()} chains to the pinned {chain_product} root "
-                f"at {now.isoformat()}",
-            )
-        )
+        out.chain, chain_check = chained
+        out.checks.append(chain_check)
+        signed = report_bytes[:SIGNED_REGION_END]
         try:
-            verify_report_signature(report, cert.public_key, report_bytes[:SIGNED_REGION_END])
+            verify_report_signature(report, cert.public_key, signed)
         except AttestationError as exc:
             out.checks.append(Check.from_error("report.signature", exc))
             return _skip_rest(out, 2, "the report is not authentic")
@@ -268,12 +264,12 @@ class Verifier:
                 "report.signature",
                 _SIGNATURE,
                 "ECDSA P-384/SHA-384 signature verifies (body sha384:"
-                f"{hashlib.sha384(report_bytes[:SIGNED_REGION_END]).hexdigest()})",
+                f"{hashlib.sha384(signed).hexdigest()})",
             )
         )
         out.authentic = True
-        out.product_line = report.product_line or cert.product_line
-        out.checks.extend(endorsement_checks(report, cert))
+        out.product_line = report_product or cert.product_line
+        out.checks.extend(endorsement_checks(report, cert, report_product))
         signer = report.signer_kind
         product_ok = all(c.ok for c in out.checks if c.name == "endorsement.product-line")
         if out.product_line is None or signer is None or not product_ok:
@@ -290,6 +286,20 @@ class Verifier:
     ) -> VerificationResult:
         """Verify a raw report; the result's exit code is the first failing class."""
         return self.check(report_bytes, endorsement, now=now).result()
+
+
+@functools.lru_cache(maxsize=16)
+def _report_parsed(version: int, size: int) -> Check:
+    return Check.passed("report.parse", _MALFORMED, f"version {version}, {size} bytes")
+
+
+@functools.lru_cache(maxsize=64)
+def _endorsement_parsed(kind: SignerKind, product_name: str | None) -> Check:
+    return Check.passed(
+        "endorsement.parse",
+        _MALFORMED,
+        f"{kind.value.upper()} for {product_name or 'no product name'}",
+    )
 
 
 def _skip_rest(out: ReportChecks, start: int, why: str) -> ReportChecks:
@@ -335,67 +345,87 @@ def verify_endorsement(
     )
 
 
-def endorsement_checks(report: AttestationReport, cert: Endorsement) -> list[Check]:
-    """Stage 4: does the (authentic) certificate describe this report? Every check runs."""
-    checks = [_signer_kind(report, cert), _product_line(report, cert)]
-    product = report.product_line or cert.product_line
+def endorsement_checks(
+    report: AttestationReport, cert: Endorsement, report_product: ProductLine | None = None
+) -> list[Check]:
+    """Stage 4: does the (authentic) certificate describe this report? Every check runs.
+
+    ``report_product`` is ``report.product_line`` if the caller has it already.
+    """
+    if report_product is None:
+        report_product = report.product_line
+    checks = [
+        _signer_kind(report.signing_key, cert.signer_kind),
+        _product_line(report_product, cert.product_line),
+    ]
+    product = report_product or cert.product_line
     if product is None:
         checks.append(Check.failed("endorsement.struct-version", _MISMATCH, "no product line"))
         return checks
-    checks.append(_struct_version(cert, product))
-    checks.append(_tcb(report, cert, product))
+    checks.append(_struct_version(cert.struct_version, product))
+    # The report's own product line when it has one (v3+), so its layout is the report's.
+    checks.append(_tcb(report.reported_tcb, product, tuple(cert.spls.items())))
     checks.append(_chip_id(report, cert, product))
     return checks
 
 
-def _signer_kind(report: AttestationReport, cert: Endorsement) -> Check:
+# The checks below the chip ID are pure functions of a few values a fleet shares (signer kind,
+# product line, structVersion, TCB levels): each outcome is built once. Not the chip ID's,
+# which is one chip's.
+
+
+@functools.lru_cache(maxsize=64)
+def _signer_kind(signing_key: int, certified: SignerKind) -> Check:
     name = "endorsement.signer-kind"
-    kind = report.signer_kind
-    if kind is cert.signer_kind:
-        return Check.passed(name, _MISMATCH, f"SIGNING_KEY {report.signing_key} = {kind}")
+    kind = signer_kind_of(signing_key)
+    if kind is certified:
+        return Check.passed(name, _MISMATCH, f"SIGNING_KEY {signing_key} = {kind}")
     return Check.failed(
         name,
         _MISMATCH,
-        f"report SIGNING_KEY {report.signing_key} ({kind or 'none'}) but the certificate is a "
-        f"{cert.signer_kind.value.upper()}",
+        f"report SIGNING_KEY {signing_key} ({kind or 'none'}) but the certificate is a "
+        f"{certified.value.upper()}",
     )
 
 
-def _product_line(report: AttestationReport, cert: Endorsement) -> Check:
+@functools.lru_cache(maxsize=64)
+def _product_line(own: ProductLine | None, certified: ProductLine | None) -> Check:
     name = "endorsement.product-line"
-    own = report.product_line
     if own is None:
-        if cert.product_line is None:
+        if certified is None:
             return Check.failed(name, _MISMATCH, "version 2 report and no productName")
         return Check.passed(
-            name, _MISMATCH, f"version 2 report: product line {cert.product_line} from certificate"
+            name, _MISMATCH, f"version 2 report: product line {certified} from certificate"
         )
-    if cert.product_line is own:
+    if certified is own:
         return Check.passed(name, _MISMATCH, f"report CPUID and certificate both say {own}")
     return Check.failed(
         name,
         _MISMATCH,
-        f"report CPUID says {own} but the certificate is for {cert.product_line or 'no product'}",
+        f"report CPUID says {own} but the certificate is for {certified or 'no product'}",
     )
 
 
-def _struct_version(cert: Endorsement, product: ProductLine) -> Check:
+@functools.lru_cache(maxsize=64)
+def _struct_version(struct_version: int | None, product: ProductLine) -> Check:
     name = "endorsement.struct-version"
     want = _TURIN_STRUCT_VERSION if product.uses_turin_tcb_layout else _MILAN_GENOA_STRUCT_VERSION
-    if cert.struct_version == want:
+    if struct_version == want:
         return Check.passed(name, _MISMATCH, f"structVersion {want} for {product}")
     return Check.failed(
-        name, _MISMATCH, f"structVersion {cert.struct_version} but {product} needs {want}"
+        name, _MISMATCH, f"structVersion {struct_version} but {product} needs {want}"
     )
 
 
-def _tcb(report: AttestationReport, cert: Endorsement, product: ProductLine) -> Check:
+@functools.lru_cache(maxsize=256)
+def _tcb(reported_tcb: int, product: ProductLine, spls: tuple[tuple[str, int], ...]) -> Check:
     name = "endorsement.tcb"
-    reported = report.tcb("reported", product).components()
+    reported = TcbVersion.decode(reported_tcb, product).components()
+    certified = dict(spls)
     problems: list[str] = []
     required = (*_REQUIRED_SPLS, "fmc") if product.uses_turin_tcb_layout else _REQUIRED_SPLS
-    problems.extend(f"{spl}SPL missing" for spl in required if spl not in cert.spls)
-    for spl, value in cert.spls.items():
+    problems.extend(f"{spl}SPL missing" for spl in required if spl not in certified)
+    for spl, value in spls:
         if spl not in reported:
             problems.append(f"{spl}SPL {value} has no place in a {product} TCB")
         elif reported[spl] != value:
