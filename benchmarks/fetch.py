@@ -21,7 +21,13 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
   directory fsync per page of 1,000;
 * ``bulk --jobs 1``: the same, one request at a time (what concurrency adds on its own).
 
-Each line reports seconds, envelopes per second, HTTP requests and fsyncs per envelope
+Then ``tenant fetch --expected`` verification (``tenant.verify_fetched.verify_fetched``) of
+``--verify`` envelopes (each the genuine envelope the copies were made from, verified against
+the expected values of its run, so every check runs and every verdict is VERIFIED), in this
+process (``--verify-workers 1``, what `tenant fetch --expected` did before) and in a pool of
+``--workers`` processes (default: one per CPU), the verdicts compared.
+
+Each fetch line reports seconds, envelopes per second, HTTP requests and fsyncs per envelope
 (counted), the CPU the fetching process used (cores busy on average) and the server's, and
 the speed-up over ``sequential``. Both stores are compared byte for byte at the end. The
 server and the fetcher share this machine's cores.
@@ -44,6 +50,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -57,6 +64,7 @@ from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.transparency.checkpoint import VerifierKey, verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from runner.cli import main as runner_main
 from runner.pipeline import RunRequest, run
 from runner.publish.client import publish_envelope
 from runner.publish.storage import Role, open_storage
@@ -64,18 +72,19 @@ from runner.publish.tokens import create_token
 from tenant import fetch as tenant_fetch
 from tenant.fsutil import atomic_write, atomic_write_text
 from tenant.http import Answer, HttpClient, Limits, RetryPolicy
+from tenant.verify_fetched import default_workers, load_expectations, verify_fetched
 
 TENANT = "bench"
 PUBLISHERS = 8
+CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
 
 
 def genuine_envelope(scratch: Path) -> bytes:
     """A simulated replay of the bundled example corpus: the envelope a run writes."""
-    corpus = Path(str(resources.files("runner") / "examples" / "corpus"))
     scratch.mkdir()
     outcome = run(
         RunRequest(
-            corpus=str(corpus),
+            corpus=str(CORPUS),
             run_id="bench-template",
             tenant=TENANT,
             evidence="simulated",
@@ -244,6 +253,11 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 @dataclass
 class Measure:
     seconds: float
@@ -275,6 +289,8 @@ def main() -> None:
     parser.add_argument("--envelopes", type=int, default=10_000)
     parser.add_argument("--jobs", type=int, default=tenant_fetch.DEFAULT_JOBS)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--verify", type=int, default=2000, help="envelopes verified")
+    parser.add_argument("--workers", type=int, default=default_workers())
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     load = os.getloadavg()
@@ -345,6 +361,56 @@ def main() -> None:
     print(f"stores identical: {same}; load now {os.getloadavg()[0]:.2f}")
     if not same:
         raise SystemExit("the stores differ")
+    if args.verify:
+        verification(args.verify, args.workers)
+
+
+def verification(count: int, workers: int) -> None:
+    """``--expected`` verification of ``count`` genuine envelopes, in-process and pooled."""
+    print(f"load {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        data = genuine_envelope(scratch / "template")
+        envelopes = scratch / "envelopes"
+        envelopes.mkdir()
+        digest = sha256_digest(data)
+        (envelopes / f"sha256-{digest.removeprefix('sha256:')}.json").write_bytes(data)
+        expected = scratch / "expected.json"
+        argv = ["expected", "--run-id", "any", "--corpus", str(CORPUS), "--tenant", TENANT]
+        argv += [
+            "--trust-local-simulated-root",
+            "--state-dir",
+            str(scratch / "template" / "simulated-amd"),
+        ]
+        if runner_main([*argv, "--out", str(expected)]) != 0:
+            raise SystemExit("expected failed")
+        document = load_expectations(expected)
+        entries = [(n, digest, "bench-template") for n in range(count)]
+        now = datetime.now(UTC)
+        timed: dict[str, tuple[float, float, list[Any]]] = {}
+        for name, jobs in (("in-process", 1), (f"pool of {workers}", workers)):
+            cpu, children = cpu_seconds(), cpu_seconds_children()
+            began = time.perf_counter()
+            verdicts = verify_fetched(envelopes, entries, document, now=now, workers=jobs)
+            seconds = time.perf_counter() - began
+            used = cpu_seconds() - cpu + cpu_seconds_children() - children
+            timed[name] = (seconds, used, verdicts)
+    floor = timed["in-process"][0]
+    print(f"--expected verification of {count} envelopes")
+    print(f"{'':<16} {'seconds':>8} {'env/s':>7} {'cores':>6} {'speed-up':>9}")
+    for name, (seconds, used, _) in timed.items():
+        print(
+            f"{name:<16} {seconds:8.2f} {count / seconds:7.0f} {used / seconds:6.2f} "
+            f"{floor / seconds:8.2f}x"
+        )
+    results = [verdicts for _, _, verdicts in timed.values()]
+    same = all(result == results[0] for result in results)
+    verified = all(verdict.ok for verdict in results[0])
+    print(
+        f"verdicts identical: {same}; all VERIFIED: {verified}; load now {os.getloadavg()[0]:.2f}"
+    )
+    if not (same and verified):
+        raise SystemExit("the verdicts differ or did not verify")
 
 
 if __name__ == "__main__":

@@ -29,5 +29,10 @@ class TamperingError(TenantError):
     """A publication log or checkpoint shows removed, reordered or rewritten entries."""
 
 
+class VerificationWorkerError(TenantError):
+    """A process verifying fetched envelopes died: nothing was decided about them (exit 9,
+    never a verdict)."""
+
+
 class ArchiveError(TenantInputError):
     """An archive is malformed or over one of its bounds; the message names which."""

@@ -8,11 +8,21 @@ in the file, if any, is therefore ignored; a ``nonce`` in it applies to every ru
 that picks a nonce per run verifies those runs one by one with ``verify-attested-run``).
 A shard envelope is verified as the shard it is bound as (its run as a whole is verified
 through the run's merged envelope).
+
+Verification is CPU-bound Python (parsing, the certificate chain, the report's signature), so
+with ``workers`` above 1 the envelopes are verified in that many processes, in batches; the
+verdicts come back in log order and are the very ones the sequential loop gives. A worker that
+dies is :class:`VerificationWorkerError`: never a verdict, never a pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,11 +36,19 @@ from attestation.envelope.model import ShardPosition
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import MalformedError
 from attestation.files import FileTooLargeError, read_regular
-from attestation.verify.checks import VerificationResult
-from tenant.errors import TenantInputError, TenantUsageError
+from tenant.errors import TenantInputError, TenantUsageError, VerificationWorkerError
 
 #: Stands for each entry's run ID while the file is checked, before anything is fetched.
 _SOME_RUN_ID: Final = "run"
+#: Envelopes a worker process verifies per task: the hand-over costs a fraction of one.
+POOL_BATCH: Final = 16
+#: The most worker processes (``tenant fetch --verify-workers``).
+MAX_WORKERS: Final = 64
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may run on."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +60,11 @@ class FetchedVerdict:
     run_id: str
     #: The shard a shard envelope is bound as; None for a whole (unsharded or merged) run.
     shard: ShardPosition | None
-    result: VerificationResult
+    ok: bool
+    #: ``verify-attested-run``'s exit code for this envelope (0 when it verified).
+    exit_code: int
+    #: The verdict line, then one line per failed check (``VerificationResult.summary``).
+    summary: str
 
     def label(self) -> str:
         """``run R`` or ``run R shard I of N``, then the log index."""
@@ -99,9 +121,52 @@ def verify_fetched(
     document: Mapping[str, object],
     *,
     now: datetime,
+    workers: int = 1,
 ) -> list[FetchedVerdict]:
     """Verify each stored envelope ``(log position, sha256 digest, run ID)`` against
-    ``document`` with that run ID (see the module docstring). Never raises for a failed check."""
+    ``document`` with that run ID (see the module docstring), in ``workers`` processes when
+    that is more than 1. Never raises for a failed check.
+
+    Raises:
+        TenantUsageError: a stored envelope cannot be read (the first in log order).
+        VerificationWorkerError: a worker process died; nothing is reported as verified.
+    """
+    if not 1 <= workers <= MAX_WORKERS:
+        raise TenantUsageError(f"--verify-workers {workers}: must be between 1 and {MAX_WORKERS}")
+    items = list(entries)
+    batches = [items[i : i + POOL_BATCH] for i in range(0, len(items), POOL_BATCH)]
+    if workers == 1 or len(batches) <= 1:  # a process costs more than one batch
+        return verify_batch(envelopes_dir, items, document, now)
+    verdicts: list[FetchedVerdict] = []
+    # A forked worker starts at once with every module imported, but a fork copies the locks
+    # other threads hold: fork only when this is the one thread, else spawn (a fresh
+    # interpreter that imports what it needs, a second or so).
+    start = "fork" if threading.active_count() == 1 else "spawn"
+    context = multiprocessing.get_context(start)
+    try:
+        with ProcessPoolExecutor(min(workers, len(batches)), mp_context=context) as pool:
+            for batch in pool.map(
+                verify_batch,
+                [envelopes_dir] * len(batches),
+                batches,
+                [dict(document)] * len(batches),
+                [now] * len(batches),
+            ):
+                verdicts.extend(batch)
+    except BrokenProcessPool as exc:
+        raise VerificationWorkerError(
+            f"a verification worker process died ({exc}): no envelope is reported verified"
+        ) from exc
+    return verdicts
+
+
+def verify_batch(
+    envelopes_dir: Path,
+    entries: Sequence[tuple[int, str, str]],
+    document: Mapping[str, object],
+    now: datetime,
+) -> list[FetchedVerdict]:
+    """The verdicts of ``entries`` in their order, in this process (a worker's task)."""
     verdicts = []
     for position, digest, run_id in entries:
         path = envelopes_dir / f"sha256-{digest.removeprefix('sha256:')}.json"
@@ -111,7 +176,11 @@ def verify_fetched(
             raise TenantUsageError(f"{path}: {exc.strerror or exc}") from exc
         shard = _bound_shard(data)
         result = verify_envelope(data, expectations_for(document, run_id), now=now, shard=shard)
-        verdicts.append(FetchedVerdict(position, digest, run_id, shard, result))
+        verdicts.append(
+            FetchedVerdict(
+                position, digest, run_id, shard, result.ok, result.exit_code, result.summary()
+            )
+        )
     return verdicts
 
 

@@ -410,6 +410,13 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
         metavar="N",
         help=f"envelopes downloaded at once, 1 to {MAX_FETCH_JOBS} (default: {DEFAULT_FETCH_JOBS})",
     )
+    fetch.add_argument(
+        "--verify-workers",
+        type=_verify_workers,
+        metavar="N",
+        help="processes verifying with --expected, 1 to 64 (default: one per CPU; 1 verifies "
+        "in this process); the verdicts and exit code do not depend on it",
+    )
     add_ca_bundle(fetch)
     fetch.set_defaults(handler=_tenant_fetch)
 
@@ -635,6 +642,14 @@ def _fetch_jobs(text: str) -> int:
     return int(text)
 
 
+def _verify_workers(text: str) -> int:
+    from tenant.verify_fetched import MAX_WORKERS
+
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"not a whole number from 1 to {MAX_WORKERS}: {text!r}")
+    return int(text)
+
+
 def _tenant_fetch(args: argparse.Namespace) -> int:
     from tenant.fetch import fetch_tenant, load_verifier_key
     from tenant.verify_fetched import load_expectations
@@ -690,7 +705,7 @@ def _verify_new(
     """Verify the envelopes this fetch added (log order); print a verdict line for each and
     return how many did not verify."""
     from tenant.fetch import load_index
-    from tenant.verify_fetched import verify_fetched
+    from tenant.verify_fetched import default_workers, verify_fetched
 
     index = load_index(report.out_dir / "index.json")
     entries = [
@@ -698,14 +713,18 @@ def _verify_new(
         for position in range(report.previous_size, report.size)
     ]
     verdicts = verify_fetched(
-        report.out_dir / "envelopes", entries, expectations, now=datetime.now(UTC)
+        report.out_dir / "envelopes",
+        entries,
+        expectations,
+        now=datetime.now(UTC),
+        workers=args.verify_workers or default_workers(),
     )
     for verdict in verdicts:
-        lines = verdict.result.summary().rstrip("\n").split("\n")
+        lines = verdict.summary.rstrip("\n").split("\n")
         print(f"{verdict.label()}: {lines[0]}")
         for line in lines[1:]:
             print(f"  {line}")
-    failed = sum(not verdict.result.ok for verdict in verdicts)
+    failed = sum(not verdict.ok for verdict in verdicts)
     print(
         f"{len(verdicts) - failed} of {len(verdicts)} new envelope(s) verified against "
         f"--expected {args.expected}"

@@ -3,8 +3,11 @@ file, with the run ID of its log entry; exit 4 when one does not verify."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +16,17 @@ import pytest
 from attestation.cli import main as verify_main
 from runner.cli import main
 from runner.evidence.simulated import simulated_amd_dir
+from runner.exit_codes import exit_code_for
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import SqliteStorage
 from simulated_amd import SimulatedAmd
 from simulated_amd import state as simulated_state
+from tenant import verify_fetched as verify_fetched_module
+from tenant.errors import TenantUsageError, VerificationWorkerError
 from tenant.http import RetryPolicy
+from tenant.verify_fetched import load_expectations, verify_fetched
+from tests.publish.conftest import make_envelope
 
 EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)
@@ -188,3 +196,125 @@ def test_a_bad_expected_file_is_refused_before_fetching(
     err = capsys.readouterr().err
     assert err.startswith("error: " + message.format(path=path)), err
     assert not (tmp_path / "store" / "checkpoint").exists()
+
+
+def _fetch_all(
+    service: Any, genuine: dict[str, Path], tmp_path: Path
+) -> list[tuple[int, str, str]]:
+    """run-a, run-b (genuine), run-c (no evidence: fails) and shard 1 of run-s, fetched."""
+    published = [
+        ("run-a", genuine["run-a"].read_bytes()),
+        ("run-b", genuine["run-b"].read_bytes()),
+        ("run-c", make_envelope("acme", "run-c")),
+        ("run-s", genuine["run-s"].read_bytes()),
+    ]
+    for run_id, data in published:
+        _publish(service, tmp_path, run_id, data)
+    assert _fetch(service, tmp_path) == 0
+    return [
+        (position, "sha256:" + hashlib.sha256(data).hexdigest(), run_id)
+        for position, (run_id, data) in enumerate(published)
+    ]
+
+
+def test_the_process_pool_gives_the_sequential_verdicts(
+    service: Any,
+    genuine: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries = _fetch_all(service, genuine, tmp_path)
+    document = load_expectations(genuine["expected"])
+    now = datetime.now(UTC)
+    envelopes = tmp_path / "store" / "envelopes"
+    sequential = verify_fetched(envelopes, entries, document, now=now)
+    assert [(v.position, v.run_id, v.ok, v.exit_code) for v in sequential] == [
+        (0, "run-a", True, 0),
+        (1, "run-b", True, 0),
+        (2, "run-c", False, 1),
+        (3, "run-s", True, 0),
+    ]
+    assert sequential[2].summary.startswith("NOT VERIFIED: malformed (exit 1)\n")
+    assert sequential[3].label() == "run run-s shard 1 of 2 (log index 3)"
+    monkeypatch.setattr(verify_fetched_module, "POOL_BATCH", 1)  # one task per envelope
+    assert verify_fetched(envelopes, entries, document, now=now, workers=2) == sequential
+    monkeypatch.setattr(verify_fetched_module, "POOL_BATCH", 3)  # batches of 3 and 1
+    assert verify_fetched(envelopes, entries, document, now=now, workers=4) == sequential
+
+
+def test_the_pool_reports_what_the_sequential_loop_reports(
+    service: Any,
+    genuine: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(verify_fetched_module, "POOL_BATCH", 1)
+    _fetch_all(service, genuine, tmp_path)
+    outputs = []
+    for workers in ("1", "2"):
+        (tmp_path / "store" / "checkpoint").unlink()  # fetch (and verify) everything again
+        capsys.readouterr()
+        assert (
+            _fetch(
+                service,
+                tmp_path,
+                "--expected",
+                str(genuine["expected"]),
+                "--verify-workers",
+                workers,
+            )
+            == 4
+        )
+        outputs.append(capsys.readouterr())
+    assert outputs[0].out == outputs[1].out
+    # the error line is the same too (the log line before it carries a time)
+    assert outputs[0].err.splitlines()[-1] == outputs[1].err.splitlines()[-1]
+    lines = outputs[0].out.splitlines()
+    assert lines[3] == "run run-c (log index 2): NOT VERIFIED: malformed (exit 1)"
+    assert lines[-1] == f"3 of 4 new envelope(s) verified against --expected {genuine['expected']}"
+
+
+class _DiesWhenUnpickled(datetime):
+    """A time whose unpickling ends the process: a worker that dies mid-task."""
+
+    def __reduce_ex__(self, _protocol: Any) -> tuple[Any, tuple[int]]:
+        return os._exit, (70,)
+
+
+def test_a_worker_that_dies_is_an_error_never_a_pass(
+    service: Any, genuine: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verify_fetched_module, "POOL_BATCH", 1)
+    entries = _fetch_all(service, genuine, tmp_path)
+    document = load_expectations(genuine["expected"])
+    now = _DiesWhenUnpickled(2026, 12, 1, tzinfo=UTC)
+    with pytest.raises(VerificationWorkerError) as caught:
+        verify_fetched(tmp_path / "store" / "envelopes", entries, document, now=now, workers=2)
+    assert str(caught.value).startswith("a verification worker process died (")
+    assert str(caught.value).endswith("): no envelope is reported verified")
+    assert exit_code_for(caught.value) == 9
+
+
+def test_an_unreadable_envelope_is_the_same_error_in_the_pool(
+    service: Any, genuine: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verify_fetched_module, "POOL_BATCH", 1)
+    entries = _fetch_all(service, genuine, tmp_path)
+    missing = (
+        tmp_path / "store" / "envelopes" / f"sha256-{entries[1][1].removeprefix('sha256:')}.json"
+    )
+    missing.unlink()
+    document = load_expectations(genuine["expected"])
+    errors = []
+    for workers in (1, 2):
+        with pytest.raises(TenantUsageError) as caught:
+            verify_fetched(
+                tmp_path / "store" / "envelopes",
+                entries,
+                document,
+                now=datetime.now(UTC),
+                workers=workers,
+            )
+        errors.append(str(caught.value))
+    assert errors == [f"{missing}: No such file or directory"] * 2
