@@ -318,3 +318,19 @@ def test_an_unreadable_envelope_is_the_same_error_in_the_pool(
             )
         errors.append(str(caught.value))
     assert errors == [f"{missing}: No such file or directory"] * 2
+
+
+@pytest.mark.parametrize("workers", ["0", "65", "x"])
+def test_verify_workers_out_of_range_is_a_usage_error(
+    workers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("arp_t\n")
+    argv = ["tenant", "fetch", "--server", "http://127.0.0.1:9", "--token-file", str(token)]
+    argv += ["--tenant", "acme", "--out", str(tmp_path / "out"), f"--verify-workers={workers}"]
+    assert main(argv) == 9
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --verify-workers: not a whole number from 1 to 64: {workers!r}"
+    )
+    with pytest.raises(TenantUsageError, match=r"^--verify-workers 0: must be between 1 and 64$"):
+        verify_fetched(tmp_path, [], {}, now=datetime.now(UTC), workers=0)
