@@ -123,6 +123,19 @@ def load_json_document(
         MalformedError: too large, too many values, not strict JSON, not an object, or a
             schema violation (an unknown key, a missing key, a bad value), each naming ``what``.
     """
+    document = load_json_object(data, what=what, limit=limit, max_items=max_items)
+    return validate_document(document, model, what=what)
+
+
+def load_json_object(
+    data: bytes, *, what: str, limit: int, max_items: int | None = None
+) -> dict[str, object]:
+    """The steps of :func:`load_json_document` before the model: the bounds, strict JSON and
+    a top-level object.
+
+    Raises:
+        MalformedError: too large, too many values, not strict JSON or not an object.
+    """
     if len(data) > limit:
         raise MalformedError(f"{what} is {len(data)} bytes, over the {limit}-byte limit")
     if max_items is not None:
@@ -136,7 +149,7 @@ def load_json_document(
     document = parse_strict_json(data, what=what)
     if not isinstance(document, dict):
         raise MalformedError(f"{what} must be a JSON object")
-    return validate_document(document, model, what=what)
+    return document
 
 
 def validate_document(document: dict[str, object], model: type[ModelT], *, what: str) -> ModelT:

@@ -33,7 +33,13 @@ from attestation.encoding.json_document import (
     validate_document,
 )
 from attestation.envelope.binding import result_digest
-from attestation.envelope.model import API_VERSION, ENVELOPE_KIND, Envelope, Workload
+from attestation.envelope.model import (
+    API_VERSION,
+    ENVELOPE_KIND,
+    Envelope,
+    Workload,
+    validate_parsed_envelope,
+)
 from attestation.errors import MalformedError
 from attestation.evaluation.shards import (
     ShardMergeError,
@@ -116,7 +122,7 @@ def parse_any_envelope(data: bytes) -> AnyEnvelope:
     if kind == MERGED_ENVELOPE_KIND:
         return validate_document(document, MergedEnvelope, what="merged envelope")
     if kind == ENVELOPE_KIND:
-        return validate_document(document, Envelope, what="envelope")
+        return validate_parsed_envelope(document, what="envelope")
     if "kind" not in document:
         raise MalformedError(
             f"envelope has no 'kind' (it must be {ENVELOPE_KIND!r} or {MERGED_ENVELOPE_KIND!r})"

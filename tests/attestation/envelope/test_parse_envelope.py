@@ -103,3 +103,41 @@ def test_a_maximal_envelope_within_the_value_limit_parses_within_10x_its_size() 
         tracemalloc.stop()
     assert digest == "sha256:" + hashlib.sha256(rfc8785.dumps(envelope.result)).hexdigest()
     assert peak < 10 * len(data)
+
+
+# -- the result of parsed JSON is attached as parsed (validate_parsed_envelope) --------------
+
+
+def _document_with_result(result: object) -> bytes:
+    document = _minimal()
+    document["result"] = result
+    return json.dumps(document).encode()
+
+
+def test_a_parsed_result_equals_the_one_pydantic_validates() -> None:
+    from attestation.encoding.json_document import validate_document
+    from attestation.envelope.model import Envelope
+
+    result = {"arms": [{"name": "a", "sharpe": 1.25, "trades": 3, "flags": [True, None]}]}
+    envelope = parse_envelope(_document_with_result(result))
+    validated = validate_document(json.loads(_document_with_result(result)), Envelope, what="e")
+    assert envelope.result == result
+    assert envelope == validated
+    assert envelope.model_fields_set == validated.model_fields_set
+    assert envelope.canonical_bytes() == validated.canonical_bytes()
+
+
+@pytest.mark.parametrize("result", [[1, 2], "report", 7, {}])
+def test_a_result_that_is_no_object_is_left_to_the_model(result: object) -> None:
+    if result == {}:
+        assert parse_envelope(_document_with_result(result)).result == {}
+        return
+    with pytest.raises(MalformedError, match=r"envelope is invalid: result: Input should be"):
+        parse_envelope(_document_with_result(result))
+
+
+def test_the_rest_of_an_envelope_with_a_result_is_still_validated() -> None:
+    document = json.loads(_document_with_result({"x": 1}))
+    document["measurement"] = "zz"
+    with pytest.raises(MalformedError, match="measurement"):
+        parse_envelope(json.dumps(document).encode())
