@@ -25,7 +25,6 @@ from typing import Final
 
 import structlog
 import uvicorn
-from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES
@@ -46,7 +45,7 @@ from runner.publish.heads import JOURNAL_FILE, HeadJournal, JournalError
 from runner.publish.log import PublicationLog
 from runner.publish.panel import panel_routes
 from runner.publish.ratelimit import Rate, RateLimiter
-from runner.publish.server import Service, create_app
+from runner.publish.server import PublicationApp, Service, create_app
 from runner.publish.storage import Storage, StorageError, is_postgres_location, open_storage
 from tenant.fsutil import atomic_write_text
 from tenant.http import is_loopback
@@ -138,7 +137,7 @@ def build_service(
     )
 
 
-def build_app(service: Service, config: ServiceConfig) -> Starlette:
+def build_app(service: Service, config: ServiceConfig) -> PublicationApp:
     """The service's app with the corpus-export and trust-panel routes."""
     store = open_corpus_store(config.storage_location(), read_only=service.storage.read_only)
     extra: Sequence[BaseRoute] = [
