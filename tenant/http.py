@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import email.utils
+import http.client
 import ipaddress
 import json
 import os
@@ -49,6 +50,7 @@ import random
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -62,6 +64,7 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
+from urllib3.util.wait import wait_for_read
 
 from attestation.encoding.json_document import parse_strict_json
 from attestation.errors import MalformedError
@@ -445,6 +448,101 @@ def _tls_context(ca_bundle: Path) -> ssl.SSLContext:
     return context
 
 
+class _ConnectFailedError(Exception):
+    """No connection could be made (the cause is the socket's error)."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _LeanHttp(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        self.sock = _adopt(self.sock)
+
+
+class _LeanHttps(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        # The TCP socket becomes a deadline socket before the handshake; the TLS socket is
+        # one through the context's sslsocket_class.
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(  # type: ignore[attr-defined]
+            _adopt(self.sock), server_hostname=self.host
+        )
+
+
+class _LeanConnections:
+    """Keep-alive ``http.client`` connections, one per origin and thread (``HttpClient`` is
+    shared between threads; a connection never is)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._all: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def exchange(
+        self,
+        tls: ssl.SSLContext,
+        call: _Call,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        timeouts: tuple[float, float],
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send one request on this thread's connection to the call's origin (a new one
+        when there is none or the server closed it) and read the answer's head."""
+        mine: dict[str, http.client.HTTPConnection] = self._local.__dict__.setdefault("c", {})
+        origin = _origin(call.url)
+        connection = mine.get(origin)
+        if connection is not None and (connection.sock is None or _dropped(connection.sock)):
+            connection.close()
+            connection = None
+        if connection is None:
+            parts = urlsplit(call.url)
+            host, port = parts.hostname or "", parts.port
+            if parts.scheme == "https":
+                connection = _LeanHttps(host, port, timeout=timeouts[0], context=tls)
+            else:
+                connection = _LeanHttp(host, port, timeout=timeouts[0])
+            try:
+                connection.connect()
+            except ssl.SSLError:
+                connection.close()
+                raise
+            except OSError as exc:
+                connection.close()
+                if isinstance(exc, TimeoutError):
+                    raise
+                raise _ConnectFailedError(exc) from exc
+            mine[origin] = connection
+            with self._lock:
+                self._all.append(connection)
+        assert connection.sock is not None
+        connection.sock.settimeout(timeouts[1])
+        try:
+            connection.request(call.method, target, body=body, headers=dict(headers))
+            return connection, connection.getresponse()
+        except BaseException:
+            connection.close()
+            raise
+
+    def close_all(self) -> None:
+        with self._lock:
+            connections, self._all = self._all, []
+        for connection in connections:
+            connection.close()
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """Whether a kept-alive connection was closed by the server (or sent something unasked)."""
+    try:
+        return wait_for_read(sock, timeout=0.0)
+    except OSError:
+        return True
+
+
 @contextmanager
 def _deadline(call: _Call) -> Iterator[None]:
     token = _call_ends.set(call.started + call.limit.deadline)
@@ -493,10 +591,12 @@ class HttpClient:
         self._what = what
         self._ca_source = "certifi" if ca_bundle is None else "--ca-bundle"
         self.ca_bundle = Path(certifi.where()) if ca_bundle is None else ca_bundle
+        self._tls = _tls_context(self.ca_bundle)
+        self._lean = _LeanConnections()
         self._pools = urllib3.PoolManager(
             num_pools=connections,
             maxsize=connections,
-            ssl_context=_tls_context(self.ca_bundle),
+            ssl_context=self._tls,
             headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
         )
         self._pools.pool_classes_by_scheme = {"http": _Pool, "https": _TlsPool}
@@ -513,6 +613,7 @@ class HttpClient:
 
     def close(self) -> None:
         self._pools.clear()
+        self._lean.close_all()
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -540,9 +641,122 @@ class HttpClient:
         body: bytes,
         headers: Mapping[str, str] | None = None,
     ) -> Answer:
-        """PUT ``body`` to ``url`` (idempotent by HTTP's definition, so retried)."""
-        with self._exchange("PUT", url, limit, 0, headers, None, body) as (response, call):
-            return self._answer(response, call)
+        """PUT ``body`` to ``url`` (idempotent by HTTP's definition, so retried).
+
+        A PUT never follows a redirect, so it runs on the lean keep-alive connections of
+        :class:`_LeanConnections` (one per origin and thread, ``http.client`` under the same
+        deadline sockets and TLS context) instead of urllib3's pools: a publisher makes one PUT
+        per envelope, and urllib3's pool manager, pool and response layers cost it more CPU
+        than the rest of a publish. Retries, ``Retry-After``, the deadline, the size limit and
+        the URL policy are the same as for every call.
+        """
+        self._check(url)
+        call = _Call("PUT", url, limit)
+        all_headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        all_headers.update(headers or {})
+        if self._token is not None:  # the URL called directly: its own origin
+            all_headers.setdefault("Authorization", f"Bearer {self._token}")
+        with _deadline(call):
+            return self._lean_attempts(call, all_headers, body)
+
+    def _lean_attempts(self, call: _Call, headers: dict[str, str], body: bytes) -> Answer:
+        policy = self.retry
+        parts = urlsplit(call.url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        last_error: HttpUnavailableError | None = None
+        for attempt in range(policy.attempts):
+            left = call.left()
+            if left <= 0:
+                raise DeadlineExceededError(
+                    f"{call.method} {call.url}: no complete answer within the "
+                    f"{call.limit.deadline:g} s deadline"
+                    + (f" (last error: {last_error})" if last_error else "")
+                )
+            try:
+                connection, response = self._lean.exchange(
+                    self._tls,
+                    call,
+                    target,
+                    headers,
+                    body,
+                    timeouts=(min(policy.connect_timeout, left), min(policy.read_timeout, left)),
+                )
+            except ssl.SSLError as exc:
+                raise HttpRefusedError(f"{call.method} {call.url}: TLS failed: {exc}") from exc
+            except _ConnectFailedError as exc:
+                last_error = _unavailable(call, exc.cause, refused=True)
+            except (http.client.HTTPException, OSError) as exc:
+                last_error = _unavailable(call, exc)
+            else:
+                if response.status in _REDIRECT_STATUSES:
+                    location = response.getheader("Location", "")
+                    connection.close()
+                    raise HttpRefusedError(
+                        f"{call.url} answered HTTP {response.status} redirecting to "
+                        f"{location!r}, which this call does not follow"
+                    )
+                if response.status not in policy.retry_statuses or attempt + 1 == policy.attempts:
+                    return self._lean_answer(connection, response, call)
+                wait = parse_retry_after(
+                    response.getheader("Retry-After"), now=dt.datetime.now(dt.UTC)
+                )
+                connection.close()  # the unread answer must never become the next one
+                if wait is not None and wait > policy.retry_after_max:
+                    raise RetryAfterTooLongError(
+                        f"{call.url} answered HTTP {response.status} and asked to wait "
+                        f"{wait:.0f} s (more than {policy.retry_after_max:.0f} s)",
+                        wait=wait,
+                    )
+                self._wait(call, policy.delay(attempt) if wait is None else wait, None)
+                continue
+            if attempt + 1 == policy.attempts:
+                break
+            self._wait(call, policy.delay(attempt), last_error)
+        assert last_error is not None
+        if isinstance(last_error, DeadlineExceededError):
+            raise last_error
+        raise HttpUnavailableError(
+            f"{call.method} {call.url} failed after {policy.attempts} attempts: {last_error}",
+            refused=last_error.refused,
+        )
+
+    @staticmethod
+    def _lean_answer(
+        connection: http.client.HTTPConnection, response: http.client.HTTPResponse, call: _Call
+    ) -> Answer:
+        ok = 200 <= response.status < 300
+        limit = call.limit.max_bytes if ok else min(call.limit.max_bytes, MAX_ERROR_BODY_BYTES)
+        declared = response.getheader("Content-Length", "")
+        if ok and declared.isdigit() and int(declared) > limit:
+            connection.close()
+            raise AnswerTooLargeError(
+                f"{call.url} announces {declared} bytes, over the {limit}-byte limit", limit=limit
+            )
+        try:
+            body = response.read(limit + 1)
+        except (http.client.HTTPException, OSError) as exc:
+            connection.close()
+            if call.left() <= 0:
+                raise DeadlineExceededError(
+                    f"{call.method} {call.url}: the answer did not arrive within the "
+                    f"{call.limit.deadline:g} s deadline"
+                ) from exc
+            raise HttpUnavailableError(
+                f"{call.method} {call.url}: reading the answer failed: {exc}"
+            ) from exc
+        if len(body) > limit:
+            connection.close()
+            if ok:
+                raise AnswerTooLargeError(
+                    f"{call.url} answered more than the {limit}-byte limit", limit=limit
+                )
+            body = body[:limit]
+        elif not response.isclosed() or response.will_close:
+            connection.close()  # more than announced, or the server ends the connection
+        headers: dict[str, str] = {}
+        for name, value in response.getheaders():
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        return Answer(response.status, headers, body, call.url)
 
     def download(self, url: str, sink: IO[bytes], *, limit: Limits, redirects: int = 0) -> Answer:
         """GET ``url`` and write a 2xx body to ``sink`` as it arrives (``Answer.body`` is empty);
@@ -749,7 +963,7 @@ def _innermost(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _unavailable(call: _Call, exc: BaseException) -> HttpUnavailableError:
+def _unavailable(call: _Call, exc: BaseException, *, refused: bool = False) -> HttpUnavailableError:
     if call.left() <= 0:
         return DeadlineExceededError(
             f"{call.method} {call.url}: no answer within the {call.limit.deadline:g} s deadline"
@@ -758,7 +972,7 @@ def _unavailable(call: _Call, exc: BaseException) -> HttpUnavailableError:
         exc, NewConnectionError
     ):
         return HttpUnavailableError(f"{call.method} {call.url}: timed out ({_innermost(exc)})")
-    refused = isinstance(exc, NewConnectionError)
+    refused = refused or isinstance(exc, NewConnectionError)
     return HttpUnavailableError(f"{call.method} {call.url}: {_innermost(exc)}", refused=refused)
 
 
