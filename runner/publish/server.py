@@ -22,7 +22,9 @@ import hashlib
 import json
 import re
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -145,6 +147,7 @@ class Service:
         self._failures = failure_limiter
         self._owns_storage = owns_storage
         self._started = False
+        self.receipts: _Receipts | None = None  # of the loop that serves (made on first use)
 
     def start(self) -> None:
         """Check the logs and start sequencing (once; later calls do nothing)."""
@@ -319,9 +322,52 @@ def _conflict(run_id: str, part: str, pointed: str | None) -> ApiError:
     )
 
 
+class _Receipts:
+    """Hands the sequencer's receipts to the event loop, one wake-up per batch.
+
+    ``asyncio.wrap_future`` schedules each future's result on the loop separately (a write to
+    the loop's self-pipe and a callback each); the sequencer resolves a whole batch at once,
+    so the receipts that arrive together are handed over together. A request that is no
+    longer waited for is skipped: its envelope is integrated all the same.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._ready: list[tuple[asyncio.Future[Receipt], Future[Receipt]]] = []
+        self._lock = threading.Lock()
+
+    def watch(self, submitted: Future[Receipt]) -> asyncio.Future[Receipt]:
+        waiting: asyncio.Future[Receipt] = self.loop.create_future()
+        submitted.add_done_callback(lambda done: self._arrived(waiting, done))
+        return waiting
+
+    def _arrived(self, waiting: asyncio.Future[Receipt], done: Future[Receipt]) -> None:
+        with self._lock:
+            self._ready.append((waiting, done))
+            first = len(self._ready) == 1
+        if first:
+            self.loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for waiting, done in ready:
+            if waiting.done():
+                continue
+            error = done.exception()
+            if error is not None:
+                waiting.set_exception(error)
+            else:
+                waiting.set_result(done.result())
+
+
 async def _integrate(service: Service, request: AppendRequest) -> Receipt:
+    loop = asyncio.get_running_loop()
+    receipts = service.receipts
+    if receipts is None or receipts.loop is not loop:
+        receipts = service.receipts = _Receipts(loop)
     try:
-        return await asyncio.wrap_future(service.log.submit(request))
+        return await receipts.watch(service.log.submit(request))
     except DigestCollisionError as exc:
         raise ApiError(500, str(exc), reason="corrupt") from exc
 

@@ -379,3 +379,31 @@ def test_out_of_range_query_integers_are_400(service: Any) -> None:
         assert answer.status_code == 400, (path, answer.text)
         assert answer.json()["reason"] == "bad-request"
         assert "must be an integer from" in answer.json()["error"]
+
+
+def test_the_envelope_put_route_answers_like_every_route(
+    service: Any, envelope_for: EnvelopeFor, monkeypatch: Any
+) -> None:
+    """PUT of an envelope bypasses Starlette's router (server.PublicationApp): paths beside
+    it still reach the router, and its failures are answered by the same handler."""
+    operator = service.token("acme")
+    data = envelope_for("acme", "run-1", 1)
+    deeper = _put(service, "acme", data, token=operator, name=f"{_digest(data)}/more")
+    assert deeper.status_code == 404
+    assert deeper.json() == {"error": "not found", "reason": "not-found"}
+    unauthenticated = _put(service, "acme", data, token=None)
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.json()["reason"] == "unauthenticated"
+    assert unauthenticated.headers["WWW-Authenticate"] == "Bearer"
+
+    def broken(*_args: object) -> bytes:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("runner.publish.server.LogEntry.to_bytes", broken)
+    internal = _put(service, "acme", data, token=operator)
+    assert internal.status_code == 500
+    assert internal.json() == {"error": "internal error", "reason": "internal"}
+    monkeypatch.undo()
+    created = _put(service, "acme", data, token=operator)
+    assert created.status_code == 201
+    assert created.json()["logIndex"] == 0

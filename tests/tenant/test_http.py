@@ -9,9 +9,11 @@ request runs (tracemalloc), which does not depend on timing either.
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 import subprocess
 import sys
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -328,3 +330,110 @@ def test_the_environment_redirects_nothing(
         "https_proxy, http_proxy, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE, NETRC, "
         "SSLKEYLOGFILE"
     )
+
+
+# -- PUT: the lean keep-alive connections (HttpClient.put) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [hs.drip_status_line(DRIP), hs.drip_headers(DRIP), hs.drip_body(DRIP), hs.silent],
+    ids=["status-line", "headers", "body", "silent"],
+)
+def test_a_put_answered_by_a_drip_ends_at_the_deadline(
+    tls: tuple[ssl.SSLContext | None, Path | None], behaviour: hs.Behaviour
+) -> None:
+    context, ca = tls
+    with (
+        hs.HostileServer(behaviour, tls=context) as server,
+        _client(ca) as client,
+        pytest.raises(HttpUnavailableError, match=r"within the 1 s deadline"),
+    ):
+        client.put(server.url + "/x", body=b"{}", limit=Limits(MiB, DEADLINE))
+    assert server.sent <= DRIP_BOUND
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [hs.endless_chunked, hs.declared(512 * MiB), hs.undeclared_stream],
+    ids=["endless-chunked", "declares-512MiB", "streams-without-length"],
+)
+def test_a_put_answer_over_its_cap_is_refused_while_reading(
+    tls: tuple[ssl.SSLContext | None, Path | None], behaviour: hs.Behaviour
+) -> None:
+    context, ca = tls
+    with hs.HostileServer(behaviour, tls=context) as server, _client(ca) as client:
+
+        def upload() -> None:
+            with pytest.raises(AnswerTooLargeError, match=str(MiB)):
+                client.put(server.url, body=b"{}", limit=Limits(MiB, 30))
+
+        peak = _peak_while(upload)
+    assert peak < 3 * MiB
+
+
+def test_a_put_is_retried_on_transient_answers_and_sends_its_body_each_time() -> None:
+    sleeps: list[float] = []
+    with (
+        hs.HostileServer(hs.answer(503, b"maintenance")) as server,
+        _client(attempts=3, sleeps=sleeps) as client,
+    ):
+        answer = client.put(server.url + "/e?x=1", body=b'{"a":1}', limit=Limits(1024, 30))
+    assert (answer.status, answer.text()) == (503, "maintenance")
+    assert len(server.requests) == 3
+    assert all(r.startswith(b"PUT /e?x=1 HTTP/1.1\r\n") for r in server.requests)
+    assert all(r.endswith(b'\r\n\r\n{"a":1}') for r in server.requests)
+    assert len(sleeps) == 2
+
+
+def test_a_put_error_answer_is_cut_at_the_error_cap() -> None:
+    big = b"e" * (64 * 1024)
+    with hs.HostileServer(hs.answer(404, big)) as server, _client() as client:
+        answer = client.put(server.url, body=b"{}", limit=Limits(MiB, 30))
+    assert answer.status == 404
+    assert len(answer.body) == 16 * 1024
+
+
+def test_a_put_with_nothing_listening_is_no_connection() -> None:
+    port = hs.free_port()
+    with _client(attempts=1) as client, pytest.raises(HttpUnavailableError) as caught:
+        client.put(f"http://127.0.0.1:{port}/", body=b"{}", limit=Limits(1024, 5))
+    assert caught.value.refused
+
+
+def test_a_put_to_an_untrusted_certificate_is_refused_not_retried(tmp_path: Path) -> None:
+    context, _ca = hs.mint_tls(tmp_path)
+    with (
+        hs.HostileServer(hs.answer(200, b"ok"), tls=context) as server,
+        _client(attempts=4) as client,
+        pytest.raises(HttpRefusedError, match=r"TLS failed: .*CERTIFICATE_VERIFY_FAILED"),
+    ):
+        client.put(server.url, body=b"{}", limit=Limits(1024, 5))
+    assert server.requests == []
+
+
+def test_a_put_reuses_its_connection_and_reconnects_when_the_server_closed_it() -> None:
+    """Two PUTs on one kept-alive connection; after the server closes it, the next PUT opens
+    a new one without spending a retry."""
+    connections: list[int] = []
+
+    def keep_alive(conn: socket.socket, request: bytes, _server: hs.HostileServer) -> None:
+        connections.append(1)
+        for _ in range(2):
+            conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
+            request = conn.recv(65536)
+            if not request:
+                return
+            while b'{"n":' not in request:  # the body may come in a second segment
+                request += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
+        # then the server closes the connection (its keep-alive timeout)
+
+    with hs.HostileServer(keep_alive) as server, _client(attempts=1) as client:
+        answers = [
+            client.put(server.url, body=b'{"n":%d}' % i, limit=Limits(1024, 5)) for i in range(3)
+        ]
+        time.sleep(0.2)  # the server has closed the kept-alive connection by now
+        answers.append(client.put(server.url, body=b'{"n":3}', limit=Limits(1024, 5)))
+    assert [(a.status, a.body) for a in answers] == [(201, b"ok")] * 4
+    assert len(connections) == 2
