@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import email.utils
+import functools
 import http.client
 import ipaddress
 import json
@@ -255,6 +256,8 @@ def json_nests_deeper(data: bytes, limit: int) -> bool:
     Linear, and checked before parsing: a deeply nested answer would otherwise reach the
     interpreter's recursion limit inside the parser.
     """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # not even that many openers, inside strings or not: no deeper nesting
     depth = 0
     for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKET):
         if byte in b"[{":
@@ -266,6 +269,7 @@ def json_nests_deeper(data: bytes, limit: int) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=256)
 def is_loopback(host: str) -> bool:
     """``localhost`` or a loopback IP address."""
     if host == "localhost":

@@ -44,11 +44,13 @@ class _NotStrictJsonError(ValueError):
 
 
 def _object_without_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    document: dict[str, object] = {}
-    for key, value in pairs:
-        if key in document:
-            raise _NotStrictJsonError(f"key {key!r} appears more than once in one object")
-        document[key] = value
+    document = dict(pairs)  # built in C; a repeated key leaves fewer entries than pairs
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _NotStrictJsonError(f"key {key!r} appears more than once in one object")
+            seen.add(key)
     return document
 
 

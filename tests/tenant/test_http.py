@@ -275,6 +275,10 @@ def test_nesting_is_measured_outside_strings() -> None:
     assert not json_nests_deeper(b'["\\"[[[[", "\\\\"]', 1)  # escaped quotes stay in strings
     assert json_nests_deeper(b'{"a": [[1]]}', 2)
     assert not json_nests_deeper(b'{"a": [[1]]}', 3)
+    # At most ``limit`` openers in all: answered without stripping strings, the same way.
+    assert not json_nests_deeper(b"[[[]]]", 3)
+    assert json_nests_deeper(b"[[[]]]", 2)
+    assert not json_nests_deeper(b'["[", "{"]', 3)
 
 
 @pytest.fixture

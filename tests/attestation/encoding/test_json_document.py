@@ -42,6 +42,7 @@ def test_only_utf8_and_integers_a_double_can_hold(text: bytes, message: str) -> 
     [
         (b'{"a": 1, "a": 2}', "key 'a' appears more than once in one object"),
         (b'{"a": {"b": 1, "b": 1}}', "key 'b' appears more than once in one object"),
+        (b'{"c": 1, "d": 2, "e": 3, "d": 2}', "key 'd' appears more than once in one object"),
         (b'{"a": NaN}', "NaN is not a JSON number"),
         (b'{"a": -Infinity}', "-Infinity is not a JSON number"),
         (b'{"a": 1e400}', "number 1e400 is out of range"),
@@ -51,6 +52,7 @@ def test_only_utf8_and_integers_a_double_can_hold(text: bytes, message: str) -> 
     ids=[
         "duplicate",
         "nested-duplicate",
+        "duplicate-among-others",
         "nan",
         "infinity",
         "overflow",
