@@ -570,6 +570,17 @@ class _Call:
     def left(self) -> float:
         return self.limit.deadline - (time.monotonic() - self.started)
 
+    def left_before_attempt(self, last_error: Exception | None) -> float:
+        """Seconds left for the next attempt; none left is the call's deadline error."""
+        left = self.left()
+        if left <= 0:
+            raise DeadlineExceededError(
+                f"{self.method} {self.url}: no complete answer within the "
+                f"{self.limit.deadline:g} s deadline"
+                + (f" (last error: {last_error})" if last_error else "")
+            )
+        return left
+
 
 class HttpClient:
     """Keep-alive HTTP connections with one retry policy, URL policy and per-call limits.
@@ -671,13 +682,7 @@ class HttpClient:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         last_error: HttpUnavailableError | None = None
         for attempt in range(policy.attempts):
-            left = call.left()
-            if left <= 0:
-                raise DeadlineExceededError(
-                    f"{call.method} {call.url}: no complete answer within the "
-                    f"{call.limit.deadline:g} s deadline"
-                    + (f" (last error: {last_error})" if last_error else "")
-                )
+            left = call.left_before_attempt(last_error)
             try:
                 connection, response = self._lean.exchange(
                     self._tls,
@@ -830,13 +835,7 @@ class HttpClient:
             all_headers.setdefault("Authorization", f"Bearer {self._token}")
         last_error: HttpUnavailableError | None = None
         for attempt in range(policy.attempts):
-            left = call.left()
-            if left <= 0:
-                raise DeadlineExceededError(
-                    f"{call.method} {call.url}: no complete answer within the "
-                    f"{call.limit.deadline:g} s deadline"
-                    + (f" (last error: {last_error})" if last_error else "")
-                )
+            left = call.left_before_attempt(last_error)
             timeout = urllib3.Timeout(
                 connect=min(policy.connect_timeout, left), read=min(policy.read_timeout, left)
             )
