@@ -708,17 +708,9 @@ class HttpClient:
                     )
                 if response.status not in policy.retry_statuses or attempt + 1 == policy.attempts:
                     return self._lean_answer(connection, response, call)
-                wait = parse_retry_after(
-                    response.getheader("Retry-After"), now=dt.datetime.now(dt.UTC)
-                )
+                retry_after = response.getheader("Retry-After")
                 connection.close()  # the unread answer must never become the next one
-                if wait is not None and wait > policy.retry_after_max:
-                    raise RetryAfterTooLongError(
-                        f"{call.url} answered HTTP {response.status} and asked to wait "
-                        f"{wait:.0f} s (more than {policy.retry_after_max:.0f} s)",
-                        wait=wait,
-                    )
-                self._wait(call, policy.delay(attempt) if wait is None else wait, None)
+                self._wait_to_retry(call, response.status, retry_after, attempt)
                 continue
             if attempt + 1 == policy.attempts:
                 break
@@ -863,17 +855,9 @@ class HttpClient:
                 continue
             if response.status not in policy.retry_statuses or attempt + 1 == policy.attempts:
                 return response
-            wait = parse_retry_after(
-                response.headers.get("Retry-After"), now=dt.datetime.now(dt.UTC)
-            )
+            retry_after = response.headers.get("Retry-After")
             _release(response)
-            if wait is not None and wait > policy.retry_after_max:
-                raise RetryAfterTooLongError(
-                    f"{call.url} answered HTTP {response.status} and asked to wait "
-                    f"{wait:.0f} s (more than {policy.retry_after_max:.0f} s)",
-                    wait=wait,
-                )
-            self._wait(call, policy.delay(attempt) if wait is None else wait, None)
+            self._wait_to_retry(call, response.status, retry_after, attempt)
         assert last_error is not None
         if isinstance(last_error, DeadlineExceededError):
             raise last_error
@@ -881,6 +865,21 @@ class HttpClient:
             f"{call.method} {call.url} failed after {policy.attempts} attempts: {last_error}",
             refused=last_error.refused,
         )
+
+    def _wait_to_retry(
+        self, call: _Call, status: int, retry_after: str | None, attempt: int
+    ) -> None:
+        """Wait before retrying a retryable status: the answer's Retry-After when it gives
+        one (refused when longer than the policy allows), else the policy's backoff."""
+        policy = self.retry
+        wait = parse_retry_after(retry_after, now=dt.datetime.now(dt.UTC))
+        if wait is not None and wait > policy.retry_after_max:
+            raise RetryAfterTooLongError(
+                f"{call.url} answered HTTP {status} and asked to wait "
+                f"{wait:.0f} s (more than {policy.retry_after_max:.0f} s)",
+                wait=wait,
+            )
+        self._wait(call, policy.delay(attempt) if wait is None else wait, None)
 
     def _wait(self, call: _Call, seconds: float, error: HttpUnavailableError | None) -> None:
         if seconds > call.left():
