@@ -45,5 +45,11 @@ class SubmitError(RunnerError):
     """A Kubernetes submission failed or the Job ended without an envelope."""
 
 
+class ListenerLostError(RunnerError):
+    """``serve`` lost its listening socket (the event loop closed it after an accept error):
+    it stops (exit 9) so that its supervisor starts it again, instead of serving on without
+    accepting a connection."""
+
+
 class PublishError(RunnerError):
     """An envelope could not be published (it stays in the spool)."""

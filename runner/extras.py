@@ -10,7 +10,7 @@ extra          packages                         commands
 ``kubernetes`` kubernetes, PyYAML               ``submit``, ``status``, ``collect``,
                                                 ``cancel``, ``list``
 ``server``     starlette, uvicorn, httptools,   ``serve``, ``server backup``, ``token``
-               psycopg
+               uvloop, psycopg
 ============== ================================ ==========================================
 
 A command imports the modules of its extra inside :func:`extra_required`; if exactly one of
@@ -33,7 +33,9 @@ Extra = Literal["kubernetes", "server"]
 EXTRA_MODULES: Final[Mapping[Extra, frozenset[str]]] = MappingProxyType(
     {
         "kubernetes": frozenset({"kubernetes", "yaml"}),
-        "server": frozenset({"starlette", "uvicorn", "httptools", "psycopg", "psycopg_binary"}),
+        "server": frozenset(
+            {"starlette", "uvicorn", "httptools", "uvloop", "psycopg", "psycopg_binary"}
+        ),
     }
 )
 _LABELS: Final[Mapping[Extra, str]] = MappingProxyType(

@@ -48,9 +48,9 @@ log = structlog.get_logger("attested-replay.serve")
 
 #: Descriptors kept free for the database, the journal, logs and TLS material.
 RESERVED_DESCRIPTORS: Final = 64
-#: The listen backlog. asyncio accepts up to this many connections in one go before any of
-#: them reaches the cap below (``selector_events._accept_connection``), so the cap keeps this
-#: many descriptors free as well.
+#: The listen backlog. The event loop accepts the pending connections, up to this many, in one
+#: go before any of them reaches the cap below (asyncio's ``_accept_connection``, libuv's
+#: ``uv__server_io`` under uvloop), so the cap keeps this many descriptors free as well.
 LISTEN_BACKLOG: Final = 128
 #: The largest request head (request line and headers) read: httptools itself has no limit.
 MAX_HEAD_BYTES: Final = 64 * 1024

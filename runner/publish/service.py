@@ -5,7 +5,8 @@ anything is created), warn about plain HTTP on a non-loopback address, open the 
 key, head journal, database; on a read-only filesystem with the key files in place, the
 service starts and serves reads), check every tenant's log against its last signed head,
 print where everything is, then serve with the connection guards of
-:mod:`runner.publish.guard` until SIGTERM or SIGINT. Stopping integrates what is queued,
+:mod:`runner.publish.guard` on uvloop's event loop until SIGTERM or SIGINT (or until the
+listening socket is lost: :func:`watch_listener`, exit 9). Stopping integrates what is queued,
 moves SQLite's WAL into the database file and closes the storage, then exits 0.
 """
 
@@ -25,11 +26,12 @@ from typing import Final
 
 import structlog
 import uvicorn
+import uvloop
 from starlette.routing import BaseRoute
 
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES
 from attestation.transparency.checkpoint import CheckpointError
-from runner.errors import UsageError
+from runner.errors import ListenerLostError, UsageError
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.corpus_routes import corpus_routes
 from runner.publish.corpus_store import open_corpus_store
@@ -261,13 +263,45 @@ def _serve_on(
     )
     quiet = QuietLog()
     logging.getLogger("uvicorn.error").addFilter(quiet.filter)
+    lost: list[str] = []
 
     async def run() -> None:
         asyncio.get_running_loop().set_exception_handler(quiet.loop_exception)
-        await server.serve(sockets=[sock])
+        watchdog = asyncio.create_task(watch_listener(server, sock, lost))
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            watchdog.cancel()
 
     try:
-        with _clean_exit_on_signals():
-            asyncio.run(run())
+        # uvloop: the event loop's own cost per request is a third lower than asyncio's
+        # (docs/publishing.md, "The ASGI server, and why").
+        with _clean_exit_on_signals(), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(run())
     finally:
         service.stop()  # after a lifespan shutdown this only closes what is still open
+    if lost:
+        raise ListenerLostError(lost[0])
+
+
+#: How often :func:`watch_listener` looks at the listening socket.
+LISTENER_CHECK_SECONDS: Final = 1.0
+
+
+async def watch_listener(server: uvicorn.Server, sock: socket.socket, lost: list[str]) -> None:
+    """Stop ``server`` when its listening socket was closed under it.
+
+    uvloop closes a listening socket when ``accept()`` fails with anything but the errors
+    libuv handles itself (``EAGAIN``, ``ECONNABORTED``; ``EMFILE`` and ``ENFILE`` by
+    dropping the pending connections), and says nothing (``handles/streamserver.pyx``,
+    ``_fatal_error``): the server would go on without accepting a connection. It detaches
+    the socket object it was given when it does, so its descriptor reads -1. Then this logs
+    the fault, appends its message to ``lost`` and shuts the server down cleanly (the
+    storage is closed), and ``serve`` exits 9 for its supervisor to start it again."""
+    while not server.should_exit:
+        await asyncio.sleep(LISTENER_CHECK_SECONDS)
+        if sock.fileno() == -1 and not server.should_exit:
+            message = "the listening socket was closed after an accept error; stopping"
+            log.error("listener_lost", error=message)
+            lost.append(message)
+            server.should_exit = True

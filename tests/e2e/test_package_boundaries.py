@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("attestation", "tenant", "simulated_amd", "runner")
 #: Third-party modules of the optional extras (``runner.extras``) and what they pull in.
 OPTIONAL = frozenset(
-    {"kubernetes", "yaml", "uvicorn", "httptools", "psycopg", "starlette", "anyio"}
+    {"kubernetes", "yaml", "uvicorn", "httptools", "uvloop", "psycopg", "starlette", "anyio"}
 )
 #: What the base install runs: the CLIs (every subcommand module is imported to register it),
 #: the library objects, and the pure Job builders the ``expected`` command uses.
