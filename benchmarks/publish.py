@@ -17,14 +17,16 @@ one connection, in a fresh database beside the service's (same disk, same synchr
 That is the raw single-connection rate.
 
 Part 2: ``attested-replay serve`` (SQLite in a temporary state directory, or the given
-PostgreSQL DSN) on a loopback port, and 1, 8 and 32 concurrent publishers (one thread and one
-keep-alive client each) publishing through the real client (``publish_envelope``: the
-envelope checked, one PUT, the receipt's inclusion proof checked). It reports envelopes per
-second, p50 and p99 of a whole publish, the rate as a ratio to the raw rate of part 1, the
-CPU time the server process and the publishers' process spent per envelope, and the load
-average. Everything runs on the same machine: the publishers' CPU is the server's competition,
-and so is every other process; the CPU per envelope is what stays comparable on a busy machine
-(two idle CPUs publish at most 2 s / (server + client CPU per envelope) envelopes per second).
+PostgreSQL DSN) on a loopback port, and 1, 8 and 32 concurrent publishers (each a forked
+process with one keep-alive client, as each pod publishes from its own process;
+``--threads``: threads of the benchmark's process instead) publishing through the real
+client (``publish_envelope``: the envelope checked, one PUT, the receipt's inclusion proof
+checked). It reports envelopes per second, p50 and p99 of a whole publish, the rate as a
+ratio to the raw rate of part 1, the CPU time the server process and the publishers spent
+per envelope, and the load average. Everything runs on the same machine: the publishers' CPU
+is the server's competition, and so is every other process; the CPU per envelope is what
+stays comparable on a busy machine (two idle CPUs publish at most 2 s / (server + client CPU
+per envelope) envelopes per second).
 
 Part 3 builds an in-memory RFC 6962 tree of ``--log-size`` entries and reports inclusion and
 consistency proof sizes and verification times, as a ratio to one SHA-256 leaf hash.
