@@ -12,10 +12,12 @@ VCEK and VLEK serial numbers are 0; ``cryptography`` warns when it parses them a
 
 from __future__ import annotations
 
+import functools
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -24,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
-from attestation.endorsement import der
+from attestation.endorsement import der, leaf_der
 from attestation.errors import MalformedError
 
 AMD_KDS_ARC = "1.3.6.1.4.1.3704.1"
@@ -51,6 +53,10 @@ _SPL_BY_OID = {oid: name for name, oid in SPL_OIDS.items()}
 _KNOWN_AMD_OIDS = frozenset(
     {OID_STRUCT_VERSION, OID_PRODUCT_NAME, OID_HWID, OID_CSP_ID, *SPL_OIDS.values()}
 )
+#: OBJECT IDENTIFIER TLV -> dotted OID: the extensions :mod:`leaf_der` reads itself.
+_KNOWN_AMD_OID_TLVS: Mapping[bytes, str] = types.MappingProxyType(
+    {der.encode_oid(oid): oid for oid in _KNOWN_AMD_OIDS}
+)
 
 #: Subject CN -> signer kind (anything else is not a report-signing certificate).
 _SIGNER_BY_CN: Mapping[str, SignerKind] = types.MappingProxyType(
@@ -58,6 +64,7 @@ _SIGNER_BY_CN: Mapping[str, SignerKind] = types.MappingProxyType(
 )
 #: hwID lengths on real certificates: the full 64-byte CHIP_ID (Milan/Genoa) or 8 bytes (Turin).
 HWID_LENGTHS = frozenset({8, 64})
+_SHORT_INTEGER_SIZE = 3  # 02 01 xx
 _SPL_MAX = 0xFF  # each SPL is one byte of TCB_VERSION
 _PEM_MARKER = b"-----BEGIN"
 _PRODUCT_NAME = re.compile(r"^([A-Za-z]+)(?:-[A-Za-z0-9]+)?$")
@@ -66,10 +73,18 @@ _PRODUCT_NAME = re.compile(r"^([A-Za-z]+)(?:-[A-Za-z0-9]+)?$")
 @dataclass(frozen=True, slots=True)
 class Endorsement:
     """A parsed VCEK or VLEK certificate (its chain is checked by
-    ``attestation.endorsement.chain``)."""
+    ``attestation.endorsement.chain``).
+
+    ``issuer`` is the certificate's issuer name, ``critical_extensions`` the dotted OIDs of its
+    extensions marked critical and ``basic_constraints_ca`` its basicConstraints cA (None when
+    absent), decoded once here for the chain's checks.
+    """
 
     certificate: x509.Certificate
     der: bytes
+    issuer: x509.Name
+    critical_extensions: tuple[str, ...]
+    basic_constraints_ca: bool | None
     signer_kind: SignerKind
     struct_version: int | None
     product_name: str | None
@@ -98,37 +113,48 @@ def load_certificates(data: bytes) -> tuple[x509.Certificate, ...]:
     Each certificate is decoded completely here (names, validity, extensions, public key), so
     later code never meets a lazily raised parse error.
     """
-    if not data:
-        raise MalformedError("certificate input is empty")
-    if _PEM_MARKER in data:
-        try:
-            certificates = tuple(x509.load_pem_x509_certificates(data))
-        except PARSE_ERRORS as exc:
-            raise MalformedError(f"certificate PEM cannot be parsed: {exc}") from exc
-    else:
-        try:
-            certificates = (x509.load_der_x509_certificate(data),)
-        except PARSE_ERRORS as exc:
-            raise MalformedError(f"certificate is neither PEM nor valid DER X.509: {exc}") from exc
+    certificates = _loaded(data)
     for index, certificate in enumerate(certificates, start=1):
         require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
     return certificates
 
 
+def _loaded(data: bytes) -> tuple[x509.Certificate, ...]:
+    """The certificates of a PEM bundle or DER blob, loaded (parts decode lazily)."""
+    if not data:
+        raise MalformedError("certificate input is empty")
+    if _PEM_MARKER in data:
+        try:
+            return tuple(x509.load_pem_x509_certificates(data))
+        except PARSE_ERRORS as exc:
+            raise MalformedError(f"certificate PEM cannot be parsed: {exc}") from exc
+    try:
+        return (x509.load_der_x509_certificate(data),)
+    except PARSE_ERRORS as exc:
+        raise MalformedError(f"certificate is neither PEM nor valid DER X.509: {exc}") from exc
+
+
 def require_fully_parseable(certificate: x509.Certificate, what: str) -> None:
     """Decode every part of ``certificate`` now; MalformedError names the part that fails."""
-    parts = (
-        ("subject", lambda: certificate.subject),
-        ("issuer", lambda: certificate.issuer),
-        ("validity", lambda: (certificate.not_valid_before_utc, certificate.not_valid_after_utc)),
-        ("extensions", lambda: list(certificate.extensions)),
-        ("public key", certificate.public_key),
-    )
-    for part, decode in parts:
-        try:
-            decode()
-        except PARSE_ERRORS as exc:
-            raise MalformedError(f"{what}: {part} cannot be decoded: {exc}") from exc
+    _decode(what, "subject", lambda: certificate.subject)
+    _decode(what, "issuer", lambda: certificate.issuer)
+    _decode(what, "validity", lambda: _validity(certificate))
+    _decode(what, "extensions", lambda: list(certificate.extensions))
+    _decode(what, "public key", certificate.public_key)
+
+
+_T = TypeVar("_T")
+
+
+def _decode(what: str, part: str, decode: Callable[[], _T]) -> _T:
+    try:
+        return decode()
+    except PARSE_ERRORS as exc:
+        raise MalformedError(f"{what}: {part} cannot be decoded: {exc}") from exc
+
+
+def _validity(certificate: x509.Certificate) -> tuple[object, object]:
+    return certificate.not_valid_before_utc, certificate.not_valid_after_utc
 
 
 def load_endorsement(data: bytes) -> Endorsement:
@@ -139,9 +165,16 @@ def load_endorsement(data: bytes) -> Endorsement:
 def load_endorsement_chain(data: bytes) -> tuple[Endorsement, tuple[x509.Certificate, ...]]:
     """The endorsement (first certificate) of PEM, DER or a PEM bundle, and the certificates
     after it."""
-    certificates = load_certificates(data)
-    # A DER input is exactly the certificate's DER (cryptography refuses trailing bytes), so
-    # it is kept as it came instead of being re-encoded.
+    certificates = _loaded(data)
+    if _PEM_MARKER not in data:
+        # A DER input is exactly the certificate's DER (cryptography refuses trailing bytes),
+        # so it is kept as it came instead of being re-encoded, and a VCEK/VLEK of AMD's shape
+        # is read by leaf_der instead of being decoded into Python objects part by part.
+        parts = leaf_der.read_leaf(data, _KNOWN_AMD_OID_TLVS)
+        if parts is not None:
+            return _read_endorsement(certificates[0], data, parts), ()
+    for index, certificate in enumerate(certificates, start=1):
+        require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
     der_input = None if _PEM_MARKER in data else data
     return _decoded_endorsement(certificates[0], der_input), certificates[1:]
 
@@ -158,7 +191,86 @@ def _decoded_endorsement(
     """:func:`endorsement_from_certificate` for a certificate ``load_certificates`` already
     decoded completely (decoding it twice doubled the cost of a new chip's verification).
     ``der_input`` is the DER it was loaded from, if the input was DER."""
-    signer_kind = _signer_kind(certificate)
+    extensions = certificate.extensions
+    try:
+        constraints = extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        constraints = None
+    return _endorsement(
+        certificate,
+        der_input or certificate.public_bytes(serialization.Encoding.DER),
+        issuer=certificate.issuer,
+        critical_extensions=tuple(e.oid.dotted_string for e in extensions if e.critical),
+        basic_constraints_ca=constraints,
+        signer_kind=_signer_kind(certificate.subject),
+        values=_amd_extension_values(certificate),
+    )
+
+
+def _read_endorsement(
+    certificate: x509.Certificate, certificate_der: bytes, parts: leaf_der.LeafParts
+) -> Endorsement:
+    """The endorsement of a DER certificate in AMD's shape, from what leaf_der read.
+
+    Its parts are decoded in :func:`require_fully_parseable`'s order with its messages: each
+    name through ``cryptography`` unless the same name bytes decoded before (a pure function
+    of the bytes; a VCEK's subject and issuer are the same for every chip of a product line),
+    validity and the public key through ``cryptography``. Its extensions are AMD's only, none
+    critical (leaf_der accepts no other), so ``cryptography`` would decode each as the raw
+    ``UnrecognizedExtension`` value leaf_der hands over.
+    """
+    what = "certificate 1 of 1"
+    subject = _name(parts.subject, what, "subject", lambda: certificate.subject)
+    issuer = _name(parts.issuer, what, "issuer", lambda: certificate.issuer)
+    _decode(what, "validity", lambda: _validity(certificate))
+    _decode(what, "public key", certificate.public_key)
+    signer_kind = _SIGNER_BY_SUBJECT.get(parts.subject)
+    if signer_kind is None:
+        signer_kind = _signer_kind(subject)
+        _remember(_SIGNER_BY_SUBJECT, parts.subject, signer_kind)
+    return _endorsement(
+        certificate,
+        certificate_der,
+        issuer=issuer,
+        critical_extensions=(),
+        basic_constraints_ca=None,
+        signer_kind=signer_kind,
+        values=parts.extensions,
+    )
+
+
+# Name DER -> what it decodes to, and subject DER -> its signer kind: pure functions of the
+# exact bytes, computed once per distinct name (bounded; only successes are kept).
+_NAMES: dict[bytes, x509.Name] = {}
+_SIGNER_BY_SUBJECT: dict[bytes, SignerKind] = {}
+_MEMO_LIMIT = 256
+
+
+def _remember(memo: dict[bytes, _T], key: bytes, value: _T) -> None:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+
+
+def _name(name_der: bytes, what: str, part: str, decode: Callable[[], x509.Name]) -> x509.Name:
+    name = _NAMES.get(name_der)
+    if name is None:
+        name = _decode(what, part, decode)
+        _remember(_NAMES, name_der, name)
+    return name
+
+
+def _endorsement(
+    certificate: x509.Certificate,
+    certificate_der: bytes,
+    *,
+    issuer: x509.Name,
+    critical_extensions: tuple[str, ...],
+    basic_constraints_ca: bool | None,
+    signer_kind: SignerKind,
+    values: Mapping[str, bytes],
+) -> Endorsement:
+    """Check the key and decode the AMD extension ``values`` (dotted OID -> extnValue)."""
     public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(
         public_key.curve, ec.SECP384R1
@@ -172,7 +284,6 @@ def _decoded_endorsement(
                 else ""
             )
         )
-    values = _amd_extension_values(certificate)
     struct_version = _optional_integer(values, OID_STRUCT_VERSION, "structVersion")
     product_name = _optional_string(values, OID_PRODUCT_NAME, "productName")
     product_line = None if product_name is None else _product_line(product_name)
@@ -188,7 +299,10 @@ def _decoded_endorsement(
     csp_id = _optional_string(values, OID_CSP_ID, "csp_id")
     return Endorsement(
         certificate=certificate,
-        der=der_input or certificate.public_bytes(serialization.Encoding.DER),
+        der=certificate_der,
+        issuer=issuer,
+        critical_extensions=critical_extensions,
+        basic_constraints_ca=basic_constraints_ca,
         signer_kind=signer_kind,
         struct_version=struct_version,
         product_name=product_name,
@@ -200,12 +314,12 @@ def _decoded_endorsement(
     )
 
 
-def _signer_kind(certificate: x509.Certificate) -> SignerKind:
-    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+def _signer_kind(subject: x509.Name) -> SignerKind:
+    names = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if len(names) != 1:
         raise MalformedError(
             f"certificate subject must have exactly one CN, found {len(names)} "
-            f"({certificate.subject.rfc4514_string()})"
+            f"({subject.rfc4514_string()})"
         )
     common_name = names[0].value
     kind = _SIGNER_BY_CN.get(common_name if isinstance(common_name, str) else "")
@@ -231,8 +345,23 @@ def _amd_extension_values(certificate: x509.Certificate) -> dict[str, bytes]:
 
 
 def _optional_integer(values: Mapping[str, bytes], oid: str, name: str) -> int | None:
-    if oid not in values:
+    raw = values.get(oid)
+    if raw is None:
         return None
+    # The two encodings of every real KDS value, read directly: INTEGER of one content byte
+    # below 0x80 (02 01 xx), or of two whose first is the 00 that keeps xx >= 0x80 positive
+    # (02 02 00 xx). Both are minimal DER; anything else goes through the full decoder.
+    size = len(raw)
+    if size == _SHORT_INTEGER_SIZE and raw[0] == der.TAG_INTEGER and raw[1] == 1 and raw[2] < 0x80:
+        return raw[2]
+    if (
+        size == _SHORT_INTEGER_SIZE + 1
+        and raw[0] == der.TAG_INTEGER
+        and raw[1] == 2  # two content bytes
+        and raw[2] == 0
+        and raw[3] >= 0x80
+    ):
+        return raw[3]
     what = f"certificate extension {name} ({oid})"
     element = der.read_single(values[oid], what=what, tag=der.TAG_INTEGER)
     return der.decode_non_negative_integer(element.content, what=what)
@@ -246,6 +375,7 @@ def _optional_string(values: Mapping[str, bytes], oid: str, name: str) -> str | 
     return der.decode_ia5_string(element.content, what=what)
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of the name; errors are not cached
 def _product_line(product_name: str) -> ProductLine:
     match = _PRODUCT_NAME.fullmatch(product_name)
     lines = {line.value: line for line in ProductLine}

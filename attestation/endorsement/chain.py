@@ -129,7 +129,10 @@ def verify_chain(
     leaf = endorsement.certificate
     _require_sound(ark, ark_label, now, pinned=True)
     _require_sound(intermediate, intermediate_label, now, pinned=pinned_intermediate)
-    _require_sound(leaf, leaf_label, now, pinned=False, certificate_der=endorsement.der)
+    # The leaf's extensions as its Endorsement decoded them once.
+    _require_own_format(leaf, leaf_label, endorsement.der)
+    _require_validity(leaf, leaf_label, now)
+    _require_known_critical(endorsement.critical_extensions, leaf_label)
     for certificate, label, pinned in (
         (ark, ark_label, True),
         (intermediate, intermediate_label, pinned_intermediate),
@@ -138,7 +141,8 @@ def verify_chain(
             _remembered("authority", (certificate,), _require_signing_authority, label)
         else:
             _require_signing_authority(certificate, label)
-    _require_end_entity(leaf, leaf_label)
+    if endorsement.basic_constraints_ca:
+        raise UntrustedChainError(f"{leaf_label} is marked as a CA (basicConstraints cA=true)")
     if crl is not None:
         _check_crl(
             crl,
@@ -260,7 +264,7 @@ def _find_path(
             pinned_pair = candidate is pinned and not simulated
             # An intermediate is issued by the root (by name and by signature) and is not
             # itself a root: a certificate that is both cannot stand for two links.
-            if candidate.subject != leaf.issuer or not (
+            if candidate.subject != endorsement.issuer or not (
                 _remembered("issued", (candidate, ark), _issued_by_name)
                 if pinned_pair
                 else _issued_by_name(candidate, ark)
@@ -285,7 +289,7 @@ def _find_path(
                 continue
             return ark, candidate, simulated
     if not trust.simulated_roots and (
-        _looks_simulated(leaf.issuer) or any(_looks_simulated(c.subject) for c in supplied)
+        _looks_simulated(endorsement.issuer) or any(_looks_simulated(c.subject) for c in supplied)
     ):
         roots = _supplied_simulated_roots(supplied)
         which = f" {', '.join(roots)}" if roots else ""
@@ -304,15 +308,15 @@ def _no_issuer_message(
     trust: TrustStore,
     supplied: Sequence[x509.Certificate],
 ) -> str:
-    leaf = endorsement.certificate
+    leaf_issuer = endorsement.issuer
     kind = endorsement.signer_kind
     label = kind.value.upper()
-    issuer = leaf.issuer.rfc4514_string()
+    issuer = leaf_issuer.rfc4514_string()
     other_kind = SignerKind.VLEK if kind is SignerKind.VCEK else SignerKind.VCEK
     wanted = _intermediate_kind(kind)
     for line in ProductLine:
         for signer in SignerKind:
-            if trust.intermediate(line, signer).subject != leaf.issuer:
+            if trust.intermediate(line, signer).subject != leaf_issuer:
                 continue
             if signer is other_kind:
                 return (
@@ -324,12 +328,12 @@ def _no_issuer_message(
                 f"but the chain is checked against the {product_line.value} roots"
             )
     for certificate in supplied:
-        if certificate.subject == leaf.issuer and _is_intermediate_for(certificate, other_kind):
+        if certificate.subject == leaf_issuer and _is_intermediate_for(certificate, other_kind):
             return (
                 f"{label} is issued by {issuer}, the {_intermediate_kind(other_kind)} for "
                 f"{other_kind.value.upper()}s; a {label} must chain through the {wanted}"
             )
-    if _looks_simulated(leaf.issuer) or any(_looks_simulated(c.subject) for c in supplied):
+    if _looks_simulated(leaf_issuer) or any(_looks_simulated(c.subject) for c in supplied):
         pinned = ", ".join(fingerprint(root) for root in trust.simulated_roots)
         roots = _supplied_simulated_roots(supplied)
         carried = f"the chain carries root {', '.join(roots)}" if roots else "it carries no root"
@@ -476,20 +480,15 @@ def _pinned_cn(certificate: x509.Certificate) -> str:
 
 
 def _require_sound(
-    certificate: x509.Certificate,
-    label: str,
-    now: dt.datetime,
-    *,
-    pinned: bool,
-    certificate_der: bytes | None = None,
+    certificate: x509.Certificate, label: str, now: dt.datetime, *, pinned: bool
 ) -> None:
     """Signature algorithm, X.509 version, validity at ``now`` and critical extensions of one
-    certificate of the path. Only validity depends on ``now``: for a pinned certificate the
+    CA certificate of the path. Only validity depends on ``now``: for a pinned certificate the
     rest is checked once per process."""
     if pinned:
         _remembered("own", (certificate,), _require_own_format, label)
     else:
-        _require_own_format(certificate, label, certificate_der)
+        _require_own_format(certificate, label)
     _require_validity(certificate, label, now)
     if pinned:
         _remembered("critical", (certificate,), _require_no_unknown_critical_extensions, label)
@@ -531,11 +530,11 @@ def _require_no_unknown_critical_extensions(certificate: x509.Certificate, label
         extensions = list(certificate.extensions)
     except PARSE_ERRORS as exc:
         raise UntrustedChainError(f"{label} extensions cannot be parsed: {exc}") from exc
-    unknown = [
-        e.oid.dotted_string
-        for e in extensions
-        if e.critical and e.oid.dotted_string not in _HANDLED_CRITICAL
-    ]
+    _require_known_critical((e.oid.dotted_string for e in extensions if e.critical), label)
+
+
+def _require_known_critical(critical: Iterable[str], label: str) -> None:
+    unknown = [oid for oid in critical if oid not in _HANDLED_CRITICAL]
     if unknown:
         raise UntrustedChainError(f"{label} has unknown critical extensions {unknown}")
 
@@ -553,15 +552,6 @@ def _require_signing_authority(certificate: x509.Certificate, label: str) -> Non
         return
     if not usage.key_cert_sign:
         raise UntrustedChainError(f"{label} key usage does not allow certificate signing")
-
-
-def _require_end_entity(certificate: x509.Certificate, label: str) -> None:
-    try:
-        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
-    except x509.ExtensionNotFound:
-        return
-    if constraints.value.ca:
-        raise UntrustedChainError(f"{label} is marked as a CA (basicConstraints cA=true)")
 
 
 def _supplied_simulated_roots(supplied: Sequence[x509.Certificate]) -> list[str]:
