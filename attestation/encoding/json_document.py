@@ -28,6 +28,7 @@ from typing import Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from attestation.encoding.collector import paused_gc
 from attestation.errors import MalformedError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -87,13 +88,14 @@ def parse_strict_json(data: bytes, *, what: str) -> object:
     except UnicodeDecodeError as error:
         raise MalformedError(f"{what} is not UTF-8: {error.reason} at byte {error.start}") from None
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_object_without_duplicate_keys,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-            parse_int=_bounded_integer,
-        )
+        with paused_gc():
+            return json.loads(
+                text,
+                object_pairs_hook=_object_without_duplicate_keys,
+                parse_constant=_refuse_constant,
+                parse_float=_finite_float,
+                parse_int=_bounded_integer,
+            )
     except json.JSONDecodeError as error:
         raise MalformedError(f"{what} is not valid JSON: {error}") from None
     except (_NotStrictJsonError, RecursionError) as error:

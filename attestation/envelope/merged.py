@@ -42,9 +42,10 @@ from attestation.envelope.model import (
 )
 from attestation.errors import MalformedError
 from attestation.evaluation.shards import (
+    CheckedShard,
     ShardMergeError,
-    ShardResult,
     check_complete,
+    check_shard_result,
     merge_shard_results,
     parse_shard_result,
 )
@@ -190,28 +191,38 @@ def _shown(value: object) -> str:
     return "absent" if value is None else str(value)
 
 
-def shard_results(merged: MergedEnvelope) -> list[ShardResult]:
-    """Every shard's result, checked against its binding.
+def checked_shard(shard: Envelope, *, where: str) -> CheckedShard:
+    """A shard envelope's result, checked against its binding (position, corpus, evaluation)
+    and on its own (:func:`~attestation.evaluation.shards.check_shard_result`).
 
     Raises:
-        ShardMergeError: a shard without its result, a result that is not a shard result,
-            or one that is not the result its binding names (position, corpus, evaluation).
+        ShardMergeError: an envelope without a result, a result that is not a shard result,
+            or one that is not the result its binding names.
     """
-    results = []
-    for position, shard in enumerate(merged.shards):
-        where = f"shards[{position}]"
-        result = parse_shard_result(shard.result, where=where)
-        binding = shard.binding
-        bound = binding.shard
-        if bound is None or (result.shard_index, result.shard_count) != (bound.index, bound.count):
-            raise ShardMergeError(f"{where}: its result is {result.position}, not its binding's")
-        if (result.set_checksum, result.evaluation_digest) != (
-            binding.corpus_checksum,
-            binding.evaluation_digest,
-        ):
-            raise ShardMergeError(f"{where}: its result is of another corpus or evaluation")
-        results.append(result)
-    check_complete(results)
+    result = parse_shard_result(shard.result, where=where)
+    binding = shard.binding
+    bound = binding.shard
+    if bound is None or (result.shard_index, result.shard_count) != (bound.index, bound.count):
+        raise ShardMergeError(f"{where}: its result is {result.position}, not its binding's")
+    if (result.set_checksum, result.evaluation_digest) != (
+        binding.corpus_checksum,
+        binding.evaluation_digest,
+    ):
+        raise ShardMergeError(f"{where}: its result is of another corpus or evaluation")
+    return check_shard_result(result, where=where)
+
+
+def shard_results(merged: MergedEnvelope) -> list[CheckedShard]:
+    """Every shard's checked result (:func:`checked_shard`), the complete set in order.
+
+    Raises:
+        ShardMergeError: a shard's result does not check, or the set is not shards 0..N-1.
+    """
+    results = [
+        checked_shard(shard, where=f"shards[{position}]")
+        for position, shard in enumerate(merged.shards)
+    ]
+    check_complete([checked.result for checked in results])
     return results
 
 

@@ -4,7 +4,8 @@ Checks, in class order (the exit code is the class of the first failing check):
 
 1. ``envelope.parse`` of the merged envelope;
 2. every shard envelope's own checks (certificate chain, report, signature, endorsement,
-   policy, workload identity, binding), named ``shards[i].<check>``; across shards they are
+   policy, workload identity, binding, its shard result), named ``shards[i].<check>``; each
+   shard's partials are decoded and checked there, once; across shards they are
    ordered by class, so a malformed shard anywhere outranks a binding failure in another;
 3. ``merged.shards`` (binding, 7): the shards are exactly shards 0..N-1 of ``shardCount``,
    listed in order, of this run (run, tenant, corpus, evaluation, workload, image, nonce), of
@@ -15,12 +16,13 @@ Checks, in class order (the exit code is the class of the first failing check):
 5. the expectation checks on the header, and ``expectation.shard`` (a whole run; the
    tenant's ``shardCount`` when pinned).
 
-Cost: the N shard verifications plus the merge, which is a few additions per run and shard.
+Cost: the N shard verifications plus the merge: a few additions per run and shard, and per
+run a bisection over the shards' (already checked) latency tails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from attestation.encoding.canonical import canonicalize
@@ -31,15 +33,10 @@ from attestation.envelope.expectations import (
     merged_shard_check,
 )
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.merged import (
-    SHARED_FIELDS,
-    MergedEnvelope,
-    consistency_problem,
-    shard_results,
-)
+from attestation.envelope.merged import SHARED_FIELDS, MergedEnvelope, consistency_problem
 from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.errors import AttestationError, FailureClass
-from attestation.evaluation.shards import merge_shard_results
+from attestation.evaluation.shards import CheckedShard, check_complete, merge_shard_results
 from attestation.verify.checks import Check, VerificationResult
 
 _MALFORMED = FailureClass.MALFORMED
@@ -53,13 +50,14 @@ def verify_merged(
     merged: MergedEnvelope,
     expected: ExpectedValues,
     *,
-    verify_shard: Callable[[Envelope], VerificationResult],
+    verify_shard: Callable[[Envelope], tuple[VerificationResult, CheckedShard | None]],
     shard: ShardPosition | None = None,
 ) -> VerificationResult:
     """The checks of a parsed merged envelope (see the module docstring).
 
     ``verify_shard`` verifies one shard envelope with the checks of classes 1-7 (the
-    envelope verifier's, with the tenant's policy). ``shard``: the caller expected one shard's
+    envelope verifier's, with the tenant's policy), and gives its checked shard result
+    (decoded once there, merged here). ``shard``: the caller expected one shard's
     envelope (a merged envelope then fails ``expectation.shard``).
     """
     checks = [
@@ -70,7 +68,8 @@ def verify_merged(
             f"{len(merged.shards)} shard envelope(s)",
         )
     ]
-    verified = [verify_shard(part) for part in merged.shards]
+    outcomes = [verify_shard(part) for part in merged.shards]
+    verified = [result for result, _ in outcomes]
     per_shard = [
         Check(f"shards[{position}].{check.name}", check.failure_class, check.ok, check.detail)
         for position, result in enumerate(verified)
@@ -92,7 +91,7 @@ def verify_merged(
 
     merge_checks = [_shards_check(merged)]
     if merge_checks[0].ok:
-        merge_checks.append(_result_check(merged))
+        merge_checks.append(_result_check(merged, [checked for _, checked in outcomes]))
     else:
         merge_checks.append(Check.not_run("merged.result", _BINDING, "the shards are not one set"))
     checks.extend(merge_checks)
@@ -127,10 +126,20 @@ def _shards_check(merged: MergedEnvelope) -> Check:
     )
 
 
-def _result_check(merged: MergedEnvelope) -> Check:
+def _result_check(merged: MergedEnvelope, checked: Sequence[CheckedShard | None]) -> Check:
     name = "merged.result"
+    missing = next((position for position, shard in enumerate(checked) if shard is None), None)
+    if missing is not None:
+        return Check.failed(
+            name,
+            _BINDING,
+            f"the shard results do not merge: shards[{missing}] carries no result: its "
+            "partial is needed for the merge",
+        )
     try:
-        report = merge_shard_results(shard_results(merged))
+        complete = [shard for shard in checked if shard is not None]
+        check_complete([shard.result for shard in complete])
+        report = merge_shard_results(complete)
     except AttestationError as exc:
         return Check.failed(name, _BINDING, f"the shard results do not merge: {exc}")
     digest = result_digest(report)

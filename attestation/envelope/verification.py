@@ -24,10 +24,11 @@ from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.envelope.binding import report_data_for, report_data_matches, result_digest
 from attestation.envelope.expectations import EXPECTATION_CHECKS, expectation_checks, shard_check
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
+from attestation.envelope.merged import MergedEnvelope, checked_shard, parse_any_envelope
 from attestation.envelope.merged_verification import verify_merged
 from attestation.envelope.model import Envelope, ShardPosition
 from attestation.errors import AttestationError, FailureClass, MalformedError
+from attestation.evaluation.shards import CheckedShard, ShardMergeError
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.verifier import LATER_STAGES, Verifier
 
@@ -42,6 +43,8 @@ _RAW_STAGES: tuple[tuple[str, FailureClass], ...] = (
     *LATER_STAGES,
 )
 _BINDING_CHECKS = ("binding.report-data", "binding.envelope-fields", "binding.result-digest")
+#: A shard envelope's own check of its result (after the binding checks).
+SHARD_RESULT_CHECK = "binding.shard-result"
 
 
 def verify_envelope(
@@ -81,13 +84,14 @@ def verify_envelope(
         return VerificationResult.from_checks(checks)
     if isinstance(envelope, MergedEnvelope):
 
-        def verify_one(part: Envelope) -> VerificationResult:
-            return verify_parsed_envelope(
+        def verify_one(part: Envelope) -> tuple[VerificationResult, CheckedShard | None]:
+            return _verify_parsed(
                 part,
                 expected,
                 now=now,
                 trust=trust,
                 crl=crl,
+                shard=None,
                 expectations=False,
                 verifier=verifier,
             )
@@ -111,6 +115,33 @@ def verify_parsed_envelope(
 ) -> VerificationResult:
     """The checks of one parsed envelope; without ``expectations`` only classes 1-7 (the
     checks of a shard inside a merged envelope, whose expectations apply to the merge)."""
+    result, _ = _verify_parsed(
+        envelope,
+        expected,
+        now=now,
+        trust=trust,
+        crl=crl,
+        shard=shard,
+        expectations=expectations,
+        verifier=verifier,
+    )
+    return result
+
+
+def _verify_parsed(
+    envelope: Envelope,
+    expected: ExpectedValues,
+    *,
+    now: datetime,
+    trust: TrustStore | None,
+    crl: bytes | None,
+    shard: ShardPosition | None,
+    expectations: bool,
+    verifier: Verifier | None,
+) -> tuple[VerificationResult, CheckedShard | None]:
+    """:func:`verify_parsed_envelope`, and a shard envelope's checked result when its
+    ``binding.shard-result`` check passed (what a merged envelope's merge reads)."""
+    is_shard = envelope.binding.shard is not None
     checks = [
         Check.passed(
             "envelope.parse",
@@ -124,8 +155,8 @@ def verify_parsed_envelope(
     except (AttestationError, UnicodeEncodeError) as exc:
         checks.append(Check.failed("envelope.cert-chain", _MALFORMED, f"evidence.certChain: {exc}"))
         checks.extend(Check.not_run(name, cls, "no endorsement") for name, cls in _RAW_STAGES)
-        checks.extend(_not_run_later("no endorsement", expectations=expectations))
-        return VerificationResult.from_checks(checks)
+        checks.extend(_not_run_later("no endorsement", expectations=expectations, shard=is_shard))
+        return VerificationResult.from_checks(checks), None
     checks.append(
         Check.passed(
             "envelope.cert-chain",
@@ -139,13 +170,19 @@ def verify_parsed_envelope(
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
     checks.extend(raw.checks)
     if not raw.authentic or raw.report is None or raw.chain is None:
-        checks.extend(_not_run_later("the report is not authentic", expectations=expectations))
-        return VerificationResult.from_checks(checks, raw.report, raw.product_line)
+        checks.extend(
+            _not_run_later("the report is not authentic", expectations=expectations, shard=is_shard)
+        )
+        return VerificationResult.from_checks(checks, raw.report, raw.product_line), None
 
     # The chain that verified says which root it reached: only AMD's may be labelled sev-snp.
     platform = raw.result().platform
     assert platform is not None  # the report is authentic
     binding_checks = _binding_checks(envelope, raw.report, platform=platform)
+    checked = None
+    if is_shard:
+        shard_result_check, checked = _shard_result_check(envelope, binding_checks)
+        binding_checks.append(shard_result_check)
     checks.extend(binding_checks)
     if expectations and any(check.ok is False for check in binding_checks):
         checks.extend(
@@ -155,7 +192,42 @@ def verify_parsed_envelope(
     elif expectations:
         checks.extend(expectation_checks(envelope.binding, expected))
         checks.append(shard_check(envelope.binding.shard, expected, shard))
-    return VerificationResult.from_checks(checks, raw.report, raw.product_line, raw.chain)
+    return VerificationResult.from_checks(checks, raw.report, raw.product_line, raw.chain), checked
+
+
+def _shard_result_check(
+    envelope: Envelope, binding_checks: Sequence[Check]
+) -> tuple[Check, CheckedShard | None]:
+    """``binding.shard-result`` of a shard envelope: its (bound) result is a shard result of
+    its binding's position, corpus and evaluation, whose partials decode and check."""
+    position = envelope.binding.shard
+    assert position is not None
+    if any(check.ok is False for check in binding_checks):
+        return Check.not_run(SHARD_RESULT_CHECK, _BINDING, "the binding does not hold"), None
+    if envelope.result is None:
+        return (
+            Check.passed(
+                SHARD_RESULT_CHECK,
+                _BINDING,
+                "no result in the envelope: fetch it to merge or check the shard's partials",
+            ),
+            None,
+        )
+    where = f"shard {position.index} of {position.count}"
+    try:
+        checked = checked_shard(envelope, where=where)
+    except ShardMergeError as exc:
+        return Check.failed(SHARD_RESULT_CHECK, _BINDING, str(exc)), None
+    result = checked.result
+    return (
+        Check.passed(
+            SHARD_RESULT_CHECK,
+            _BINDING,
+            f"{where}: cases {result.first_case}..{result.end_case - 1} of "
+            f"{result.case_count}, the partials of {len(result.runs)} runs",
+        ),
+        checked,
+    )
 
 
 def _with_pinned_simulated_root(
@@ -268,8 +340,9 @@ def _binding_checks(
     return checks
 
 
-def _not_run_later(why: str, *, expectations: bool = True) -> list[Check]:
-    later = [Check.not_run(name, _BINDING, why) for name in _BINDING_CHECKS]
+def _not_run_later(why: str, *, expectations: bool = True, shard: bool = False) -> list[Check]:
+    names = (*_BINDING_CHECKS, SHARD_RESULT_CHECK) if shard else _BINDING_CHECKS
+    later = [Check.not_run(name, _BINDING, why) for name in names]
     if expectations:
         later.extend(Check.not_run(name, _EXPECTATION, why) for name in EXPECTATION_CHECKS)
     return later

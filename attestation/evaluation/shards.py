@@ -4,15 +4,18 @@ Shard ``index`` of ``count`` scores the cases of rank ``shard_range(index, count
 ``cases.jsonl``, in every run, and attests a *shard result* (:class:`ShardResult`): its
 position and case range, the corpus checksum and evaluation digest it computed over the
 whole corpus, the plan and marks it read (their JSON values, the doubles the evaluation
-digest hashed), and one :class:`~.partial.RunPartialDoc` per run. :func:`merge_shard_results`
-checks that the results are the complete set of one sharded replay, merges each run's
-partials exactly and builds the evaluation report with the same code as an unsharded replay
+digest hashed), and one :class:`~.partial.RunPartialDoc` per run. :func:`check_shard_result`
+checks one result on its own and decodes its partials (once: a shard envelope's verification
+does it, and a merge reads what it decoded); :func:`merge_shard_results` checks that the
+checked results are the complete set of one sharded replay, merges each run's partials
+exactly and builds the evaluation report with the same code as an unsharded replay
 (:func:`whole_report`), so the merged report is byte for byte the unsharded one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Final, Literal
 
 from pydantic import Field, JsonValue, ValidationError, model_validator
@@ -190,12 +193,67 @@ def check_complete(results: Sequence[ShardResult]) -> None:
         raise ShardMergeError(f"shard {len(results)} of {count} is missing")
 
 
-def merge_shard_results(results: Sequence[ShardResult]) -> dict[str, JsonValue]:
-    """The evaluation report of a sharded replay from all of its shard results.
+@dataclass(frozen=True, slots=True)
+class CheckedShard:
+    """A shard result whose runs' partials are decoded and checked: each latency tail is
+    decoded once, when its shard envelope is verified, and merged from here."""
+
+    result: ShardResult
+    #: One per run, in the result's order.
+    partials: tuple[RunPartial, ...]
+
+
+def plan_runs(plan: Plan) -> list[RunKey]:
+    """The runs a plan asks for, in report order."""
+    return [(arm.arm_id, index) for arm in plan.arms for index in range(1, plan.runs_per_arm + 1)]
+
+
+def check_shard_result(result: ShardResult, *, where: str) -> CheckedShard:
+    """Decode and check a shard result on its own: its plan and marks can be scored, it has
+    exactly the plan's runs, each once, and every run's partial decodes (its latency tail is
+    as long as the shard's cases make it, descending, finite and not negative).
+
+    Raises:
+        ShardMergeError: naming ``where`` and the problem.
+    """
+    if result.scorer != SCORER:
+        raise ShardMergeError(
+            f"{where}: a shard result of scorer {result.scorer!r}, this is {SCORER!r}"
+        )
+    plan, marks = _plan_and_marks(result, where=where)
+    problem = scoring_problem(plan, marks)
+    if problem is not None:
+        raise ShardMergeError(f"{where}: the shard's {problem[0]} cannot be scored: {problem[1]}")
+    wanted = plan_runs(plan)
+    keys = [(run.arm_id, run.run_index) for run in result.runs]
+    if sorted(keys) != sorted(wanted) or len(set(keys)) != len(keys):
+        raise ShardMergeError(
+            f"{where} ({result.position}) has runs {keys}; the plan asks for exactly {wanted}"
+        )
+    tail = tail_size(result.case_count)
+    try:
+        partials = tuple(run.to_partial(tail=tail) for run in result.runs)
+    except PartialError as exc:
+        raise ShardMergeError(f"{where} ({result.position}): {exc}") from None
+    return CheckedShard(result, partials)
+
+
+def _plan_and_marks(result: ShardResult, *, where: str) -> tuple[Plan, PassMarks]:
+    try:
+        return Plan.model_validate(result.plan), PassMarks.model_validate(result.marks)
+    except ValidationError as exc:
+        raise ShardMergeError(
+            f"{where}: the shard's plan or marks are invalid: {describe_validation_error(exc)}"
+        ) from None
+
+
+def merge_shard_results(shards: Sequence[CheckedShard]) -> dict[str, JsonValue]:
+    """The evaluation report of a sharded replay from all of its checked shard results.
 
     Raises:
         ShardMergeError: the results are incomplete, from different replays, or inconsistent.
     """
+    results = [shard.result for shard in shards]
     check_complete(results)
     first = results[0]
     for result in results[1:]:
@@ -205,36 +263,14 @@ def merge_shard_results(results: Sequence[ShardResult]) -> dict[str, JsonValue]:
                     f"{result.position} differs from shard 0 in {field}: the shards are not "
                     "of one replay"
                 )
-    if first.scorer != SCORER:
-        raise ShardMergeError(f"shard results of scorer {first.scorer!r}, this is {SCORER!r}")
-    try:
-        plan = Plan.model_validate(first.plan)
-        marks = PassMarks.model_validate(first.marks)
-    except ValidationError as exc:
-        raise ShardMergeError(
-            f"the shards' plan or marks are invalid: {describe_validation_error(exc)}"
-        ) from None
-    problem = scoring_problem(plan, marks)
-    if problem is not None:
-        raise ShardMergeError(f"the shards' {problem[0]} cannot be scored: {problem[1]}")
-    wanted: list[RunKey] = [
-        (arm.arm_id, index) for arm in plan.arms for index in range(1, plan.runs_per_arm + 1)
-    ]
+    plan, marks = _plan_and_marks(first, where="shard 0")
     tail = tail_size(first.case_count)
-    parts: dict[RunKey, list[RunPartial]] = {key: [] for key in wanted}
-    for result in results:
-        keys = [(run.arm_id, run.run_index) for run in result.runs]
-        if sorted(keys) != sorted(wanted) or len(set(keys)) != len(keys):
-            raise ShardMergeError(
-                f"{result.position} has runs {keys}; the plan asks for exactly {wanted}"
-            )
-        for run in result.runs:
-            try:
-                parts[(run.arm_id, run.run_index)].append(run.to_partial(tail=tail))
-            except PartialError as exc:
-                raise ShardMergeError(f"{result.position}: {exc}") from None
+    parts: dict[RunKey, list[RunPartial]] = {key: [] for key in plan_runs(plan)}
+    for shard in shards:
+        for partial in shard.partials:
+            parts[(partial.arm_id, partial.run_index)].append(partial)
     try:
-        merged = [merge_partials(parts[key], tail=tail) for key in wanted]
+        merged = [merge_partials(parts[key], tail=tail) for key in parts]
     except PartialError as exc:
         raise ShardMergeError(str(exc)) from None
     return whole_report(

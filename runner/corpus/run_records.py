@@ -53,7 +53,8 @@ from attestation.encoding.canonical import (
     canonicalize,
     format_number,
 )
-from runner.corpus.canonical_lines import colon_count, paused_gc
+from attestation.encoding.collector import paused_gc
+from runner.corpus.canonical_lines import colon_count
 from runner.corpus.case_labels import ID_SEPARATOR
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.evaluation import RUNS_FILE, Evaluation, parse_run_line

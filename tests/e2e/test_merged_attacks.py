@@ -132,8 +132,11 @@ def signed(
 def shard_envelope(
     sim: SimulatedAmd, index: int, count: int, *, launch: Launch = Launch(), **changes: Any
 ) -> Document:
-    """Shard ``index`` of ``count`` as the replay computes it, signed with ``changes``."""
+    """Shard ``index`` of ``count`` as the replay computes it, signed with ``changes`` (a
+    shard of another corpus or evaluation names it in its result too, as a genuine one does)."""
     result = result_of(index, count)
+    result["set_checksum"] = changes.get("corpus_checksum", result["set_checksum"])
+    result["evaluation_digest"] = changes.get("evaluation_digest", result["evaluation_digest"])
     return signed(
         sim, result, shard=ShardPosition(index=index, count=count), launch=launch, **changes
     )
@@ -599,33 +602,57 @@ def _bool_count(result: Document) -> None:
     result["runs"][0]["abstentions"] = False
 
 
+SHARD_RESULT = "shards[1].binding.shard-result"
+
+
 @pytest.mark.parametrize(
-    ("mutate", "detail"),
+    ("mutate", "check", "detail"),
     [
-        (_longer_tail, "latency tail has"),
-        (_shorter_tail, "latency tail has"),
-        (_ascending_tail, "latency tail is not descending"),
-        (_negative_count, "not a shard result"),
-        (_more_correct_than_cases, "correct exceeds cases"),
-        (_other_range, "is not shard 1 of 3"),
-        (_other_case_count, "differs from shard 0 in case_count"),
-        (_other_plan, "differs from shard 0 in plan"),
-        (_missing_run, "the plan asks for exactly"),
-        (_duplicated_run, "the plan asks for exactly"),
-        (_other_position, "not its binding's"),
-        (_negative_cost, "cost_total_usd"),
-        (_exponent_cost, "cost_total_usd"),
-        (_bool_count, "not a shard result"),
+        # wrong on its own: the shard's own check, as when it is verified alone
+        (_longer_tail, SHARD_RESULT, "latency tail has"),
+        (_shorter_tail, SHARD_RESULT, "latency tail has"),
+        (_ascending_tail, SHARD_RESULT, "latency tail is not descending"),
+        (_negative_count, SHARD_RESULT, "not a shard result"),
+        (_more_correct_than_cases, SHARD_RESULT, "correct exceeds cases"),
+        (_other_range, SHARD_RESULT, "is not shard 1 of 3"),
+        (_missing_run, SHARD_RESULT, "the plan asks for exactly"),
+        (_duplicated_run, SHARD_RESULT, "the plan asks for exactly"),
+        (_other_position, SHARD_RESULT, "not its binding's"),
+        (_negative_cost, SHARD_RESULT, "cost_total_usd"),
+        (_exponent_cost, SHARD_RESULT, "cost_total_usd"),
+        (_bool_count, SHARD_RESULT, "not a shard result"),
+        # right on its own, not with the other shards: the merge
+        (_other_case_count, "merged.result", "differs from shard 0 in case_count"),
+        (_other_plan, "merged.result", "differs from shard 0 in plan"),
     ],
 )
 def test_inconsistent_partials_do_not_merge(
-    sim: SimulatedAmd, genuine: Document, mutate: Callable[[Document], None], detail: str
+    sim: SimulatedAmd,
+    genuine: Document,
+    mutate: Callable[[Document], None],
+    check: str,
+    detail: str,
 ) -> None:
     verdict = verify(_resigned(sim, genuine, mutate), expected(sim))
     assert verdict.exit_code == 7
     name, message = first_failure(verdict)
-    assert name == "merged.result"
+    assert name == check
     assert detail in message
+
+
+def test_a_shard_whose_result_names_another_corpus_fails_its_own_check(
+    sim: SimulatedAmd, genuine: Document
+) -> None:
+    result = result_of(1, 3)
+    result["set_checksum"] = OTHER_CORPUS
+    shards = copy.deepcopy(genuine["shards"])
+    shards[1] = signed(sim, result, shard=ShardPosition(index=1, count=3))
+    verdict = verify(assembled(genuine, shards), expected(sim))
+    assert verdict.exit_code == 7
+    assert first_failure(verdict) == (
+        SHARD_RESULT,
+        "shard 1 of 3: its result is of another corpus or evaluation",
+    )
 
 
 # -- a signed shard result re-encoded: same digest, same values, or refused ----------------------
@@ -655,7 +682,7 @@ def test_a_shard_count_written_as_a_float_keeps_the_digest_but_is_refused(
     verdict = verify(document, expected(sim))
     assert verdict.exit_code == 7
     name, detail = first_failure(verdict)
-    assert (name, "not a shard result" in detail) == ("merged.result", True)
+    assert (name, "not a shard result" in detail) == (SHARD_RESULT, True)
 
 
 # -- JSON failure classes: a merged envelope that is not one is malformed (1) --------------------

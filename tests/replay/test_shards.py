@@ -22,8 +22,9 @@ from attestation.encoding.canonical import canonicalize
 from attestation.envelope.binding import result_digest
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.shards import (
+    CheckedShard,
     ShardMergeError,
-    ShardResult,
+    check_shard_result,
     merge_shard_results,
     parse_shard_result,
 )
@@ -36,13 +37,14 @@ from .conftest import EXAMPLE_CORPUS, CorpusBuilder, jcs
 WORKED = Path(__file__).resolve().parents[1] / "assets" / "worked-example.json"
 
 
-def shard_results(corpus: Path, count: int) -> list[ShardResult]:
+def shard_results(corpus: Path, count: int) -> list[CheckedShard]:
     results = []
     for index in range(count):
         outcome = replay_corpus(corpus, shard=ShardPosition(index=index, count=count))
         assert outcome.shard == ShardPosition(index=index, count=count)
         assert outcome.result_digest == result_digest(outcome.result)
-        results.append(parse_shard_result(outcome.result, where=f"shard {index}"))
+        parsed = parse_shard_result(outcome.result, where=f"shard {index}")
+        results.append(check_shard_result(parsed, where=f"shard {index}"))
     return results
 
 
@@ -245,7 +247,7 @@ def test_generated_corpora_sharded(
 
 
 @pytest.fixture
-def three(tmp_path: Path) -> list[ShardResult]:
+def three(tmp_path: Path) -> list[CheckedShard]:
     return shard_results(varied_corpus(tmp_path / "v", cases=23, seed=9), 3)
 
 
@@ -261,7 +263,7 @@ def three(tmp_path: Path) -> list[ShardResult]:
     ],
 )
 def test_incomplete_sets_are_refused(
-    three: list[ShardResult], order: list[int], message: str
+    three: list[CheckedShard], order: list[int], message: str
 ) -> None:
     with pytest.raises(ShardMergeError, match=message):
         merge_shard_results([three[i] for i in order])
@@ -278,8 +280,8 @@ def test_shards_of_another_split_or_corpus_are_refused(tmp_path: Path) -> None:
         merge_shard_results([halves[0], other[1]])
 
 
-def test_a_shard_result_is_checked_on_reading(three: list[ShardResult]) -> None:
-    document = three[1].model_dump(mode="json")
+def test_a_shard_result_is_checked_on_reading(three: list[CheckedShard]) -> None:
+    document = three[1].result.model_dump(mode="json")
     document["first_case"] += 1
     with pytest.raises(ShardMergeError, match="case range \\[8, 15\\) is not shard 1 of 3"):
         parse_shard_result(document, where="shard 1")

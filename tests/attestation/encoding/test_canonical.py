@@ -162,3 +162,28 @@ _safe_values = st.recursive(
 def test_canonical_form_is_a_fixed_point(value: object) -> None:
     once = canonicalize(value)
     assert canonicalize(json.loads(once)) == once
+
+
+# Long strings (a base64 report or latency tail) take a path that checks for anything to
+# escape first: it must give the bytes the rfc8785 package gives, whatever a long string holds.
+BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+SPECIAL = ['"', "\\", "\x00", "\x1f", "\n", "\x7f", "é", "\u2028", "😀", "/"]
+long_text = st.builds(
+    lambda base, extra, at: base[:at] + extra + base[at:],
+    # a short piece repeated past the long-string length: small inputs for hypothesis
+    st.text(alphabet=BASE64, min_size=1, max_size=40).map(
+        lambda piece: piece * (4096 // len(piece) + 1)
+    ),
+    st.text(alphabet=st.sampled_from(SPECIAL), max_size=3),
+    st.integers(min_value=0, max_value=4096),
+)
+
+
+@given(text=long_text)
+def test_long_strings_agree_with_the_rfc8785_package(text: str) -> None:
+    assert canonicalize({"tail": text}) == rfc8785.dumps({"tail": text})
+
+
+def test_a_long_string_with_a_lone_surrogate_is_refused() -> None:
+    with pytest.raises(CanonicalizationError, match="lone surrogate"):
+        canonicalize("A" * 5000 + "\ud800")

@@ -455,9 +455,17 @@ def test_unreadable_cert_chain_is_malformed(sim: SimulatedAmd, chain: str, messa
 # -- shards are parts of a run, never a whole one ------------------------------------------
 
 
+def shard_envelope_without_result(sim: SimulatedAmd, index: int, count: int) -> dict[str, Any]:
+    """A shard envelope that carries only its binding (its result is fetched separately)."""
+    envelope = sim_envelope(
+        sim, binding=make_binding(shard=ShardPosition(index=index, count=count))
+    )
+    del envelope["result"]
+    return envelope
+
+
 def test_a_shard_alone_is_not_a_whole_run(sim: SimulatedAmd) -> None:
-    binding = make_binding(shard=ShardPosition(index=1, count=3))
-    result = verify(sim_envelope(sim, binding=binding), pinned(sim))
+    result = verify(shard_envelope_without_result(sim, 1, 3), pinned(sim))
     assert result.exit_code == 8
     assert [c.name for c in result.failed_checks] == ["expectation.shard"]
     assert result.failed_checks[0].detail == (
@@ -466,8 +474,22 @@ def test_a_shard_alone_is_not_a_whole_run(sim: SimulatedAmd) -> None:
     )
 
 
-def test_a_shard_verifies_as_the_shard_asked_for(sim: SimulatedAmd) -> None:
+def test_a_shard_envelope_whose_result_is_no_shard_result_fails_its_binding(
+    sim: SimulatedAmd,
+) -> None:
+    """A shard's bound result must be a shard result of its position: checked when the shard
+    is verified alone, not only when it is merged."""
     envelope = sim_envelope(sim, binding=make_binding(shard=ShardPosition(index=1, count=3)))
+    result = verify(envelope, pinned(sim), shard=ShardPosition(index=1, count=3))
+    assert result.exit_code == 7
+    assert [c.name for c in result.failed_checks] == ["binding.shard-result"]
+    assert result.failed_checks[0].detail.startswith(
+        "shard 1 of 3: not a shard result: format: Field required"
+    )
+
+
+def test_a_shard_verifies_as_the_shard_asked_for(sim: SimulatedAmd) -> None:
+    envelope = shard_envelope_without_result(sim, 1, 3)
     assert verify(envelope, pinned(sim), shard=ShardPosition(index=1, count=3)).exit_code == 0
     result = verify(envelope, pinned(sim), shard=ShardPosition(index=2, count=3))
     assert result.exit_code == 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import decimal
+import itertools
 import math
 import struct
 from decimal import Decimal
@@ -19,6 +20,7 @@ from attestation.evaluation.partial import (
     PartialError,
     RunPartial,
     RunPartialDoc,
+    largest_of_union,
     merge_partials,
     shard_range,
     tail_size,
@@ -200,3 +202,36 @@ def test_wire_counts_must_be_consistent() -> None:
             latency_unknown_cases=0,
             latency_tail="",
         )
+
+
+# The union of shard tails: bisection for the k-th largest, equal to sorting the union.
+tail_values = st.one_of(
+    st.floats(min_value=0, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 5e-324, 1.0, 1.7976931348623157e308]),
+)
+
+
+@given(
+    tails=st.lists(st.lists(tail_values, max_size=40), min_size=1, max_size=9),
+    count=st.integers(min_value=0, max_value=400),
+)
+def test_the_largest_of_a_union_of_tails_are_those_of_its_sort(
+    tails: list[list[float]], count: int
+) -> None:
+    descending = [sorted(tail, reverse=True) for tail in tails]
+    expected = sorted(itertools.chain.from_iterable(descending), reverse=True)[:count]
+    assert list(largest_of_union(descending, count)) == expected
+
+
+def test_the_largest_of_a_union_with_ties_across_tails() -> None:
+    tails = [[9.0, 7.0, 7.0, 7.0], [8.0, 7.0, 7.0], [7.0, 1.0]]
+    assert largest_of_union(tails, 3) == (9.0, 8.0, 7.0)
+    assert largest_of_union(tails, 7) == (9.0, 8.0, 7.0, 7.0, 7.0, 7.0, 7.0)
+    assert largest_of_union(tails, 8) == (9.0, 8.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0)
+    assert largest_of_union(tails, 9) == (9.0, 8.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 1.0)
+
+
+@pytest.mark.parametrize("tails", [[[3.0, -1.0], [2.0]], [[math.inf, 1.0], [2.0]]])
+def test_a_union_of_tails_outside_the_latency_range_is_refused(tails: list[list[float]]) -> None:
+    with pytest.raises(PartialError, match="negative or infinite"):
+        largest_of_union(tails, 3)[-1]
