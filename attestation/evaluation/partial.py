@@ -28,6 +28,7 @@ import bisect
 import decimal
 import itertools
 import math
+import operator
 import re
 import struct
 import sys
@@ -38,7 +39,7 @@ from typing import Final, overload
 
 from pydantic import Field, model_validator
 
-from attestation.contracts import SnakeWireModel
+from attestation.contracts import EVALUATION_BLOCK_CASES, SnakeWireModel
 from attestation.evaluation.numbers import scored_value
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
@@ -72,11 +73,20 @@ def tail_size(case_count: int) -> int:
 
 def shard_range(index: int, count: int, case_count: int) -> tuple[int, int]:
     """``[first, end)``: the ranks in ``cases.jsonl`` (ascending case_id) shard ``index`` of
-    ``count`` scores. The ranges of 0..count-1 cover 0..case_count-1 exactly once and differ
-    in size by at most one case."""
+    ``count`` scores. Shards take whole blocks of :data:`EVALUATION_BLOCK_CASES` cases (the
+    leaves of the evaluation digest's trees, so a shard hashes exactly the blocks it scores):
+    shard ``index`` has blocks ``index * B // count`` to ``(index + 1) * B // count - 1`` of
+    the ``B`` blocks. The ranges of 0..count-1 cover 0..case_count-1 exactly once and differ
+    in size by at most one block (a shard may be empty when there are fewer blocks than
+    shards)."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is not in 0..{count - 1}")
-    return index * case_count // count, (index + 1) * case_count // count
+    blocks = -(-case_count // EVALUATION_BLOCK_CASES)
+    first, end = index * blocks // count, (index + 1) * blocks // count
+    return (
+        min(first * EVALUATION_BLOCK_CASES, case_count),
+        min(end * EVALUATION_BLOCK_CASES, case_count),
+    )
 
 
 def double_of(latency: Decimal) -> float:
@@ -205,10 +215,10 @@ class UnionTail(Sequence[float]):
     last repeated.
     """
 
-    __slots__ = ("_ascending", "_count", "_last", "_values")
+    __slots__ = ("_count", "_last", "_tails", "_values")
 
     def __init__(self, tails: Sequence[Sequence[float]], count: int) -> None:
-        self._ascending = [tail[::-1] for tail in tails]
+        self._tails = tails
         self._count = max(0, min(count, sum(map(len, tails))))
         self._last: float | None = None
         self._values: tuple[float, ...] | None = None
@@ -241,10 +251,11 @@ class UnionTail(Sequence[float]):
         if self._last is None:
             if not self._count:
                 raise IndexError("an empty tail has no last value")
-            ascending = self._ascending
+            tails = self._tails
 
             def at_least(value: float) -> int:
-                return sum(len(tail) - bisect.bisect_left(tail, value) for tail in ascending)
+                # In a descending tail, the values >= v are those whose negation is <= -v.
+                return sum(bisect.bisect_right(tail, -value, key=operator.neg) for tail in tails)
 
             # At least ``count`` values are >= double(low), fewer are >= double(high): so for
             # tails of finite values that are not negative, which checked tails are.
@@ -267,13 +278,15 @@ class UnionTail(Sequence[float]):
                 self._values = ()
             else:
                 last = self.last()
-                # Ascending runs, sorted ascending: timsort merges them whatever their ties.
+                # The heads of descending tails, sorted descending: timsort merges the runs
+                # (it reverses the list and finds ascending runs, whatever their ties).
                 above = sorted(
                     itertools.chain.from_iterable(
-                        tail[bisect.bisect_right(tail, last) :] for tail in self._ascending
-                    )
+                        tail[: bisect.bisect_left(tail, -last, key=operator.neg)]
+                        for tail in self._tails
+                    ),
+                    reverse=True,
                 )
-                above.reverse()
                 self._values = (*above, *itertools.repeat(last, self._count - len(above)))
         return self._values
 

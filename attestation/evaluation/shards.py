@@ -36,7 +36,7 @@ from attestation.evaluation.partial import (
 )
 from attestation.evaluation.report import SCORER, build_report
 
-SHARD_RESULT_FORMAT: Final = "attested-replay.shard-result/v1"
+SHARD_RESULT_FORMAT: Final = "attested-replay.shard-result/v2"
 
 RunKey = tuple[str, int]
 
@@ -48,7 +48,7 @@ class ShardMergeError(BindingError):
 class ShardResult(SnakeWireModel):
     """The result a shard attests (the ``result`` of its envelope), snake_case like the report."""
 
-    format: Literal["attested-replay.shard-result/v1"]
+    format: Literal["attested-replay.shard-result/v2"]
     scorer: str = Field(max_length=100)
     shard_index: int = Field(ge=0, lt=MAX_SHARD_COUNT)
     shard_count: int = Field(ge=1, le=MAX_SHARD_COUNT)

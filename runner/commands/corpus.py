@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from runner.corpus.check import DEFAULT_MAX_PROBLEMS, check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
+from runner.corpus.runs_index import RUNS_INDEX_FILE, build_runs_index
 from runner.corpus.starter import write_starter_corpus
 from runner.errors import InputError, UsageError
 from runner.exit_codes import EXIT_CODES, Family
@@ -49,7 +51,7 @@ def register(subparsers: Subparsers) -> None:
     parser = add_command(
         subparsers,
         "corpus",
-        summary="check, checksum, describe, normalize, export or upload a corpus",
+        summary="check, checksum, index, describe, normalize, export or upload a corpus",
         description="A corpus directory holds cases.jsonl, runs.jsonl, marks.json and plan.json\n"
         "(docs/replay.md documents every field).",
         family=Family.REPLAY,
@@ -110,6 +112,23 @@ marks.json (what every run record's marks_ref must be), each when its file is va
     )
     checksum.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
     checksum.set_defaults(handler=handle_checksum)
+
+    index = add_command(
+        actions,
+        "index",
+        summary="write runs.index.json, so that each shard hashes only its own blocks",
+        description="""\
+Checks the corpus as a replay does and writes DIR/runs.index.json: the leaves of the
+evaluation digest (every run's case results in blocks of 256, docs/replay.md section 5).
+A shard (`run --shard-index I --shard-count N`) with the file beside the corpus decodes and
+hashes only its own blocks of runs.jsonl and takes the other leaves from the file, after
+checking that it lists the same leaves for its own blocks; without the file each shard
+hashes every run record. The file is not trusted (docs/scale.md says why it need not be);
+rebuild it whenever runs.jsonl or cases.jsonl changes. Prints the evaluation digest.""",
+        family=Family.REPLAY,
+    )
+    index.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
+    index.set_defaults(handler=handle_index)
 
     manifest = add_command(
         actions,
@@ -216,6 +235,23 @@ def handle_check(args: argparse.Namespace) -> int:
 
 def handle_checksum(args: argparse.Namespace) -> int:
     print(compute_checksum(args.corpus))
+    return 0
+
+
+def handle_index(args: argparse.Namespace) -> int:
+    path = args.corpus / RUNS_INDEX_FILE
+    # Checked before the corpus pass (minutes on a large corpus), and again by the write.
+    if not os.access(args.corpus, os.W_OK) or (path.exists() and not path.is_file()):
+        raise UsageError(f"{path}: cannot be written (the index is written beside runs.jsonl)")
+    built = build_runs_index(args.corpus)
+    try:
+        atomic_write(path, built.data)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be written: {exc.strerror or exc}") from exc
+    print(
+        f"wrote {path} ({built.runs} runs x {built.blocks} blocks); evaluation digest "
+        f"{built.evaluation_digest}"
+    )
     return 0
 
 

@@ -5,19 +5,77 @@ Run entries are scored in ``cases.jsonl`` order (ascending ``case_id``, the orde
 checksum already requires), so the k-th entry of a run is scored against the k-th label and
 no ``case_id -> label`` mapping is kept: a label is a small code (``array('B')``, one byte
 while there are at most 256 distinct labels) into the list of distinct labels. Whether a
-run's entries are exactly the corpus cases in that order is checked by comparing a digest
-of their ids with :attr:`CaseLabels.ids_digest` (and their count with the case count).
+run's entries are exactly the corpus cases in that order is checked by comparing the digests
+of their ids, block by block (:class:`IdBlocks`: the blocks of the evaluation digest), with
+:attr:`CaseLabels.id_blocks` (and their count with the case count): a shard that hashes only
+its own blocks of the runs compares the ids of those blocks.
 """
 
 from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Iterable, Sequence
-from typing import Final
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, TypeVar
+
+from attestation.contracts import EVALUATION_BLOCK_CASES
+
+IdT = TypeVar("IdT", str, bytes)
 
 #: The framing of the id digest: every id followed by a newline (ids never hold one).
 ID_SEPARATOR: Final = b"\n"
+
+
+class IdBlocks:
+    """Digests of consecutive blocks of case ids, :data:`EVALUATION_BLOCK_CASES` ids each (the
+    last block may be shorter): a block's digest is the SHA-256 of its ids, each followed by
+    a newline. Ids come in order, in batches of any size."""
+
+    def __init__(self) -> None:
+        self.digests: list[bytes] = []
+        self._block = hashlib.sha256()
+        self._filled = 0
+
+    def add(self, ids: Sequence[str]) -> None:
+        """The next ids (ASCII text)."""
+        for part in self._parts(ids):
+            self._block.update(("\n".join(part) + "\n").encode("ascii"))
+            self._filled += len(part)
+            if self._filled == EVALUATION_BLOCK_CASES:
+                self._close()
+
+    def add_ascii(self, ids: Sequence[bytes]) -> None:
+        """The next ids, as their ASCII bytes."""
+        for part in self._parts(ids):
+            self._block.update(ID_SEPARATOR.join(part) + ID_SEPARATOR)
+            self._filled += len(part)
+            if self._filled == EVALUATION_BLOCK_CASES:
+                self._close()
+
+    def _parts(self, ids: Sequence[IdT]) -> Iterator[Sequence[IdT]]:
+        """``ids`` cut where blocks end (the first part fills the current block)."""
+        done = 0
+        room = EVALUATION_BLOCK_CASES - self._filled
+        while done < len(ids):
+            yield ids[done : done + room]
+            done += room
+            room = EVALUATION_BLOCK_CASES
+
+    def finish(self) -> list[bytes]:
+        """Every block's digest (the last block closed)."""
+        if self._filled:
+            self._close()
+        return self.digests
+
+    def _close(self) -> None:
+        self.digests.append(self._block.digest())
+        self._block = hashlib.sha256()
+        self._filled = 0
+
+
+def ids_digest(block_digests: Sequence[bytes]) -> bytes:
+    """The digest compared for a run of blocks: SHA-256 over their id digests in order."""
+    return hashlib.sha256(b"".join(block_digests)).digest()
 
 
 class CaseLabels:
@@ -30,15 +88,15 @@ class CaseLabels:
         self.codes = array("B")
         self._code_of: dict[str, int] = {}
         self._code_of_ascii: dict[bytes, int] = {}
-        self._ids = hashlib.sha256()
+        self._ids = IdBlocks()
 
     def __len__(self) -> int:
         return len(self.codes)
 
     @property
-    def ids_digest(self) -> bytes:
-        """SHA-256 over every case id in order, each followed by a newline."""
-        return self._ids.digest()
+    def id_blocks(self) -> list[bytes]:
+        """The digests of the ids, block by block (:class:`IdBlocks`), once every case is in."""
+        return self._ids.finish()
 
     def label(self, rank: int) -> str:
         return self.names[self.codes[rank]]
@@ -49,8 +107,7 @@ class CaseLabels:
 
     def add(self, ids: Sequence[str], labels: Sequence[str]) -> None:
         """The next cases, in order."""
-        self._ids.update("\n".join(ids).encode("ascii"))  # ids are ASCII (Case's pattern)
-        self._ids.update(ID_SEPARATOR)
+        self._ids.add(ids)  # ids are ASCII (Case's pattern)
         try:
             self._extend(map(self._code_of.__getitem__, labels))
         except KeyError:
@@ -58,8 +115,7 @@ class CaseLabels:
 
     def add_ascii(self, ids: Sequence[bytes], labels: Sequence[bytes]) -> None:
         """The next cases, ids and labels as the ASCII bytes of a canonical line."""
-        self._ids.update(ID_SEPARATOR.join(ids))
-        self._ids.update(ID_SEPARATOR)
+        self._ids.add_ascii(ids)
         try:
             self._extend(map(self._code_of_ascii.__getitem__, labels))
         except KeyError:

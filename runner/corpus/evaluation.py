@@ -1,34 +1,41 @@
 """``plan.json``, ``marks.json`` and ``runs.jsonl``: loading, cross-checks and the
 evaluation digest.
 
-evaluationDigest = ``sha256:`` + SHA-256 over
-``JCS(plan) \\n JCS(marks) \\n`` followed by ``JCS(run) \\n`` for every run record in
-``runs.jsonl``, which must be in ascending ``(arm_id, run_index)`` order. JCS is RFC 8785
-over the files' JSON values as written (numbers as IEEE doubles). Run records are read, and
-their part of the digest computed, by ``runner.corpus.run_records``.
+evaluationDigest (v2) = ``sha256:`` + SHA-256 over :data:`DIGEST_PREAMBLE`,
+``JCS(plan) \\n JCS(marks) \\n`` and, for every run record in ``runs.jsonl`` (ascending
+``(arm_id, run_index)``), ``JCS(record without cases) \\n hex(cases root) \\n``. A run's
+cases root is the RFC 6962 Merkle tree hash of its case results in blocks of
+:data:`~attestation.contracts.EVALUATION_BLOCK_CASES` (block ``i``: ranks ``256 i`` to
+``256 i + 255``), each block's leaf the SHA-256 of ``0x00`` and the RFC 8785 form of the
+block as a JSON array. JCS is RFC 8785 over the files' JSON values as written (numbers as
+IEEE doubles). The tree lets a shard hash only its own blocks (``runner.corpus.runs_index``);
+run records are read, and their leaves computed, by ``runner.corpus.run_records``.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from attestation.contracts import sha256_digest
+from attestation.contracts import EVALUATION_BLOCK_CASES, format_sha256, sha256_digest
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.evaluation.models import PassMarks, Plan
-from runner.corpus.canonical_lines import LineDecoder
+from attestation.transparency.merkle import CompactRange, leaf_hash
 from runner.corpus.errors import CorpusError
-from runner.corpus.jsonio import parse_line_with_number_check, read_small_json, require_corpus_dir
+from runner.corpus.jsonio import read_small_json, require_corpus_dir
 from runner.corpus.models import validate_record
 
 PLAN_FILE: Final = "plan.json"
 MARKS_FILE: Final = "marks.json"
 RUNS_FILE: Final = "runs.jsonl"
-#: A run record as msgspec reads it for its RFC 8785 bytes (any object: validation is the
-#: models', with their messages).
-_RUN_LINES: Final = LineDecoder(dict[str, Any])
+#: What the evaluation digest hashes first: its version and the size of a run's blocks.
+DIGEST_PREAMBLE: Final = (
+    f"attested-replay evaluation digest v2: run cases in blocks of {EVALUATION_BLOCK_CASES}, "
+    "RFC 6962 trees\n"
+).encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,36 +88,59 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
     )
 
 
-def is_canonical_line(line: bytes, data: object, *, numbers_safe: bool) -> bool:
-    """True when ``line`` is provably the RFC 8785 form of ``data`` (parsed from it).
+@dataclass(frozen=True, slots=True)
+class RunsIndex:
+    """Every run's block leaves as a runs index file lists them: not trusted (a reader
+    compares the leaves of the blocks it hashes with them; ``runner.corpus.runs_index``)."""
 
-    For ASCII text, sorted-key compact ``json.dumps`` (C-accelerated) escapes strings and
-    orders keys exactly as RFC 8785 does; numbers can differ only where ``numbers_safe``
-    (from ``parse_line_with_number_check``) is False, and those lines are canonicalized.
-    """
-    if not numbers_safe or not line.isascii():
-        return False
-    rendered = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return rendered.encode("utf-8", "surrogatepass") == line
+    #: The file, for messages.
+    file: str
+    #: ``(arm_id, run_index)`` -> its leaves, one per block.
+    leaves: Mapping[tuple[str, int], tuple[bytes, ...]]
 
 
-def parse_run_line(line: bytes, number: int) -> tuple[dict[str, Any], bytes]:
-    """A whole run record's JSON object and its RFC 8785 bytes (the reader of a line the
-    streaming reader of ``runner.corpus.run_records`` declines).
+@dataclass(frozen=True, slots=True)
+class RunDigest:
+    """One run record's part of the evaluation digest."""
 
-    Fast path: msgspec writes the RFC 8785 bytes in C (``canonical_lines``, which declines any
-    line it cannot vouch for: several values, a duplicate key, an integer beyond 2**53, a
-    number that is no double, key orders that differ); a line it accepts is then plainly
-    ``json.loads``-ed, which reads exactly the values the exact path reads. Everything else
-    takes the exact path, which also writes the error messages.
-    """
-    fast = _RUN_LINES.canonical_chunk(line + b"\n")
-    if fast is not None:
-        try:
-            return json.loads(line), fast[1][:-1]
-        except (ValueError, RecursionError):
-            pass  # the exact path names the problem
-    data, numbers_safe = parse_line_with_number_check(line, RUNS_FILE, number)
-    if is_canonical_line(line, data, numbers_safe=numbers_safe):
-        return data, line
-    return data, _canonical(data, RUNS_FILE, number)
+    #: RFC 8785 form of the record without ``cases``.
+    header: bytes
+    #: RFC 6962 root of the leaves of its blocks of case results.
+    cases_root: bytes
+
+
+def evaluation_digest(evaluation: Evaluation, runs: Sequence[RunDigest]) -> str:
+    """``sha256:`` + the evaluation digest of plan, marks and ``runs`` (in file order)."""
+    digest = hashlib.sha256(
+        DIGEST_PREAMBLE + evaluation.plan_canonical + b"\n" + evaluation.marks_canonical + b"\n"
+    )
+    for run in runs:
+        digest.update(run.header + b"\n" + run.cases_root.hex().encode("ascii") + b"\n")
+    return format_sha256(digest.digest())
+
+
+def cases_root(leaves: Iterable[bytes]) -> bytes:
+    """The RFC 6962 root of a run's block leaves, in order."""
+    tree = CompactRange()
+    for leaf in leaves:
+        tree.append(leaf)
+    return tree.root()
+
+
+def block_count(case_count: int) -> int:
+    """How many blocks (leaves) a run of ``case_count`` case results has."""
+    return -(-case_count // EVALUATION_BLOCK_CASES)
+
+
+def exact_run_parts(
+    data: Mapping[str, Any], cases: Sequence[Any], blocks: range, number: int
+) -> tuple[bytes, list[bytes]]:
+    """A run record's header bytes and the leaves of ``blocks``, canonicalized in Python
+    (the exact reader's, for a line the streaming reader declines)."""
+    header = _canonical(dict(data), RUNS_FILE, number)
+    leaves = []
+    for block in blocks:
+        first = block * EVALUATION_BLOCK_CASES
+        part = cases[first : first + EVALUATION_BLOCK_CASES]
+        leaves.append(leaf_hash(_canonical(list(part), RUNS_FILE, number)))
+    return header, leaves

@@ -13,15 +13,20 @@ columns (:class:`CaseColumns`: built only for those ranks, a shard's share):
   again at an earlier ``}`` and then at the end of the complete elements an exact tokenizer
   finds;
 * each batch is re-encoded in its RFC 8785 form (after replacing the numbers msgspec writes
-  differently: integral doubles, magnitudes below 1e-5) and hashed into the evaluation
-  digest. RFC 8785 sorts members, so a record hashes as ``{"arm_id":...,"cases":[`` +
-  batches + ``]`` + the other members; a record whose ``arm_id`` follows its ``cases`` is
-  read twice (the first time only to find ``arm_id``).
+  differently: integral doubles, magnitudes below 1e-5), cut at the block boundaries (every
+  :data:`EVALUATION_BLOCK_CASES` results) and hashed into its blocks' leaves; the members
+  other than ``cases`` are the record's header, hashed beside the root of its leaves
+  (the evaluation digest v2, ``runner.corpus.evaluation``);
+* a shard with a runs index (``runner.corpus.runs_index``) hashes only its own blocks (the
+  reader's ``hashed`` ranks): the other entries are only decoded as JSON (msgspec ``Raw``)
+  and counted, and their leaves come from the index, which must hold the same leaves as
+  the blocks hashed here.
 
 Entries must come in ``cases.jsonl`` order (ascending ``case_id``, as ``attested-replay
 corpus normalize`` writes them): the entry of rank k is the corpus case of rank k, so the
 sink scores it against the k-th label (``runner.corpus.case_labels``). A digest of the
-entries' ids, compared with the digest of the corpus ids, checks that.
+hashed entries' ids, compared with the digest of the corpus ids of the same ranks, checks
+that; every entry is counted.
 
 Whatever the fast path cannot vouch for (a JSON or validation error, a duplicate key, an
 unknown member, entries that are not the corpus cases in order, an element it cannot cut)
@@ -29,8 +34,8 @@ sends the line, from its start, to the exact reader: ``json`` with the corpus ho
 pydantic models, which writes every error message (file, line, field) and holds that one
 line in memory. A line it accepts gives the same digest and the same columns.
 
-Memory: the window, one batch, the sink's state, and the digest state saved at the start of
-each line (to restart it).
+Memory: the window, one batch, the sink's state, and each run's header and leaves (32 bytes
+per block).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Annotated, Any, BinaryIO, Final, Generic, Protocol, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from attestation.contracts import format_sha256
+from attestation.contracts import EVALUATION_BLOCK_CASES
 from attestation.encoding.canonical import (
     MAX_SAFE_INTEGER,
     CanonicalizationError,
@@ -55,13 +60,23 @@ from attestation.encoding.canonical import (
 )
 from attestation.encoding.collector import paused_gc
 from runner.corpus.canonical_lines import colon_count
-from runner.corpus.case_labels import ID_SEPARATOR
+from runner.corpus.case_labels import IdBlocks, ids_digest
 from runner.corpus.errors import CorpusError, CorpusOrderError
-from runner.corpus.evaluation import RUNS_FILE, Evaluation, parse_run_line
+from runner.corpus.evaluation import (
+    RUNS_FILE,
+    Evaluation,
+    RunDigest,
+    RunsIndex,
+    block_count,
+    cases_root,
+    evaluation_digest,
+    exact_run_parts,
+)
 from runner.corpus.jsonio import (
     MAX_RUN_LINE_BYTES,
     open_corpus_file,
     parse_json,
+    parse_line,
 )
 from runner.corpus.models import CASE_ID_MAX, RunCase, RunHeader, validate_record
 
@@ -77,6 +92,7 @@ _EXACT_BATCH: Final = 4096
 _MAX_DOUBLE: Final = 1.7976931348623157e308
 _INTEGRAL_LIMIT: Final = 2.0**53
 _RUN_KEYS: Final = frozenset(RunHeader.model_fields) | {"cases"}
+_REBUILD: Final = "rebuild the index with `attested-replay corpus index DIR`"
 
 _Number = (
     Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
@@ -146,12 +162,15 @@ class IgnoreCases:
 
 @dataclass(frozen=True, slots=True)
 class RunRead(Generic[SinkT]):
-    """A run record read whole: its line, its validated header, and the sink that got its
-    entries (the exact corpus cases, in order)."""
+    """A run record read whole: its line, its validated header, the sink that got its
+    entries (the exact corpus cases, in order), its part of the evaluation digest and the
+    leaves this reader computed (of the blocks of its hashed ranks)."""
 
     line: int
     header: RunHeader
     sink: SinkT
+    digest: RunDigest
+    leaves: tuple[bytes, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +178,8 @@ class CorpusCases:
     """What the reader checks every run's entries against (from the ``cases.jsonl`` pass)."""
 
     count: int
-    #: SHA-256 over the corpus ids in order, each followed by a newline.
-    ids_digest: bytes
+    #: The digests of the corpus ids, block by block (``CaseLabels.id_blocks``).
+    id_blocks: Sequence[bytes]
     #: The corpus ids in order, read again only to name a wrong entry.
     read_ids: Callable[[], Sequence[str]]
 
@@ -289,7 +308,10 @@ class RunReader:
 
     ``checksum`` is the corpus checksum every ``set_ref`` must name; ``count_first`` makes
     an entry count that differs from the corpus case count the first complaint about a
-    run's entries (what a shard reports).
+    run's entries (what a shard reports). ``hashed`` (whole blocks; every rank by default)
+    are the ranks whose entries are decoded, checked and hashed here; the others are only
+    counted, and their blocks' leaves come from ``index``, which must then be given and
+    must hold the same leaves for the hashed blocks (``runner.corpus.runs_index``).
     """
 
     def __init__(
@@ -300,14 +322,26 @@ class RunReader:
         checksum: str,
         cases: CorpusCases,
         count_first: bool = False,
+        hashed: range | None = None,
+        index: RunsIndex | None = None,
     ) -> None:
         self.corpus_dir = corpus_dir
         self.evaluation = evaluation
         self.checksum = checksum
         self.cases = cases
         self.count_first = count_first
-        self.digest = hashlib.sha256()
-        self.digest.update(evaluation.plan_canonical + b"\n" + evaluation.marks_canonical + b"\n")
+        self.hashed = range(cases.count) if hashed is None else hashed
+        self.index = index
+        if self.hashed != range(cases.count) and index is None:
+            raise ValueError("a reader that hashes some ranks only needs the runs index")
+        if self.hashed.start % EVALUATION_BLOCK_CASES or (
+            self.hashed.stop % EVALUATION_BLOCK_CASES and self.hashed.stop != cases.count
+        ):
+            raise ValueError(f"ranks {self.hashed} are not whole blocks")
+        first_block = self.hashed.start // EVALUATION_BLOCK_CASES
+        self.blocks = range(first_block, first_block + block_count(len(self.hashed)))
+        self._ids_digest = ids_digest(cases.id_blocks[self.blocks.start : self.blocks.stop])
+        self.run_digests: list[RunDigest] = []
         self._arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
         self._previous: tuple[str, int] | None = None
         self._corpus_ids: Sequence[str] | None = None
@@ -315,23 +349,54 @@ class RunReader:
     @property
     def evaluation_digest(self) -> str:
         """``sha256:`` + the evaluation digest of plan, marks and the runs read so far."""
-        return format_sha256(self.digest.digest())
+        return evaluation_digest(self.evaluation, self.run_digests)
 
     def runs(self, new_sink: Callable[[], SinkT]) -> Iterator[RunRead[SinkT]]:
         """Every run record in file order; ``new_sink()`` gets each run's entries (a line the
-        exact reader restarts gets a new sink)."""
+        exact reader restarts gets a new sink), which must be among the hashed ranks."""
         with open_corpus_file(self.corpus_dir / RUNS_FILE) as handle:
             window = _Window(handle)
             while window.start_line():
                 number = window.line_number
                 start = window.position
-                digest, previous = self.digest.copy(), self._previous
+                previous = self._previous
                 try:
-                    header, sink = _FastLine(self, window, new_sink()).read()
+                    read = _FastLine(self, window, self._checked(new_sink())).read()
                 except _FallbackError:
-                    self.digest, self._previous = digest, previous
-                    header, sink = self._exact_line(window, start, number, new_sink())
-                yield RunRead(line=number, header=header, sink=sink)
+                    self._previous = previous
+                    read = self._exact_line(window, start, number, self._checked(new_sink()))
+                self.run_digests.append(read.digest)
+                yield read
+
+    def _checked(self, sink: SinkT) -> SinkT:
+        if sink.ranks and not (
+            self.hashed.start <= sink.ranks.start and sink.ranks.stop <= self.hashed.stop
+        ):
+            raise ValueError(f"ranks {sink.ranks} are not all hashed here ({self.hashed})")
+        return sink
+
+    def run_digest(
+        self, header: RunHeader, header_bytes: bytes, leaves: Sequence[bytes], number: int
+    ) -> RunDigest:
+        """A run's part of the digest from its header and the leaves of the hashed blocks
+        (the others from the index, which must agree on the hashed ones)."""
+        if self.index is None:
+            return RunDigest(header_bytes, cases_root(leaves))
+        key = (header.arm_id, header.run_index)
+        known = self.index.leaves.get(key)
+        where = f"run {header.arm_id}/{header.run_index} (runs.jsonl line {number})"
+        if known is None:
+            raise CorpusError(self.index.file, f"{where} is not in the index: {_REBUILD}")
+        for block, leaf in zip(self.blocks, leaves, strict=True):
+            if known[block] != leaf:
+                first = block * EVALUATION_BLOCK_CASES
+                last = min(first + EVALUATION_BLOCK_CASES, self.cases.count) - 1
+                raise CorpusError(
+                    self.index.file,
+                    f"{where}: block {block} (case results {first}..{last}) differs from "
+                    f"runs.jsonl: {_REBUILD}",
+                )
+        return RunDigest(header_bytes, cases_root(known))
 
     # -- checks shared by both paths ----------------------------------------------------
 
@@ -380,8 +445,10 @@ class RunReader:
                 line=number,
             )
 
-    def entries_match(self, count: int, ids_digest: bytes) -> bool:
-        return count == self.cases.count and ids_digest == self.cases.ids_digest
+    def entries_match(self, count: int, hashed_ids: bytes) -> bool:
+        """A run of ``count`` entries whose hashed ones have ids of digest ``hashed_ids``
+        (:func:`~runner.corpus.case_labels.ids_digest`) lists the corpus cases in order."""
+        return count == self.cases.count and hashed_ids == self._ids_digest
 
     def check_entries(
         self, header: RunHeader, ids: Sequence[str], number: int, *, complete: bool
@@ -439,9 +506,7 @@ class RunReader:
 
     # -- the exact reader ---------------------------------------------------------------
 
-    def _exact_line(
-        self, window: _Window, start: int, number: int, sink: SinkT
-    ) -> tuple[RunHeader, SinkT]:
+    def _exact_line(self, window: _Window, start: int, number: int, sink: SinkT) -> RunRead[SinkT]:
         window.reset(start)
         raw = window.handle.readline(MAX_RUN_LINE_BYTES + 1)
         if len(raw) > MAX_RUN_LINE_BYTES and not raw.endswith(b"\n"):
@@ -452,7 +517,7 @@ class RunReader:
         line = raw.removesuffix(b"\n")
         if not line.strip():
             raise CorpusError(RUNS_FILE, "empty line", line=number)
-        data, canonical = parse_run_line(line, number)
+        data = parse_line(line, RUNS_FILE, number)
         cases = data.pop("cases", None)
         header = validate_record(RunHeader, data, RUNS_FILE, number)
         if cases is None:
@@ -486,10 +551,13 @@ class RunReader:
                     ),
                 )
             sink.read(first + len(batch))
-        if not self.entries_match(len(ids), _ids_digest(ids)):
+        hashed_ids = IdBlocks()
+        hashed_ids.add(ids[self.hashed.start : self.hashed.stop])
+        if not self.entries_match(len(ids), ids_digest(hashed_ids.finish())):
             self.check_entries(header, ids, number, complete=True)
-        self.digest.update(canonical + b"\n")
-        return header, sink
+        header_bytes, leaves = exact_run_parts(data, cases, self.blocks, number)
+        digest = self.run_digest(header, header_bytes, leaves, number)
+        return RunRead(number, header, sink, digest, tuple(leaves))
 
 
 class _FastLine(Generic[SinkT]):
@@ -500,18 +568,16 @@ class _FastLine(Generic[SinkT]):
         self.window = window
         self.number = window.line_number
         self.sink = sink
-        self.digest = reader.digest
+        self.hashed = reader.hashed
         self.members: dict[str, Any] = {}
         self.count = 0
-        self.ids = hashlib.sha256()
-        self.next_line = -1
+        self.ids = IdBlocks()
+        self.blocks = _Blocks()
 
-    def read(self) -> tuple[RunHeader, SinkT]:
+    def read(self) -> RunRead[SinkT]:
         window = self.window
         reader = self.reader
         window.expect(b"{")
-        cases_at = -1  # the offset of the first entry, when a first pass skipped them
-        streamed = False
         while True:
             window.ensure(MAX_MEMBER_BYTES)
             window.skip_space()
@@ -525,12 +591,7 @@ class _FastLine(Generic[SinkT]):
             if key == "cases":
                 self.members[key] = None
                 window.expect(b"[")
-                if "arm_id" in self.members:
-                    self._stream_cases()
-                    streamed = True
-                else:
-                    cases_at = window.position
-                    self._elements(_SKIP_CASES, None)
+                self._stream_cases()
             else:
                 self.members[key] = self._member_value()
             window.skip_space()
@@ -543,25 +604,19 @@ class _FastLine(Generic[SinkT]):
         window.skip_space()
         if window.pos < window.limit or (window.end == -1 and not window.eof):
             raise _FallbackError  # something after the object
-        self.next_line = window.position + (1 if window.end != -1 else 0)
         window.pos = window.limit + (1 if window.end != -1 else 0)
         cases_present = self.members.pop("cases", UNSET) is not UNSET
         header = validate_record(RunHeader, self.members, RUNS_FILE, self.number)
         if not cases_present:
             raise CorpusError(RUNS_FILE, "field 'cases': Field required", line=self.number)
         reader.check_header(header, self.number)
-        if not streamed:  # arm_id came after the cases: read them again, now hashing them
-            window.reset(cases_at)
-            self._stream_cases()
-            window.reset(self.next_line)
-        rest = self._canonical(
-            {key: value for key, value in self.members.items() if key != "arm_id"}
-        )
-        self.digest.update(b"," + rest[1:] + b"\n" if rest != b"{}" else b"}\n")
+        header_bytes = self._canonical(self.members)
         reader.check_count(header, self.count, self.number)
-        if not reader.entries_match(self.count, self.ids.digest()):
+        if not reader.entries_match(self.count, ids_digest(self.ids.finish())):
             raise _FallbackError  # the exact reader names the first wrong entry
-        return header, self.sink
+        leaves = self.blocks.finish()
+        digest = reader.run_digest(header, header_bytes, leaves, self.number)
+        return RunRead(self.number, header, self.sink, digest, tuple(leaves))
 
     def _canonical(self, value: object) -> bytes:
         try:
@@ -594,42 +649,20 @@ class _FastLine(Generic[SinkT]):
             raise _FallbackError from None
 
     def _stream_cases(self) -> None:
-        arm_id = self._canonical(self.members["arm_id"])
-        self.digest.update(b'{"arm_id":' + arm_id + b',"cases":[')
-        self._elements(_DECODE_CASES, self._batch)
-        self.digest.update(b"]")
-
-    def _batch(self, piece: bytes, records: list[RunCaseLine]) -> None:
-        ids = list(map(_CASE_ID, records))
-        costs = list(map(_COST, records))
-        latencies = list(map(_LATENCY, records))
-        start, end = _overlap(self.sink.ranks, self.count, len(records))
-        if start < end:  # before the numbers below are changed to their RFC 8785 form
-            part = slice(start - self.count, end - self.count)
-            self.sink.add(start, _columns(ids, records, costs, latencies, part=part))
-        self.sink.read(self.count + len(records))
-        _rfc8785_numbers(records, costs, "cost_usd")
-        _rfc8785_numbers(records, latencies, "latency_ms")
-        canonical = _ENCODE(records)
-        # msgspec keeps the last of two equal keys: a dropped member drops its colon.
-        if colon_count(piece) != canonical.count(b":"):
-            raise _FallbackError
-        self.digest.update(canonical[1:-1] if not self.count else b"," + canonical[1:-1])
-        self.ids.update("\n".join(ids).encode("utf-8") + ID_SEPARATOR)
-        self.count += len(records)
-
-    def _elements(
-        self, decode: Callable[[bytes], list[Any]], on_batch: Callable[[bytes, Any], None] | None
-    ) -> None:
-        """The entries after ``[`` up to the closing ``]``, in batches."""
+        """The entries after ``[`` up to the closing ``]``, in batches: those of the hashed
+        ranks decoded, checked and hashed, the others only decoded as JSON and counted."""
         window = self.window
         window.skip_space()
         if window.data[window.pos : window.pos + 1] == b"]":
             raise _FallbackError  # an empty list: the exact reader says so
         while True:
             window.skip_space()
+            hashing = self.hashed.start <= self.count < self.hashed.stop
             with paused_gc():  # until the batch is dropped (see paused_gc)
-                end = _decode_batch(window, decode, on_batch)
+                if hashing:
+                    end = _decode_batch(window, _DECODE_CASES, self._decoded)
+                else:
+                    end = _decode_batch(window, _SKIP_CASES, self._skipped)
             if end < 0:
                 if window.line_read or window.limit - window.pos >= MAX_BATCH_WINDOW:
                     raise _FallbackError
@@ -643,6 +676,100 @@ class _FastLine(Generic[SinkT]):
             window.pos += 1
             if separator == b"]":
                 return
+
+    def _skipped(self, _piece: bytes, raws: list[Raw]) -> None:
+        """Entries outside the hashed ranks: counted; those from the start of the hashed
+        ranks on (a batch that crosses it, once per run) decoded in full and hashed."""
+        first = self.count
+        start, end = _overlap(self.hashed, first, len(raws))
+        if start >= end:
+            self._counted(len(raws))
+            return
+        self._counted(start - first)
+        inner = b",".join(raws[start - first : end - first])
+        try:
+            records = _DECODE_CASES(b"[" + inner + b"]")
+        except _DECODE_ERRORS:
+            raise _FallbackError from None
+        self._hash(inner, records)
+        self._counted(first + len(raws) - end)
+
+    def _decoded(self, piece: bytes, records: list[RunCaseLine]) -> None:
+        """Entries decoded in full from inside the hashed ranks: hashed; any past their end
+        (a batch that crosses it, once per run) only counted."""
+        inside = min(self.count + len(records), self.hashed.stop) - self.count
+        if inside == len(records):
+            self._hash(piece, records)
+            return
+        raws = _SKIP_CASES(b"[" + piece + b"]")  # the same text: it decodes
+        self._hash(b",".join(raws[:inside]), records[:inside])
+        self._counted(len(records) - inside)
+
+    def _counted(self, count: int) -> None:
+        if count:
+            self.count += count
+            self.sink.read(self.count)
+
+    def _hash(self, piece: bytes, records: list[RunCaseLine]) -> None:
+        """Entries of the hashed ranks (``piece`` their text): to the sink (its ranks), into
+        the ids digest and, in their RFC 8785 form, into their blocks' leaves."""
+        ids = list(map(_CASE_ID, records))
+        costs = list(map(_COST, records))
+        latencies = list(map(_LATENCY, records))
+        start, end = _overlap(self.sink.ranks, self.count, len(records))
+        if start < end:  # before the numbers below are changed to their RFC 8785 form
+            part = slice(start - self.count, end - self.count)
+            self.sink.add(start, _columns(ids, records, costs, latencies, part=part))
+        self.sink.read(self.count + len(records))
+        _rfc8785_numbers(records, costs, "cost_usd")
+        _rfc8785_numbers(records, latencies, "latency_ms")
+        colons = 0
+        done = 0
+        while done < len(records):
+            room = EVALUATION_BLOCK_CASES - (self.count + done) % EVALUATION_BLOCK_CASES
+            segment = records[done : done + room]
+            canonical = _ENCODE(segment)
+            colons += canonical.count(b":")
+            self.blocks.add(canonical[1:-1], len(segment))
+            done += len(segment)
+        # msgspec keeps the last of two equal keys: a dropped member drops its colon.
+        if colon_count(piece) != colons:
+            raise _FallbackError
+        self.ids.add(ids)
+        self.count += len(records)
+
+
+class _Blocks:
+    """The leaves of consecutive blocks of a run's case results, from the RFC 8785 text of
+    the results: a block's leaf is the SHA-256 of ``0x00`` and the block as a JSON array
+    (``runner.corpus.evaluation``), the block closed after every
+    :data:`EVALUATION_BLOCK_CASES` results and at the end."""
+
+    def __init__(self) -> None:
+        self.leaves: list[bytes] = []
+        self._block: Any = None  # hashlib's object: no public type
+        self._filled = 0
+
+    def add(self, inner: bytes, count: int) -> None:
+        """The next ``count`` results (within one block), their texts joined by commas."""
+        if self._block is None:
+            self._block = hashlib.sha256(b"\x00[" + inner)
+        else:
+            self._block.update(b"," + inner)
+        self._filled += count
+        if self._filled == EVALUATION_BLOCK_CASES:
+            self._close()
+
+    def finish(self) -> list[bytes]:
+        if self._block is not None:
+            self._close()
+        return self.leaves
+
+    def _close(self) -> None:
+        self._block.update(b"]")
+        self.leaves.append(self._block.digest())
+        self._block = None
+        self._filled = 0
 
 
 def _overlap(ranks: range, first: int, count: int) -> tuple[int, int]:
@@ -744,7 +871,3 @@ def first_out_of_order(ids: Sequence[str], corpus_ids: Sequence[str]) -> str | N
                 "`attested-replay corpus normalize DIR --out DIR2`"
             )
     return None
-
-
-def _ids_digest(ids: Sequence[str]) -> bytes:
-    return hashlib.sha256("\n".join(ids).encode("utf-8") + ID_SEPARATOR).digest()

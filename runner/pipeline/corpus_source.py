@@ -26,6 +26,7 @@ from attestation.contracts import (
 from runner.corpus.checksum import CASES_FILE
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.corpus.jsonio import MAX_SMALL_FILE_BYTES
+from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE
 from runner.errors import InputError, SourceUnavailableError, UsageError
 from tenant.archive import ArchiveBounds, iter_entries
 from tenant.errors import ArchiveError, TenantUsageError
@@ -42,6 +43,8 @@ from tenant.http import (
 #: A downloaded archive larger than this is refused (bytes).
 MAX_ARCHIVE_BYTES: Final = MAX_CORPUS_ARCHIVE_BYTES
 CORPUS_FILES: Final = frozenset({CASES_FILE, RUNS_FILE, MARKS_FILE, PLAN_FILE})
+#: Taken from the archive when present: the runs index lets a shard hash only its blocks.
+OPTIONAL_FILES: Final = frozenset({RUNS_INDEX_FILE})
 _SMALL_FILES: Final = frozenset({PLAN_FILE, MARKS_FILE})
 _CHUNK: Final = 1024 * 1024
 #: The whole download, retries and waits included, must finish within this (seconds).
@@ -119,10 +122,11 @@ def fetch_corpus(
 
 
 def _unpack(archive: Path, target: Path) -> None:
-    """Extract the four corpus files, from the archive root or one top-level directory, in
-    one streaming pass whose bounds are checked entry by entry (:mod:`tenant.archive`; the
-    limits are in :mod:`attestation.contracts`). Other regular files are ignored, as they are
-    in a corpus directory; links, devices and paths leaving the archive are refused."""
+    """Extract the four corpus files (and ``runs.index.json``, if there is one), from the
+    archive root or one top-level directory, in one streaming pass whose bounds are checked
+    entry by entry (:mod:`tenant.archive`; the limits are in :mod:`attestation.contracts`).
+    Other regular files are ignored, as they are in a corpus directory; links, devices and
+    paths leaving the archive are refused."""
     bounds = ArchiveBounds(
         max_entries=MAX_CORPUS_ARCHIVE_ENTRIES,
         max_unpacked=MAX_CORPUS_UNPACKED_BYTES,
@@ -167,7 +171,7 @@ def _is_corpus_file(member: tarfile.TarInfo, path: PurePosixPath) -> bool:
     an entry whose path leaves the archive is refused, whatever its name."""
     if path.is_absolute() or ".." in path.parts:
         raise ArchiveError(f"entry {member.name!r} points outside the archive")
-    return path.name in CORPUS_FILES and len(path.parts) <= 2
+    return path.name in CORPUS_FILES | OPTIONAL_FILES and len(path.parts) <= 2
 
 
 def _check_entry(member: tarfile.TarInfo, path: PurePosixPath, found: dict[str, str]) -> None:
@@ -177,4 +181,9 @@ def _check_entry(member: tarfile.TarInfo, path: PurePosixPath, found: dict[str, 
         raise ArchiveError(
             f"entry {member.name!r} declares {member.size} bytes; "
             f"{path.name} is at most {MAX_SMALL_FILE_BYTES}"
+        )
+    if path.name == RUNS_INDEX_FILE and member.size > MAX_RUNS_INDEX_BYTES:
+        raise ArchiveError(
+            f"entry {member.name!r} declares {member.size} bytes; "
+            f"{path.name} is at most {MAX_RUNS_INDEX_BYTES}"
         )

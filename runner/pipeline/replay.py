@@ -1,11 +1,13 @@
 """Replay a corpus: validate, checksum, score. The API ``attested-replay run`` calls.
 
 A replay folds every run into an exact partial (``attestation.evaluation.partial``) and
-builds the report from those partials. Shard ``I`` of ``N`` does the same integrity work over
-the whole corpus (checksum, evaluation digest, the validity and order of every run's
-entries) but scores only the cases of rank ``shard_range(I, N, C)`` in every run, and its
-result is its partials (``attestation.evaluation.shards``): merged, they give the unsharded
-report.
+builds the report from those partials. Shard ``I`` of ``N`` scores only the cases of rank
+``shard_range(I, N, C)`` (whole blocks) in every run, and its result is its partials
+(``attestation.evaluation.shards``): merged, they give the unsharded report. It checks the
+whole of ``cases.jsonl`` (the corpus checksum) and every run's header and entry count; with
+a runs index beside the corpus (``runner.corpus.runs_index``) it decodes, checks and hashes
+only its own blocks of each run and takes the other leaves of the evaluation digest from
+the index, without one it does all of that for every entry.
 
 Memory does not grow with the corpus: the case pass keeps one byte per case (its label's
 code, ``runner.corpus.case_labels``), run records are read in bounded pieces
@@ -39,6 +41,7 @@ from runner.corpus.checksum import (
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import PLAN_FILE, RUNS_FILE, Evaluation, load_evaluation
 from runner.corpus.run_records import CaseColumns, CorpusCases, RunReader
+from runner.corpus.runs_index import read_runs_index
 from runner.scoring.checks import check_evaluation
 
 __all__ = ["Progress", "ReplayOutcome", "compute_checksum", "replay_corpus"]
@@ -86,16 +89,20 @@ def replay_corpus(
         if shard is None
         else range(*shard_range(shard.index, shard.count, case_count))
     )
+    # A shard with a runs index hashes its own blocks only; an unsharded replay hashes all.
+    index = read_runs_index(corpus_dir, evaluation, case_count) if shard is not None else None
     reader = RunReader(
         corpus_dir,
         evaluation,
         checksum=scan.checksum,
         cases=CorpusCases(
             count=case_count,
-            ids_digest=labels.ids_digest,
+            id_blocks=labels.id_blocks,
             read_ids=lambda: read_case_ids(corpus_dir),
         ),
         count_first=shard is not None,
+        hashed=owned if index is not None else None,
+        index=index,
     )
     counter = _ProgressCounter(progress, case_count, case_count * (1 + evaluation.run_count))
     partials: dict[tuple[str, int], RunPartial] = {}

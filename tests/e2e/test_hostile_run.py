@@ -11,7 +11,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import random
 import re
+import shutil
 import tarfile
 import tracemalloc
 from collections.abc import Callable
@@ -20,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main as runner_main
+from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE, write_runs_index
 from runner.pipeline.environment import ProcessEnvironment, process_environment
+from runner.pipeline.replay import replay_corpus
 from tests import hostile_server as hs
 from tests.e2e.conftest import EXAMPLE_CORPUS
 from tests.fifo_guard import fifo
@@ -194,6 +198,54 @@ def test_a_hostile_archive_is_refused_while_unpacking(
 def test_an_honest_archive_still_unpacks(state_dir: Path, tmp_path: Path) -> None:
     with hs.HostileServer(hs.answer(200, _tar_gz(_honest_entries()))) as server:
         assert _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "envelope.json") == 0
+
+
+def _indexed_entries(tmp_path: Path, *, stale_block: int | None = None) -> bytes:
+    corpus = tmp_path / "indexed"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    write_runs_index(corpus)
+    index = (corpus / RUNS_INDEX_FILE).read_bytes()
+    if stale_block is not None:
+        document = json.loads(index)
+        leaves = document["runs"][0]["leaves"]
+        at = 64 * stale_block
+        document["runs"][0]["leaves"] = leaves[:at] + "0" * 64 + leaves[at + 64 :]
+        index = json.dumps(document).encode()
+    return _honest_entries() + _file_entry(RUNS_INDEX_FILE, index)
+
+
+def test_a_shard_takes_the_runs_index_from_the_archive(state_dir: Path, tmp_path: Path) -> None:
+    """The index travels in the archive; a shard checks it against the blocks it hashes
+    (here block 4 of 12, shard 1 of 3's first, is wrong in the archive's index)."""
+    shard = ("--shard-index", "1", "--shard-count", "3")
+    good = _tar_gz(_indexed_entries(tmp_path / "good"))
+    with hs.HostileServer(hs.answer(200, good)) as server:
+        out = tmp_path / "shard.json"
+        assert _run(state_dir, server.url + "/corpus.tar.gz", out, *shard) == 0
+    bound = json.loads(out.read_text())["binding"]
+    assert bound["evaluationDigest"] == replay_corpus(EXAMPLE_CORPUS).evaluation_digest
+    stale = _tar_gz(_indexed_entries(tmp_path / "stale", stale_block=4))
+    with hs.HostileServer(hs.answer(200, stale)) as server:
+        code = _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "stale.json", *shard)
+    assert code == 1
+    assert not (tmp_path / "stale.json").exists()
+
+
+def test_an_oversized_runs_index_is_refused_while_unpacking(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = tarfile.TarInfo(RUNS_INDEX_FILE)
+    info.size = MAX_RUNS_INDEX_BYTES + 1
+    # An incompressible file first, so that the archive's size allows the entry's declared
+    # size by the ratio bound: the index's own bound is what refuses it.
+    padding = _file_entry("README", random.Random(5).randbytes(512 * 1024))
+    data = _tar_gz(_honest_entries() + padding + info.tobuf(format=tarfile.GNU_FORMAT))
+    with hs.HostileServer(hs.answer(200, data)) as server:
+        assert _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "envelope.json") == 1
+    assert (
+        f"declares {MAX_RUNS_INDEX_BYTES + 1} bytes; runs.index.json is at most "
+        f"{MAX_RUNS_INDEX_BYTES}"
+    ) in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from attestation.envelope.model import (
     Workload,
 )
 from attestation.envelope.verification import verify_envelope
-from attestation.evaluation.partial import tail_bytes, tail_from_bytes
+from attestation.evaluation.partial import shard_range, tail_bytes, tail_from_bytes
 from attestation.evaluation.shards import ShardMergeError
 from attestation.verify.checks import VerificationResult
 from runner.pipeline.replay import ReplayOutcome, replay_corpus
@@ -570,7 +570,7 @@ def _other_range(result: Document) -> None:
 
 
 def _other_case_count(result: Document) -> None:
-    result["case_count"] += 1  # 3001 cases: shard 1 of 3 is still [1000, 2000)
+    result["case_count"] += 1  # 3001 cases are 12 blocks too: shard 1 of 3 is still [1024, 2048)
 
 
 def _other_plan(result: Document) -> None:
@@ -586,8 +586,9 @@ def _duplicated_run(result: Document) -> None:
 
 
 def _other_position(result: Document) -> None:
-    result["shard_index"] = 2
-    result["first_case"], result["end_case"] = 2000, 3000
+    # shard 0 of 3 is as long as shard 1 (four blocks): a valid result, of another position
+    result["shard_index"] = 0
+    result["first_case"], result["end_case"] = shard_range(0, 3, 3000)
 
 
 def _negative_cost(result: Document) -> None:
@@ -678,7 +679,8 @@ def test_a_shard_count_written_as_a_float_keeps_the_digest_but_is_refused(
     """``1000.0`` hashes as ``1000`` (RFC 8785), so the shard's binding holds; the shard result
     reads counts as integers only, so the merge refuses it rather than guess."""
     document = copy.deepcopy(genuine)
-    document["shards"][1]["result"]["runs"][0]["cases"] = 1000.0
+    run = document["shards"][1]["result"]["runs"][0]
+    run["cases"] = float(run["cases"])
     verdict = verify(document, expected(sim))
     assert verdict.exit_code == 7
     name, detail = first_failure(verdict)

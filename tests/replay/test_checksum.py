@@ -80,7 +80,7 @@ def test_labels_collected_on_both_paths(tmp_path: Path) -> None:
     assert scan.labels is not None
     assert [scan.labels.label(rank) for rank in range(3)] == ["flag", 'cl\u00e9ar "q"', "clear"]
     assert scan.labels.names == ["flag", 'cl\u00e9ar "q"', "clear"]
-    assert scan.labels.ids_digest == hashlib.sha256(b"a-1\na-2\na-3\n").digest()
+    assert scan.labels.id_blocks == [hashlib.sha256(b"a-1\na-2\na-3\n").digest()]
     assert scan.checksum == reference_checksum(cases)
 
 

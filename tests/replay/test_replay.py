@@ -170,6 +170,38 @@ def test_cli_checksum_and_score(run_cli: Callable[..., tuple[int, str, str]]) ->
     assert result_digest(json.loads(out)) == EXAMPLE_RESULT_DIGEST
 
 
+def test_cli_corpus_index(example_copy: Path, run_cli: Callable[..., tuple[int, str, str]]) -> None:
+    index = example_copy / "runs.index.json"
+    assert run_cli("corpus", "index", str(example_copy)) == (
+        0,
+        f"wrote {index} (4 runs x 12 blocks); evaluation digest {EXAMPLE_EVALUATION_DIGEST}\n",
+        "",
+    )
+    document = json.loads(index.read_text())
+    assert (document["format"], document["block_cases"], document["case_count"]) == (
+        "attested-replay.runs-index/v1",
+        256,
+        3000,
+    )
+    assert [len(run["leaves"]) for run in document["runs"]] == [12 * 64] * 4
+
+
+def test_cli_corpus_index_refuses_before_reading_and_writes_nothing_for_a_bad_corpus(
+    example_copy: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    index = example_copy / "runs.index.json"
+    index.mkdir()
+    code, out, err = run_cli("corpus", "index", str(example_copy))
+    assert (code, out) == (9, "")
+    assert f"{index}: cannot be written (the index is written beside runs.jsonl)" in err
+    index.rmdir()
+    (example_copy / "marks.json").write_text("{}")
+    code, out, err = run_cli("corpus", "index", str(example_copy))
+    assert (code, out) == (1, "")
+    assert "marks.json" in err
+    assert not index.exists()
+
+
 def test_cli_manifest(tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]) -> None:
     out_file = tmp_path / "manifest.json"
     code, out, _ = run_cli(

@@ -31,6 +31,7 @@ from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.evaluation import load_evaluation
 from runner.corpus.jsonio import parse_json
 from runner.corpus.models import RunCase
+from runner.corpus.runs_index import RUNS_INDEX_FILE, write_runs_index
 from runner.pipeline.replay import replay_corpus
 
 from .test_shards import marks_for, plan_for
@@ -52,17 +53,45 @@ NUMBERS = [0, 0.0, -0.0, 3, 3.0, 12.5, 0.1, 1e-7, 2.5e-6, 9.99e-6, 1e16, 1.5e17,
            0.30000000000000004, 9007199254740991, 123456.789]  # fmt: skip
 
 
+#: The evaluation digest v2 as docs/replay.md defines it, written out here independently.
+DIGEST_PREAMBLE = (
+    b"attested-replay evaluation digest v2: run cases in blocks of 256, RFC 6962 trees\n"
+)
+BLOCK = 256
+
+
+def tree_root(leaves: list[bytes]) -> bytes:
+    """RFC 6962 section 2.1 MTH of leaf hashes (at least one)."""
+    if len(leaves) == 1:
+        return leaves[0]
+    split = 1 << ((len(leaves) - 1).bit_length() - 1)  # the largest power of two below n
+    return hashlib.sha256(b"\x01" + tree_root(leaves[:split]) + tree_root(leaves[split:])).digest()
+
+
+def run_part(record: dict[str, Any]) -> bytes:
+    """A run record's part of the evaluation digest: its header, then its cases root."""
+    header = {key: value for key, value in record.items() if key != "cases"}
+    cases = record["cases"]
+    leaves = [
+        hashlib.sha256(b"\x00" + rfc8785.dumps(cases[first : first + BLOCK])).digest()
+        for first in range(0, len(cases), BLOCK)
+    ]
+    return rfc8785.dumps(header) + b"\n" + tree_root(leaves).hex().encode() + b"\n"
+
+
 def reference_replay(corpus: Path, shard: ShardPosition | None) -> tuple[str, bytes]:
-    """What the replay computed before streaming: each line parsed whole, every entry
+    """What the replay computes, without streaming: each line parsed whole, every entry
     validated by the pydantic model, scored one at a time against a label mapping, the
-    digest over ``rfc8785`` of each file's values."""
+    digest over ``rfc8785`` of each file's values (run cases in blocks, as trees)."""
     cases = [json.loads(line) for line in (corpus / "cases.jsonl").read_text().splitlines()]
     labels = {case["case_id"]: case["label"] for case in cases}
     ranks = {case["case_id"]: rank for rank, case in enumerate(cases)}
     plan_data: Any = parse_json((corpus / "plan.json").read_bytes())
     marks_data: Any = parse_json((corpus / "marks.json").read_bytes())
     plan = Plan.model_validate(plan_data)
-    digest = hashlib.sha256(rfc8785.dumps(plan_data) + b"\n" + rfc8785.dumps(marks_data) + b"\n")
+    digest = hashlib.sha256(
+        DIGEST_PREAMBLE + rfc8785.dumps(plan_data) + b"\n" + rfc8785.dumps(marks_data) + b"\n"
+    )
     owned = (
         range(len(cases))
         if shard is None
@@ -72,7 +101,7 @@ def reference_replay(corpus: Path, shard: ShardPosition | None) -> tuple[str, by
     for line in (corpus / "runs.jsonl").read_bytes().strip(b"\n").split(b"\n"):
         record: Any = parse_json(line)
         assert isinstance(record, dict)
-        digest.update(rfc8785.dumps(record) + b"\n")
+        digest.update(run_part(record))
         tally = RunTally(plan.positive_label, plan.abstain_label, tail=tail_size(len(cases)))
         for entry in record["cases"]:
             case = RunCase.model_validate(entry)
@@ -236,7 +265,7 @@ def test_any_window_size_gives_the_same_digests(
     assert (outcome.evaluation_digest, canonicalize(outcome.result)) == expected
 
 
-def test_arm_id_after_the_cases_reads_the_cases_twice(
+def test_arm_id_after_the_cases_is_read_like_any_member(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     corpus = write_corpus(tmp_path / "c", 11, cases=30)
@@ -465,7 +494,7 @@ def test_a_sink_gets_the_entries_of_its_ranks_only(
         load_evaluation(corpus),
         checksum=scan.checksum,
         cases=run_records.CorpusCases(
-            count=scan.case_count, ids_digest=scan.labels.ids_digest, read_ids=list
+            count=scan.case_count, id_blocks=scan.labels.id_blocks, read_ids=list
         ),
     )
     runs = list(reader.runs(lambda: _RecordingSink(range(350, 700))))
@@ -486,3 +515,181 @@ def test_a_sink_gets_the_entries_of_its_ranks_only(
         ]
         assert sink.progress == sorted(sink.progress)
         assert sink.progress[-1] == 800
+
+
+# -- the runs index: a shard hashes only its own blocks ------------------------------------------
+
+
+def count_hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of entries the streaming reader decodes in full and hashes, per call."""
+    hashed: list[int] = []
+    real = run_records._FastLine._hash
+
+    def spy(self: Any, piece: bytes, records: list[Any]) -> None:
+        hashed.append(len(records))
+        real(self, piece, records)
+
+    monkeypatch.setattr(run_records._FastLine, "_hash", spy)
+    return hashed
+
+
+@pytest.mark.parametrize("chunk", [97, 4096, 1 << 20])
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_shards_with_the_runs_index_hash_their_blocks_and_bind_the_whole_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, count: int
+) -> None:
+    """1100 cases are 5 blocks; small windows put block and shard edges inside batches."""
+    corpus = write_corpus(tmp_path / "c", 21, cases=1100)
+    written = write_runs_index(corpus)
+    assert (written.runs, written.blocks) == (4, 5)
+    assert written.evaluation_digest == reference_replay(corpus, None)[0]
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", chunk)
+    forbid_exact_reader(monkeypatch)
+    hashed = count_hashed(monkeypatch)
+    for index in range(count):
+        position = ShardPosition(index=index, count=count)
+        hashed.clear()
+        part = replay_corpus(corpus, shard=position)
+        assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(
+            corpus, position
+        )
+        first, end = shard_range(index, count, 1100)
+        assert sum(hashed) == 4 * (end - first)  # its own entries of each of the 4 runs
+
+
+def test_an_unsharded_replay_ignores_the_runs_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 3, cases=600)
+    write_runs_index(corpus)
+    (corpus / RUNS_INDEX_FILE).write_text("not an index")
+    hashed = count_hashed(monkeypatch)
+    assert replay_corpus(corpus).evaluation_digest == reference_replay(corpus, None)[0]
+    assert sum(hashed) == 4 * 600
+
+
+def _stale(corpus: Path) -> None:
+    records = runs_of(corpus)
+    records[3]["cases"][550]["prediction"] = "changed after the index"
+    write_runs(corpus, records)
+
+
+def test_a_stale_index_fails_the_shard_whose_block_changed(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 4, cases=600)  # blocks 0, 1, 2 (512..599)
+    indexed = write_runs_index(corpus).evaluation_digest
+    _stale(corpus)
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus, shard=ShardPosition(index=2, count=3))
+    assert str(caught.value) == (
+        "runs.index.json: run A1/2 (runs.jsonl line 4): block 2 (case results 512..599) "
+        "differs from runs.jsonl: rebuild the index with `attested-replay corpus index DIR`"
+    )
+    # A shard that does not hash that block binds the digest the index gives: not the
+    # changed corpus's, so its set with the owner's (which fails) never merges.
+    other = replay_corpus(corpus, shard=ShardPosition(index=0, count=3))
+    assert other.evaluation_digest == indexed
+    assert replay_corpus(corpus).evaluation_digest != indexed
+
+
+def test_an_invalid_entry_fails_the_shard_that_owns_it(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 5, cases=600)
+    write_runs_index(corpus)
+    records = runs_of(corpus)
+    records[0]["cases"][10]["latency_ms"] = -5
+    write_runs(corpus, records)
+    with pytest.raises(CorpusError, match=r"^runs\.jsonl:1: field 'cases\.10\.latency_ms'"):
+        replay_corpus(corpus, shard=ShardPosition(index=0, count=3))
+    # shard 2 of 3 hashes block 2 only and takes block 0's leaf from the index: it does not
+    # see the entry, the shard that scores it refuses it
+    replay_corpus(corpus, shard=ShardPosition(index=2, count=3))
+
+
+def test_every_shard_counts_every_entry(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 6, cases=600)
+    write_runs_index(corpus)
+    records = runs_of(corpus)
+    records[1]["cases"].append(dict(records[1]["cases"][-1], case_id="c-9999"))
+    write_runs(corpus, records)
+    for index in range(3):
+        with pytest.raises(
+            CorpusError,
+            match=r"^runs\.jsonl:2: field 'cases': run A0/2 has 601 case results, the corpus "
+            r"has 600 cases$",
+        ):
+            replay_corpus(corpus, shard=ShardPosition(index=index, count=3))
+
+
+def _index_of(corpus: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((corpus / RUNS_INDEX_FILE).read_text())
+    return document
+
+
+REBUILD = "rebuild the index with `attested-replay corpus index DIR`"
+BAD_INDEXES: list[tuple[str, Any, str]] = [
+    (
+        "case count",
+        lambda d: d.update(case_count=601),
+        f"field 'case_count': an index of 601 cases, cases.jsonl has 600: {REBUILD}",
+    ),
+    (
+        "block size",
+        lambda d: d.update(block_cases=128),
+        "field 'block_cases': 128, this evaluation digest has blocks of 256 case results",
+    ),
+    (
+        "format",
+        lambda d: d.update(format="attested-replay.runs-index/v0"),
+        "format: Input should be 'attested-replay.runs-index/v1'",
+    ),
+    ("extra key", lambda d: d.update(signed_by="AMD"), "signed_by: Extra inputs are not permitted"),
+    (
+        "foreign run",
+        lambda d: d["runs"][0].update(arm_id="A9"),
+        "field 'runs.0': not a run of the plan: run A9/1",
+    ),
+    (
+        "run twice",
+        lambda d: d["runs"].append(d["runs"][0]),
+        "field 'runs.4': a second entry for run A0/1",
+    ),
+    (
+        "short",
+        lambda d: d["runs"][1].update(leaves=d["runs"][1]["leaves"][:128]),
+        "field 'runs.1.leaves': 2 leaves, 600 cases make 3 blocks",
+    ),
+    (
+        "uppercase",
+        lambda d: d["runs"][1].update(leaves=d["runs"][1]["leaves"].upper()),
+        "runs.1.leaves: String should match pattern '^[0-9a-f]*$'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), [b[1:] for b in BAD_INDEXES], ids=[b[0] for b in BAD_INDEXES]
+)
+def test_an_index_that_is_not_one_of_this_corpus_is_refused(
+    tmp_path: Path, change: Any, message: str
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 7, cases=600)
+    write_runs_index(corpus)
+    document = _index_of(corpus)
+    change(document)
+    (corpus / RUNS_INDEX_FILE).write_text(json.dumps(document))
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
+    assert str(caught.value) == f"runs.index.json: {message}"
+
+
+def test_a_run_missing_from_the_index_is_named(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 8, cases=600)
+    write_runs_index(corpus)
+    document = _index_of(corpus)
+    del document["runs"][2]
+    (corpus / RUNS_INDEX_FILE).write_text(json.dumps(document))
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
+    assert str(caught.value) == (
+        "runs.index.json: run A1/1 (runs.jsonl line 3) is not in the index: rebuild the index "
+        "with `attested-replay corpus index DIR`"
+    )

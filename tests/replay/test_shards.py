@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from attestation.evaluation.shards import (
 )
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError
+from runner.corpus.runs_index import write_runs_index
 from runner.pipeline.replay import replay_corpus
 
 from .conftest import EXAMPLE_CORPUS, CorpusBuilder, jcs
@@ -219,20 +221,33 @@ def test_bundled_example_corpus_sharded(tmp_path: Path) -> None:
     assert_merge_is_unsharded(EXAMPLE_CORPUS, [1, 2, 3, 7])
 
 
-@pytest.mark.parametrize(("cases", "seed"), [(23, 1), (40, 2), (101, 3)])
+def test_bundled_example_corpus_sharded_with_its_runs_index(tmp_path: Path) -> None:
+    """Each shard hashes its own blocks only and takes the other leaves from the index."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    write_runs_index(corpus)
+    assert_merge_is_unsharded(corpus, [1, 2, 3, 7])
+
+
+# Shards take whole blocks of 256 cases: 23 cases are one block (every shard but the last is
+# empty), 1100 are five blocks (the last short), 1800 eight: 2, 3 and 7 divide none of them.
+@pytest.mark.parametrize("indexed", [False, True])
+@pytest.mark.parametrize(("cases", "seed"), [(23, 1), (1100, 2), (1800, 3)])
 def test_varied_corpus_sharded_when_n_does_not_divide(
-    tmp_path: Path, cases: int, seed: int
+    tmp_path: Path, cases: int, seed: int, indexed: bool
 ) -> None:
     corpus = varied_corpus(tmp_path / "varied", cases=cases, seed=seed)
+    if indexed:
+        write_runs_index(corpus)
     report = assert_merge_is_unsharded(corpus, [1, 2, 3, 7])
     metrics = {m["name"]: m["value"] for m in report["arms"][2]["runs"][0]["metrics"]}
     assert metrics["p95_latency_ms"] is None  # an unknown latency makes p95 null
     assert metrics["latency_unknown_cases"] == 1
 
 
-@settings(max_examples=25)
+@settings(max_examples=25, deadline=None)
 @given(
-    cases=st.integers(min_value=1, max_value=30),
+    cases=st.integers(min_value=1, max_value=1300),
     seed=st.integers(min_value=0, max_value=10**6),
     count=st.integers(min_value=1, max_value=9),
 )
@@ -248,7 +263,7 @@ def test_generated_corpora_sharded(
 
 @pytest.fixture
 def three(tmp_path: Path) -> list[CheckedShard]:
-    return shard_results(varied_corpus(tmp_path / "v", cases=23, seed=9), 3)
+    return shard_results(varied_corpus(tmp_path / "v", cases=700, seed=9), 3)  # a block each
 
 
 @pytest.mark.parametrize(
@@ -283,7 +298,9 @@ def test_shards_of_another_split_or_corpus_are_refused(tmp_path: Path) -> None:
 def test_a_shard_result_is_checked_on_reading(three: list[CheckedShard]) -> None:
     document = three[1].result.model_dump(mode="json")
     document["first_case"] += 1
-    with pytest.raises(ShardMergeError, match="case range \\[8, 15\\) is not shard 1 of 3"):
+    with pytest.raises(
+        ShardMergeError, match="case range \\[257, 512\\) is not shard 1 of 3 of 700 cases"
+    ):
         parse_shard_result(document, where="shard 1")
     with pytest.raises(ShardMergeError, match="shard 1 carries no result"):
         parse_shard_result(None, where="shard 1")

@@ -92,16 +92,25 @@ def test_tail_sizes() -> None:
     ]
 
 
-@pytest.mark.parametrize(("count", "cases"), [(1, 0), (3, 8), (7, 8), (11, 8), (8, 400_000)])
-def test_shard_ranges_cover_every_case_once_within_one_of_each_other(
-    count: int, cases: int
-) -> None:
+@pytest.mark.parametrize(
+    ("count", "cases"), [(1, 0), (3, 8), (7, 8), (11, 8), (3, 1100), (7, 3000), (8, 400_000)]
+)
+def test_shard_ranges_are_whole_blocks_covering_every_case_once(count: int, cases: int) -> None:
     ranges = [shard_range(index, count, cases) for index in range(count)]
     assert ranges[0][0] == 0
     assert ranges[-1][1] == cases
     assert all(ranges[i][1] == ranges[i + 1][0] for i in range(count - 1))
-    sizes = {end - first for first, end in ranges}
-    assert max(sizes) - min(sizes) <= 1
+    # every edge but the end of the cases is a block edge; sizes differ by a block at most
+    assert all(end % 256 == 0 or end == cases for _, end in ranges)
+    sizes = [end - first for first, end in ranges[:-1]]
+    last = ranges[-1][1] - ranges[-1][0]
+    assert max([*sizes, last]) - min(sizes or [last]) <= 256
+
+
+def test_shard_ranges_of_400000_cases() -> None:
+    ranges = [shard_range(index, 8, 400_000) for index in range(8)]
+    assert ranges[:3] == [(0, 49_920), (49_920, 99_840), (99_840, 150_016)]
+    assert ranges[-1] == (349_952, 400_000)
 
 
 def test_shard_index_out_of_range_is_refused() -> None:
