@@ -174,7 +174,7 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
         for _ in reader.runs(IgnoreCases):
             pass
     elif task == "index":
-        from runner.corpus.runs_index import write_runs_index
+        from runner.pipeline.replay import write_runs_index
 
         report["evaluationDigest"] = write_runs_index(corpus).evaluation_digest
     elif task == "run":

@@ -291,6 +291,12 @@ class UnionTail(Sequence[float]):
         return self._values
 
 
+def _negative_zero(descending: list[float]) -> bool:
+    """Whether a descending tail ending in zeros holds a negative zero (among its last)."""
+    zeros = descending[descending.index(0.0) :]
+    return any(math.copysign(1.0, value) < 0 for value in zeros)
+
+
 #: The bit pattern of +infinity: every finite non-negative double's pattern is below it.
 _INFINITY_BITS: Final = 0x7FF0000000000000
 _BITS: Final = struct.Struct("<Q")
@@ -356,9 +362,11 @@ class RunPartialDoc(SnakeWireModel):
         # Each check is one pass in C: a sum is finite only if every value is (a finite sum
         # may overflow: then each value is checked); a descending tail whose last value is
         # not negative has none; sorting a descending list is one linear pass (timsort finds
-        # one run).
-        if (not math.isfinite(sum(values)) and not all(map(math.isfinite, values))) or (
-            values and values[-1] < 0
+        # one run). A replay writes 0 for a zero latency, never -0 (its tally adds 0.0).
+        if (
+            (not math.isfinite(sum(values)) and not all(map(math.isfinite, values)))
+            or (values and values[-1] < 0)
+            or (values and values[-1] == 0 and _negative_zero(values))
         ):
             raise PartialError(f"{where}: a latency in the tail is negative or not finite")
         if values != sorted(values, reverse=True):

@@ -23,10 +23,11 @@ from runner.corpus.check import DEFAULT_MAX_PROBLEMS, check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
-from runner.corpus.runs_index import RUNS_INDEX_FILE, build_runs_index
+from runner.corpus.runs_index import RUNS_INDEX_FILE
 from runner.corpus.starter import write_starter_corpus
 from runner.errors import InputError, UsageError
 from runner.exit_codes import EXIT_CODES, Family
+from runner.pipeline.replay import index_corpus
 from tenant.fsutil import atomic_write, staged_directory
 
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ def handle_index(args: argparse.Namespace) -> int:
     # Checked before the corpus pass (minutes on a large corpus), and again by the write.
     if not os.access(args.corpus, os.W_OK) or (path.exists() and not path.is_file()):
         raise UsageError(f"{path}: cannot be written (the index is written beside runs.jsonl)")
-    built = build_runs_index(args.corpus)
+    built = index_corpus(args.corpus)
     try:
         atomic_write(path, built.data)
     except OSError as exc:

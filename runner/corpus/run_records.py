@@ -661,6 +661,11 @@ class _FastLine(Generic[SinkT]):
             with paused_gc():  # until the batch is dropped (see paused_gc)
                 if hashing:
                     end = _decode_batch(window, _DECODE_CASES, self._decoded)
+                    if end < 0:
+                        # The window may hold entries past the hashed ranks that do not
+                        # decode (the shard that owns them refuses them): read the batch as
+                        # JSON, then decode only the hashed entries in full.
+                        end = _decode_batch(window, _SKIP_CASES, self._skipped)
                 else:
                     end = _decode_batch(window, _SKIP_CASES, self._skipped)
             if end < 0:

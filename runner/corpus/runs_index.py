@@ -6,8 +6,9 @@ decodes, re-encodes and hashes every run record to get it; with it, a shard hash
 it scores, checks that the file lists the same leaves for them, and takes the other leaves
 from the file: it reads the other entries only as JSON, to count them.
 
-The file comes from the operator (``attested-replay corpus index DIR`` writes it) and is not
-trusted. A shard never binds a leaf it did not compute without another shard computing it:
+The file comes from the operator (``attested-replay corpus index DIR`` writes it:
+``runner.pipeline.replay.index_corpus``) and is not trusted. A shard never binds a leaf it
+did not compute without another shard computing it:
 shard ``i`` checks the leaves of its own blocks, so when every shard of a run binds one
 evaluation digest (the merged envelope's check) that digest is the root of the leaves the N
 shards computed, block by block, from what each of them scored; a tenant's pinned digest then
@@ -20,6 +21,7 @@ merge refuses the set (exit 7), or the tenant's pinned digest does (exit 8).
 from __future__ import annotations
 
 import binascii
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -31,21 +33,14 @@ from attestation.encoding.canonical import canonicalize
 from attestation.encoding.json_document import describe_validation_error
 from attestation.files import FileTooLargeError, read_regular
 from attestation.transparency.merkle import HASH_SIZE
-from runner.corpus.checksum import read_case_ids, scan_cases
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import (
-    Evaluation,
-    RunsIndex,
-    block_count,
-    load_evaluation,
-)
+from runner.corpus.evaluation import Evaluation, RunsIndex, block_count
 from runner.corpus.jsonio import parse_small_json
-from runner.corpus.run_records import CorpusCases, IgnoreCases, RunReader
-from tenant.fsutil import atomic_write
 
 RUNS_INDEX_FILE: Final = "runs.index.json"
 RUNS_INDEX_FORMAT: Final = "attested-replay.runs-index/v1"
-#: 64 hex digits per block and run: 4 runs of 16M cases fit.
+#: 64 hex digits per block and run: a million blocks in all (256 million case results over
+#: all runs) fit; a larger corpus is sharded without an index.
 MAX_RUNS_INDEX_BYTES: Final = 64 << 20
 
 
@@ -115,8 +110,8 @@ def read_runs_index(corpus_dir: Path, evaluation: Evaluation, case_count: int) -
         if len(run.leaves) != 2 * HASH_SIZE * blocks:
             raise CorpusError(
                 RUNS_INDEX_FILE,
-                f"field 'runs.{position}.leaves': {len(run.leaves) / (2 * HASH_SIZE):g} leaves, "
-                f"{case_count} cases make {blocks} blocks",
+                f"field 'runs.{position}.leaves': {len(run.leaves)} hex digits, {case_count} "
+                f"cases make {blocks} blocks of {2 * HASH_SIZE}",
             )
         raw = binascii.unhexlify(run.leaves)  # lowercase hex of the right length
         leaves[key] = tuple(raw[i : i + HASH_SIZE] for i in range(0, len(raw), HASH_SIZE))
@@ -133,55 +128,27 @@ class BuiltIndex:
     evaluation_digest: str
 
 
-def build_runs_index(corpus_dir: Path) -> BuiltIndex:
-    """Check the corpus as a replay's integrity pass does (cases, plan, marks, every run
-    record) and build its runs index.
+def encode_runs_index(case_count: int, runs: Mapping[tuple[str, int], Sequence[bytes]]) -> bytes:
+    """The file's bytes (RFC 8785 and a newline) for ``runs``' leaves, in the given order.
 
     Raises:
-        CorpusError: the corpus is invalid.
+        CorpusError: they would exceed :data:`MAX_RUNS_INDEX_BYTES`, which every shard
+            refuses (without an index each shard hashes every run record).
     """
-    evaluation = load_evaluation(corpus_dir)
-    scan = scan_cases(corpus_dir, collect_labels=True)
-    assert scan.labels is not None
-    reader = RunReader(
-        corpus_dir,
-        evaluation,
-        checksum=scan.checksum,
-        cases=CorpusCases(
-            count=scan.case_count,
-            id_blocks=scan.labels.id_blocks,
-            read_ids=lambda: read_case_ids(corpus_dir),
-        ),
-    )
-    runs = [
-        {
-            "arm_id": read.header.arm_id,
-            "run_index": read.header.run_index,
-            "leaves": b"".join(read.leaves).hex(),
-        }
-        for read in reader.runs(IgnoreCases)
-    ]
     document = {
         "format": RUNS_INDEX_FORMAT,
         "block_cases": EVALUATION_BLOCK_CASES,
-        "case_count": scan.case_count,
-        "runs": runs,
+        "case_count": case_count,
+        "runs": [
+            {"arm_id": arm_id, "run_index": run_index, "leaves": b"".join(leaves).hex()}
+            for (arm_id, run_index), leaves in runs.items()
+        ],
     }
-    return BuiltIndex(
-        data=canonicalize(document) + b"\n",
-        runs=len(runs),
-        blocks=block_count(scan.case_count),
-        evaluation_digest=reader.evaluation_digest,
-    )
-
-
-def write_runs_index(corpus_dir: Path) -> BuiltIndex:
-    """:func:`build_runs_index`, written beside the corpus files, atomically.
-
-    Raises:
-        CorpusError: the corpus is invalid (nothing is written).
-        OSError: the index cannot be written.
-    """
-    built = build_runs_index(corpus_dir)
-    atomic_write(corpus_dir / RUNS_INDEX_FILE, built.data)
-    return built
+    data = canonicalize(document) + b"\n"
+    if len(data) > MAX_RUNS_INDEX_BYTES:
+        raise CorpusError(
+            RUNS_INDEX_FILE,
+            f"the index of {len(runs)} runs of {case_count} cases would be {len(data)} bytes, "
+            f"over the {MAX_RUNS_INDEX_BYTES}-byte limit: shard without it",
+        )
+    return data

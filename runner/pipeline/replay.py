@@ -33,18 +33,38 @@ from attestation.evaluation.shards import shard_result, whole_report
 from runner.corpus.case_labels import CaseLabels
 from runner.corpus.checksum import (
     CASES_FILE,
+    CaseScan,
     Progress,
     compute_checksum,
     read_case_ids,
     scan_cases,
 )
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import PLAN_FILE, RUNS_FILE, Evaluation, load_evaluation
-from runner.corpus.run_records import CaseColumns, CorpusCases, RunReader
-from runner.corpus.runs_index import read_runs_index
+from runner.corpus.evaluation import (
+    PLAN_FILE,
+    RUNS_FILE,
+    Evaluation,
+    block_count,
+    load_evaluation,
+)
+from runner.corpus.run_records import CaseColumns, CorpusCases, IgnoreCases, RunReader
+from runner.corpus.runs_index import (
+    RUNS_INDEX_FILE,
+    BuiltIndex,
+    encode_runs_index,
+    read_runs_index,
+)
 from runner.scoring.checks import check_evaluation
+from tenant.fsutil import atomic_write
 
-__all__ = ["Progress", "ReplayOutcome", "compute_checksum", "replay_corpus"]
+__all__ = [
+    "Progress",
+    "ReplayOutcome",
+    "compute_checksum",
+    "index_corpus",
+    "replay_corpus",
+    "write_runs_index",
+]
 
 
 class ReplayOutcome(BaseModel):
@@ -57,6 +77,8 @@ class ReplayOutcome(BaseModel):
     result: dict[str, JsonValue]
     result_digest: str
     shard: ShardPosition | None = None
+    #: A shard that hashed only its own blocks, the others' leaves from ``runs.index.json``.
+    used_runs_index: bool = False
 
 
 def replay_corpus(
@@ -70,19 +92,8 @@ def replay_corpus(
 
     Raises ``runner.corpus.CorpusError`` (an ``InputError``) naming file, line and field.
     """
-    evaluation = load_evaluation(corpus_dir)
-    check_evaluation(evaluation)
-    scan = scan_cases(corpus_dir, collect_labels=True, progress=progress)
-    labels = scan.labels
-    assert labels is not None
+    evaluation, scan, labels = _checked_cases(corpus_dir, progress)
     plan = evaluation.plan
-    if plan.set_ref and plan.set_ref != scan.checksum:
-        raise CorpusError(
-            PLAN_FILE,
-            f"field 'set_ref': {plan.set_ref} is not the corpus checksum {scan.checksum}",
-        )
-    if plan.abstain_label is not None:
-        _check_no_abstain_label(corpus_dir, labels, plan.abstain_label)
     case_count = scan.case_count
     owned = (
         range(case_count)
@@ -153,7 +164,73 @@ def replay_corpus(
         result=result,
         result_digest=digest_of_result(result),
         shard=shard,
+        used_runs_index=index is not None,
     )
+
+
+def _checked_cases(
+    corpus_dir: Path, progress: Progress | None
+) -> tuple[Evaluation, CaseScan, CaseLabels]:
+    """A replay's checks before the run records: plan and marks (each, and whether they can
+    be scored), every case (the checksum pass, which keeps the labels), the plan's set_ref and
+    abstain label against the cases."""
+    evaluation = load_evaluation(corpus_dir)
+    check_evaluation(evaluation)
+    scan = scan_cases(corpus_dir, collect_labels=True, progress=progress)
+    labels = scan.labels
+    assert labels is not None
+    plan = evaluation.plan
+    if plan.set_ref and plan.set_ref != scan.checksum:
+        raise CorpusError(
+            PLAN_FILE,
+            f"field 'set_ref': {plan.set_ref} is not the corpus checksum {scan.checksum}",
+        )
+    if plan.abstain_label is not None:
+        _check_no_abstain_label(corpus_dir, labels, plan.abstain_label)
+    return evaluation, scan, labels
+
+
+def index_corpus(corpus_dir: Path) -> BuiltIndex:
+    """The runs index of a corpus (``runner.corpus.runs_index``), after every check of a
+    replay but the scoring: a corpus a replay refuses gets no index.
+
+    Raises:
+        CorpusError: the corpus is invalid, or its index would exceed the index's size cap.
+    """
+    evaluation, scan, labels = _checked_cases(corpus_dir, None)
+    reader = RunReader(
+        corpus_dir,
+        evaluation,
+        checksum=scan.checksum,
+        cases=CorpusCases(
+            count=scan.case_count,
+            id_blocks=labels.id_blocks,
+            read_ids=lambda: read_case_ids(corpus_dir),
+        ),
+    )
+    runs = {
+        (read.header.arm_id, read.header.run_index): read.leaves
+        for read in reader.runs(IgnoreCases)
+    }
+    _check_complete(runs, evaluation)
+    return BuiltIndex(
+        data=encode_runs_index(scan.case_count, runs),
+        runs=len(runs),
+        blocks=block_count(scan.case_count),
+        evaluation_digest=reader.evaluation_digest,
+    )
+
+
+def write_runs_index(corpus_dir: Path) -> BuiltIndex:
+    """:func:`index_corpus`, written beside the corpus files (atomically).
+
+    Raises:
+        CorpusError: the corpus is invalid (nothing is written).
+        OSError: the index cannot be written.
+    """
+    built = index_corpus(corpus_dir)
+    atomic_write(corpus_dir / RUNS_INDEX_FILE, built.data)
+    return built
 
 
 class _ProgressCounter:
@@ -232,7 +309,7 @@ def _check_no_abstain_label(corpus_dir: Path, labels: CaseLabels, abstain_label:
     )
 
 
-def _check_complete(partials: Mapping[tuple[str, int], RunPartial], evaluation: Evaluation) -> None:
+def _check_complete(partials: Mapping[tuple[str, int], object], evaluation: Evaluation) -> None:
     runs_per_arm = evaluation.plan.runs_per_arm
     for arm in evaluation.plan.arms:
         absent = [i for i in range(1, runs_per_arm + 1) if (arm.arm_id, i) not in partials]

@@ -211,6 +211,13 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
     provider.check_available()
     outcome = _replay(request, progress)
     log.info("replayed", cases=outcome.case_count, result_digest=outcome.result_digest)
+    if outcome.shard is not None and not outcome.used_runs_index:
+        # Not an error (the digest is the same), but each shard then hashes every run record.
+        log.warning(
+            "runs_index_absent",
+            hint="each shard hashed every run record; `attested-replay corpus index DIR` "
+            "writes runs.index.json, with which a shard hashes only its own blocks",
+        )
 
     binding = Binding(
         run_id=request.run_id,

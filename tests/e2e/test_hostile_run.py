@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main as runner_main
-from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE, write_runs_index
+from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE
 from runner.pipeline.environment import ProcessEnvironment, process_environment
-from runner.pipeline.replay import replay_corpus
+from runner.pipeline.replay import replay_corpus, write_runs_index
 from tests import hostile_server as hs
 from tests.e2e.conftest import EXAMPLE_CORPUS
 from tests.fifo_guard import fifo

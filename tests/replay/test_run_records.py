@@ -24,15 +24,15 @@ from attestation.evaluation.models import PassMarks, Plan
 from attestation.evaluation.partial import RunPartial, shard_range, tail_size
 from attestation.evaluation.shards import shard_result, whole_report
 from runner.corpus import checksum as case_scan
-from runner.corpus import run_records
+from runner.corpus import run_records, runs_index
 from runner.corpus.check import check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.evaluation import load_evaluation
 from runner.corpus.jsonio import parse_json
 from runner.corpus.models import RunCase
-from runner.corpus.runs_index import RUNS_INDEX_FILE, write_runs_index
-from runner.pipeline.replay import replay_corpus
+from runner.corpus.runs_index import RUNS_INDEX_FILE
+from runner.pipeline.replay import replay_corpus, write_runs_index
 
 from .test_shards import marks_for, plan_for
 
@@ -591,17 +591,25 @@ def test_a_stale_index_fails_the_shard_whose_block_changed(tmp_path: Path) -> No
     assert replay_corpus(corpus).evaluation_digest != indexed
 
 
-def test_an_invalid_entry_fails_the_shard_that_owns_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+@pytest.mark.parametrize("where", [(10, 0, 2), (550, 2, 0)], ids=["before", "after"])
+def test_an_invalid_entry_fails_the_shard_that_owns_it_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, where: tuple[int, int, int]
+) -> None:
+    """An entry before or after a shard's blocks, in the window it reads (1 MiB holds the
+    whole line), is the owner's to refuse; the other shard counts it and takes its block's
+    leaf from the index (``where``: the entry's rank, its owner, another shard)."""
+    rank, owner, other = where
     corpus = write_corpus(tmp_path / "c", 5, cases=600)
     write_runs_index(corpus)
     records = runs_of(corpus)
-    records[0]["cases"][10]["latency_ms"] = -5
+    records[0]["cases"][rank]["latency_ms"] = -5
     write_runs(corpus, records)
-    with pytest.raises(CorpusError, match=r"^runs\.jsonl:1: field 'cases\.10\.latency_ms'"):
-        replay_corpus(corpus, shard=ShardPosition(index=0, count=3))
-    # shard 2 of 3 hashes block 2 only and takes block 0's leaf from the index: it does not
-    # see the entry, the shard that scores it refuses it
-    replay_corpus(corpus, shard=ShardPosition(index=2, count=3))
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", chunk)
+    with pytest.raises(CorpusError, match=rf"^runs\.jsonl:1: field 'cases\.{rank}\.latency_ms'"):
+        replay_corpus(corpus, shard=ShardPosition(index=owner, count=3))
+    forbid_exact_reader(monkeypatch)
+    replay_corpus(corpus, shard=ShardPosition(index=other, count=3))
 
 
 def test_every_shard_counts_every_entry(tmp_path: Path) -> None:
@@ -655,7 +663,7 @@ BAD_INDEXES: list[tuple[str, Any, str]] = [
     (
         "short",
         lambda d: d["runs"][1].update(leaves=d["runs"][1]["leaves"][:128]),
-        "field 'runs.1.leaves': 2 leaves, 600 cases make 3 blocks",
+        "field 'runs.1.leaves': 128 hex digits, 600 cases make 3 blocks of 64",
     ),
     (
         "uppercase",
@@ -693,3 +701,24 @@ def test_a_run_missing_from_the_index_is_named(tmp_path: Path) -> None:
         "runs.index.json: run A1/1 (runs.jsonl line 3) is not in the index: rebuild the index "
         "with `attested-replay corpus index DIR`"
     )
+
+
+def test_no_index_for_a_corpus_the_replay_refuses(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c", 9, cases=300)
+    write_runs(corpus, [r for r in runs_of(corpus) if r["arm_id"] != "A1"])
+    with pytest.raises(CorpusError) as caught:
+        write_runs_index(corpus)
+    assert str(caught.value) == (
+        "runs.jsonl: arm 'A1' has no run record for run_index 1 (the plan asks for 2 runs per arm)"
+    )
+    assert not (corpus / RUNS_INDEX_FILE).exists()
+
+
+def test_an_index_over_its_size_cap_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = write_corpus(tmp_path / "c", 10, cases=300)
+    monkeypatch.setattr(runs_index, "MAX_RUNS_INDEX_BYTES", 500)
+    with pytest.raises(CorpusError, match=r"over the 500-byte limit: shard without it$"):
+        write_runs_index(corpus)
+    assert not (corpus / RUNS_INDEX_FILE).exists()

@@ -31,8 +31,7 @@ from attestation.evaluation.shards import (
 )
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError
-from runner.corpus.runs_index import write_runs_index
-from runner.pipeline.replay import replay_corpus
+from runner.pipeline.replay import replay_corpus, write_runs_index
 
 from .conftest import EXAMPLE_CORPUS, CorpusBuilder, jcs
 

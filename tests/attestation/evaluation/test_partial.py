@@ -168,6 +168,7 @@ def tail_text(*values: float) -> str:
         (tail_text(1000.0, -1.0), "negative or not finite"),
         (tail_text(math.inf, 1.0), "negative or not finite"),
         (tail_text(math.nan, 1.0), "negative or not finite"),
+        (tail_text(1.0, -0.0), "negative or not finite"),
         (tail_text(5.0), "has 1 values, expected 2"),
         ("not base64!", "not base64"),
     ],
