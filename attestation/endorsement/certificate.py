@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
@@ -93,6 +94,9 @@ class Endorsement:
     hwid: bytes | None
     csp_id: str | None
     public_key: ec.EllipticCurvePublicKey
+    #: The signed bytes and signature fields, when leaf_der read them (a DER input of AMD's
+    #: shape); the chain checks slice them out of ``der`` otherwise.
+    signed: leaf_der.SignedParts | None = None
 
 
 #: What ``cryptography`` raises for certificates it loaded but cannot decode a part of
@@ -223,7 +227,7 @@ def _read_endorsement(
     subject = _name(parts.subject, what, "subject", lambda: certificate.subject)
     issuer = _name(parts.issuer, what, "issuer", lambda: certificate.issuer)
     _decode(what, "validity", lambda: _validity(certificate))
-    _decode(what, "public key", certificate.public_key)
+    public_key = _decode(what, "public key", certificate.public_key)
     signer_kind = _SIGNER_BY_SUBJECT.get(parts.subject)
     if signer_kind is None:
         signer_kind = _signer_kind(subject)
@@ -236,6 +240,8 @@ def _read_endorsement(
         basic_constraints_ca=None,
         signer_kind=signer_kind,
         values=parts.extensions,
+        public_key=public_key,
+        signed=parts.signed,
     )
 
 
@@ -269,9 +275,13 @@ def _endorsement(
     basic_constraints_ca: bool | None,
     signer_kind: SignerKind,
     values: Mapping[str, bytes],
+    public_key: PublicKeyTypes | None = None,
+    signed: leaf_der.SignedParts | None = None,
 ) -> Endorsement:
-    """Check the key and decode the AMD extension ``values`` (dotted OID -> extnValue)."""
-    public_key = certificate.public_key()
+    """Check the key (``public_key``: the certificate's, if already decoded) and decode the
+    AMD extension ``values`` (dotted OID -> extnValue)."""
+    if public_key is None:
+        public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(
         public_key.curve, ec.SECP384R1
     ):
@@ -311,6 +321,7 @@ def _endorsement(
         hwid=hwid,
         csp_id=csp_id,
         public_key=public_key,
+        signed=signed,
     )
 
 

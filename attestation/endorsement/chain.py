@@ -34,12 +34,13 @@ import datetime as dt
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Final, TypeGuard, TypeVar, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
@@ -69,6 +70,9 @@ _AMD_PSS_IDENTIFIERS = frozenset(
     for length, trailer in (("34", ""), ("39", "a303020101"))
 )
 AMD_RSA_KEY_BITS = 4096
+#: What those identifiers declare, as ``cryptography`` decodes them.
+_AMD_PSS: Final = padding.PSS(mgf=padding.MGF1(hashes.SHA384()), salt_length=PSS_SALT_LENGTH)
+_SHA384: Final = hashes.SHA384()
 
 _VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
 _ARK_PREFIX = "ARK-"
@@ -129,8 +133,8 @@ def verify_chain(
     leaf = endorsement.certificate
     _require_sound(ark, ark_label, now, pinned=True)
     _require_sound(intermediate, intermediate_label, now, pinned=pinned_intermediate)
-    # The leaf's extensions as its Endorsement decoded them once.
-    _require_own_format(leaf, leaf_label, endorsement.der)
+    # The leaf's signature fields and extensions as its Endorsement read them once.
+    _require_leaf_format(endorsement, leaf_label)
     _require_validity(leaf, leaf_label, now)
     _require_known_critical(endorsement.critical_extensions, leaf_label)
     for certificate, label, pinned in (
@@ -165,7 +169,7 @@ def require_amd_signature_algorithm(signed_der: bytes, what: str) -> None:
         outer = der.read_single(signed_der, what=what, tag=der.TAG_SEQUENCE)
         parts = der.read_all(outer.content, what=what)
         tbs, algorithm, signature = parts
-        if signature.tag != der.TAG_BIT_STRING or signature.content[:1] != b"\0":
+        if signature.tag != der.TAG_BIT_STRING:
             raise UntrustedChainError(
                 f"{what}: the signature is not a BIT STRING with 0 unused bits"
             )
@@ -176,14 +180,32 @@ def require_amd_signature_algorithm(signed_der: bytes, what: str) -> None:
             inner, offset = der.read_element(tbs.content, offset, what=what)
             if inner.tag == der.TAG_SEQUENCE:
                 break
-        if inner != algorithm:
+        if algorithm.tag != der.TAG_SEQUENCE:
             raise UntrustedChainError(
                 f"{what}: signed and unsigned signature algorithm identifiers differ"
             )
-        if algorithm.content not in _AMD_PSS_IDENTIFIERS:
-            _check_pss_parameters(algorithm.content, what)
     except (MalformedError, ValueError) as exc:
         raise UntrustedChainError(f"{what}: signature algorithm cannot be read: {exc}") from exc
+    _require_amd_signature_parts(inner.content, algorithm.content, signature.content, what)
+
+
+def _require_amd_signature_parts(
+    tbs_algorithm: bytes, algorithm: bytes, signature: bytes, what: str
+) -> None:
+    """:func:`require_amd_signature_algorithm` on the parts of a certificate already split
+    (the contents of its two signature AlgorithmIdentifiers, both SEQUENCEs, and of its
+    signature BIT STRING)."""
+    if signature[:1] != b"\0":
+        raise UntrustedChainError(f"{what}: the signature is not a BIT STRING with 0 unused bits")
+    if tbs_algorithm != algorithm:
+        raise UntrustedChainError(
+            f"{what}: signed and unsigned signature algorithm identifiers differ"
+        )
+    if algorithm not in _AMD_PSS_IDENTIFIERS:
+        try:
+            _check_pss_parameters(algorithm, what)
+        except (MalformedError, ValueError) as exc:
+            raise UntrustedChainError(f"{what}: signature algorithm cannot be read: {exc}") from exc
 
 
 def _check_pss_parameters(content: bytes, what: str) -> None:
@@ -237,7 +259,6 @@ def _find_path(
     trust: TrustStore,
     supplied: Sequence[x509.Certificate],
 ) -> tuple[x509.Certificate, x509.Certificate, bool]:
-    leaf = endorsement.certificate
     kind = endorsement.signer_kind
     label = kind.value.upper()
     pinned = trust.intermediate(product_line, kind)
@@ -270,7 +291,12 @@ def _find_path(
                 else _issued_by_name(candidate, ark)
             ):
                 continue
-            if not _signed_by(leaf, candidate, endorsement.der):
+            key = (
+                _remembered("key", (candidate,), x509.Certificate.public_key)
+                if pinned_pair
+                else candidate.public_key()
+            )
+            if not _leaf_signed_by(endorsement, key):
                 failures.append(
                     f"{label} signature does not verify under the "
                     f"{_intermediate_kind(kind)} {_cn(candidate)!r} "
@@ -400,8 +426,37 @@ def _check_crl(
             )
 
 
+def _leaf_signed_by(endorsement: Endorsement, issuer_key: PublicKeyTypes) -> bool:
+    """:func:`_signed_by` of the endorsement under ``issuer_key`` (the candidate issuer's).
+    A leaf whose signature fields leaf_der read and whose signatureAlgorithm is exactly one
+    of AMD's encodings is verified with those parameters (the ones ``cryptography`` would
+    decode from the same bytes) over the TBS bytes leaf_der sliced out."""
+    signed = endorsement.signed
+    if (
+        signed is None
+        or signed.algorithm not in _AMD_PSS_IDENTIFIERS
+        or signed.signature[:1] != b"\0"
+    ):
+        return _signed_by(endorsement.certificate, None, endorsement.der, issuer_key=issuer_key)
+    if not _is_amd_rsa_key(issuer_key):
+        return False
+    try:
+        issuer_key.verify(signed.signature[1:], signed.tbs, _AMD_PSS, _SHA384)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _is_amd_rsa_key(key: PublicKeyTypes) -> TypeGuard[rsa.RSAPublicKey]:
+    return isinstance(key, rsa.RSAPublicKey) and key.key_size == AMD_RSA_KEY_BITS
+
+
 def _signed_by(
-    child: x509.Certificate, issuer: x509.Certificate, child_der: bytes | None = None
+    child: x509.Certificate,
+    issuer: x509.Certificate | None,
+    child_der: bytes | None = None,
+    *,
+    issuer_key: PublicKeyTypes | None = None,
 ) -> bool:
     """Whether ``issuer`` (an RSA-4096 key) signed ``child``, whose issuer name the caller
     matched to ``issuer``'s subject: the signature verifies with the issuer's key under the
@@ -409,10 +464,13 @@ def _signed_by(
     AMD's). One RSA verification, without ``verify_directly_issued_by``'s extra work.
 
     ``child_der`` is the DER ``child`` was loaded from, if at hand: its TBS part is sliced out
-    instead of re-encoded.
+    instead of re-encoded. ``issuer_key``: the issuer's key, when the caller has it.
     """
-    public_key = issuer.public_key()
-    if not isinstance(public_key, rsa.RSAPublicKey) or public_key.key_size != AMD_RSA_KEY_BITS:
+    if issuer_key is None:
+        assert issuer is not None
+        issuer_key = issuer.public_key()
+    public_key = issuer_key
+    if not _is_amd_rsa_key(public_key):
         return False
     try:
         parameters = child.signature_algorithm_parameters
@@ -501,6 +559,15 @@ def _require_own_format(
 ) -> None:
     require_amd_signature_algorithm(certificate_der or _der(certificate), label)
     _require_version_3(certificate, label)
+
+
+def _require_leaf_format(endorsement: Endorsement, label: str) -> None:
+    signed = endorsement.signed
+    if signed is None:
+        _require_own_format(endorsement.certificate, label, endorsement.der)
+        return
+    _require_amd_signature_parts(signed.tbs_algorithm, signed.algorithm, signed.signature, label)
+    _require_version_3(endorsement.certificate, label)
 
 
 def _require_version_3(certificate: x509.Certificate, label: str) -> None:

@@ -2,8 +2,9 @@
 
 A new chip's verification used to turn the certificate's names and each extension into
 ``cryptography``'s Python objects (a ``Name`` of six attributes costs ~20 us, eleven
-``Extension`` objects ~11 us more) only to read a CN and eleven small values. This reader
-walks the DER the certificate was loaded from once and hands back the raw bytes:
+``Extension`` objects ~11 us more) only to read a CN and eleven small values, and to split
+its DER again for the signed bytes and the signature algorithm. This reader walks the DER the
+certificate was loaded from once and hands back the raw bytes:
 
     Certificate  ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signature BIT STRING }
     TBSCertificate ::= SEQUENCE { [0] EXPLICIT version, serialNumber INTEGER,
@@ -34,13 +35,26 @@ _LONG_LENGTH: Final = 0x80
 _MAX_LENGTH_OCTETS: Final = 4
 
 
+class SignedParts(NamedTuple):
+    """What a certificate's signature covers and says: the TBSCertificate TLV (the signed
+    bytes), the contents of the signatureAlgorithm outside it and of the signature
+    AlgorithmIdentifier inside it, and the signature BIT STRING's content (its first octet is
+    the count of unused bits)."""
+
+    tbs: bytes
+    algorithm: bytes
+    tbs_algorithm: bytes
+    signature: bytes
+
+
 class LeafParts(NamedTuple):
-    """What the reader found: the issuer's and subject's Name TLVs and each AMD extension's
-    extnValue content by dotted OID."""
+    """What the reader found: the issuer's and subject's Name TLVs, each AMD extension's
+    extnValue content by dotted OID, and the signed parts."""
 
     issuer: bytes
     subject: bytes
     extensions: dict[str, bytes]
+    signed: SignedParts
 
 
 class _DeclinedError(Exception):
@@ -86,13 +100,19 @@ def _read(data: bytes, known: Mapping[bytes, str]) -> LeafParts:
         raise _DeclinedError
     tbs_start, tbs_end = _element(data, cert_start, cert_end, der.TAG_SEQUENCE)
     # After the TBS: signatureAlgorithm and signature, and nothing more.
-    _alg_start, alg_end = _element(data, tbs_end, cert_end, der.TAG_SEQUENCE)
-    _sig_start, sig_end = _element(data, alg_end, cert_end, der.TAG_BIT_STRING)
+    alg_start, alg_end = _element(data, tbs_end, cert_end, der.TAG_SEQUENCE)
+    sig_start, sig_end = _element(data, alg_end, cert_end, der.TAG_BIT_STRING)
     if sig_end != cert_end:
         raise _DeclinedError
     _version_start, offset = _element(data, tbs_start, tbs_end, TAG_CONTEXT_0)
     _serial_start, offset = _element(data, offset, tbs_end, der.TAG_INTEGER)
-    _alg_start, offset = _element(data, offset, tbs_end, der.TAG_SEQUENCE)
+    tbs_alg_start, offset = _element(data, offset, tbs_end, der.TAG_SEQUENCE)
+    signed = SignedParts(
+        tbs=data[cert_start:tbs_end],
+        algorithm=data[alg_start:alg_end],
+        tbs_algorithm=data[tbs_alg_start:offset],
+        signature=data[sig_start:sig_end],
+    )
     issuer_at = offset
     _issuer_start, offset = _element(data, offset, tbs_end, der.TAG_SEQUENCE)
     issuer = data[issuer_at:offset]
@@ -119,4 +139,4 @@ def _read(data: bytes, known: Mapping[bytes, str]) -> LeafParts:
             raise _DeclinedError
         extensions[oid] = data[value_start:value_end]
         offset = end
-    return LeafParts(issuer, subject, extensions)
+    return LeafParts(issuer, subject, extensions, signed)

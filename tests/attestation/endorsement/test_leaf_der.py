@@ -106,6 +106,16 @@ def _read_by_cryptography(data: bytes, parts: leaf_der.LeafParts) -> None:
         except PARSE_ERRORS:
             continue
         assert decoded.public_bytes() == found
+    # The signed parts: the TBS bytes cryptography verifies signatures over, the signature
+    # BIT STRING (its unused-bits octet, then the value), and both algorithm identifiers.
+    signed = parts.signed
+    assert signed.tbs == certificate.tbs_certificate_bytes
+    assert signed.signature[1:] == certificate.signature
+    outer = der.read_single(data, what="c", tag=der.TAG_SEQUENCE)
+    tbs, algorithm, signature = der.read_all(outer.content, what="c")
+    assert (signed.algorithm, signed.signature) == (algorithm.content, signature.content)
+    inner = der.read_all(tbs.content, what="c")[2]
+    assert signed.tbs_algorithm == inner.content
 
 
 @pytest.mark.parametrize("name", sorted(REAL_DER))
