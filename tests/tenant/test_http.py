@@ -441,3 +441,117 @@ def test_a_put_reuses_its_connection_and_reconnects_when_the_server_closed_it() 
         answers.append(client.put(server.url, body=b'{"n":3}', limit=Limits(1024, 5)))
     assert [(a.status, a.body) for a in answers] == [(201, b"ok")] * 4
     assert len(connections) == 2
+
+
+def _scripted(*answers: bytes) -> hs.Behaviour:
+    """One connection that answers each request with the next of ``answers`` (raw bytes),
+    then waits for the client to go (or for the next request: then it closes)."""
+
+    def behave(conn: socket.socket, _request: bytes, server: hs.HostileServer) -> None:
+        for number, raw in enumerate(answers):
+            if number:
+                request = conn.recv(65536)
+                if not request:
+                    return
+                while b'{"n":' not in request:  # the body may come in a second segment
+                    request += conn.recv(65536)
+                server.requests.append(request)
+            conn.sendall(raw)
+        conn.recv(1)
+
+    return behave
+
+
+def test_a_put_answer_in_chunks_is_joined_and_its_connection_kept() -> None:
+    chunked = (
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n"
+    )
+    plain = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    connections: list[int] = []
+
+    def count(conn: socket.socket, request: bytes, server: hs.HostileServer) -> None:
+        connections.append(1)
+        _scripted(chunked, plain)(conn, request, server)
+
+    with hs.HostileServer(count) as server, _client(attempts=1) as client:
+        first = client.put(server.url, body=b'{"n":0}', limit=Limits(1024, 5))
+        second = client.put(server.url, body=b'{"n":1}', limit=Limits(1024, 5))
+    assert (first.status, first.body) == (201, b"abcde")
+    assert (second.status, second.body) == (200, b"ok")
+    assert connections == [1]
+
+
+def test_a_put_skips_an_interim_100_and_ends_a_connection_the_answer_closes() -> None:
+    """``100 Continue`` is not the answer; an HTTP/1.0 answer without keep-alive ends its
+    connection, so the next PUT opens another (without spending a retry)."""
+    answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 201 Created\r\nContent-Length: 3\r\n\r\nyes"
+    connections: list[int] = []
+
+    def count(conn: socket.socket, request: bytes, server: hs.HostileServer) -> None:
+        connections.append(1)
+        _scripted(answer)(conn, request, server)
+
+    with hs.HostileServer(count) as server, _client(attempts=1) as client:
+        answers = [client.put(server.url, body=b"{}", limit=Limits(1024, 5)) for _ in range(2)]
+    assert [(a.status, a.body) for a in answers] == [(201, b"yes")] * 2
+    assert len(connections) == 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n folded: header\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+        b"",
+    ],
+    ids=[
+        "http-2",
+        "two-digit-status",
+        "folded-header",
+        "bad-length",
+        "bad-chunk-size",
+        "chunk-without-crlf",
+        "short-body",
+        "cut-head",
+        "no-answer",
+    ],
+)
+def test_a_malformed_put_answer_is_a_failed_attempt(raw: bytes) -> None:
+    def behave(conn: socket.socket, _request: bytes, _server: hs.HostileServer) -> None:
+        conn.sendall(raw)
+
+    with (
+        hs.HostileServer(behave) as server,
+        _client(attempts=2) as client,
+        pytest.raises(HttpUnavailableError, match=r"failed after 2 attempts|reading the answer"),
+    ):
+        client.put(server.url, body=b"{}", limit=Limits(1024, 5))
+    assert 1 <= len(server.requests) <= 2
+
+
+@pytest.mark.parametrize(
+    ("url_tail", "headers", "message"),
+    [
+        ("/a b", {}, "holds a space or a control character"),
+        ("/a\x7fb", {}, "holds a space or a control character"),
+        ("/", {"X-Injected": "v\r\nEvil: 1"}, "header X-Injected holds a line break"),
+        ("/", {"X-Nul": "v\x00"}, "header X-Nul holds a line break or NUL"),
+        ("/", {"Bad Name": "v"}, "is not a header name"),
+        ("/", {"X-Text": "\u2603"}, "header X-Text is not Latin-1 text"),
+    ],
+    ids=["space", "delete", "crlf", "nul", "name", "not-latin-1"],
+)
+def test_a_put_that_would_change_its_own_framing_is_refused_before_sending(
+    url_tail: str, headers: dict[str, str], message: str
+) -> None:
+    with hs.HostileServer(hs.answer(201, b"ok")) as server, _client(attempts=3) as client:
+        with pytest.raises(HttpRefusedError, match=message):
+            client.put(server.url + url_tail, body=b"{}", headers=headers, limit=Limits(1024, 5))
+        assert server.requests == []
