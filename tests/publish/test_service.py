@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -407,3 +409,38 @@ def test_the_envelope_put_route_answers_like_every_route(
     created = _put(service, "acme", data, token=operator)
     assert created.status_code == 201
     assert created.json()["logIndex"] == 0
+
+
+def test_the_envelope_put_reads_the_first_of_a_repeated_header_and_answers_json(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    """The envelope PUT's own request reading (server.PutRequest) keeps Starlette's rules:
+    the first of a repeated header counts; its answer carries the same headers."""
+    operator = service.token("acme")
+    data = envelope_for("acme", "run-1", 1)
+    right = "sha-256=:" + base64.b64encode(hashlib.sha256(data).digest()).decode() + ":"
+    wrong = "sha-256=:" + base64.b64encode(bytes(32)).decode() + ":"
+    parts = urlsplit(service.url)
+
+    def put(digests: list[str]) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+        try:
+            connection.putrequest("PUT", f"/v1/tenants/acme/envelopes/{_digest(data)}")
+            connection.putheader("Authorization", f"Bearer {operator}")
+            for value in digests:
+                connection.putheader("Content-Digest", value)
+            connection.putheader("Content-Length", str(len(data)))
+            connection.endheaders(data)
+            answer = connection.getresponse()
+            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+        finally:
+            connection.close()
+
+    status, _headers, body = put([wrong, right])
+    assert (status, json.loads(body)["reason"]) == (422, "digest-mismatch")
+    status, headers, body = put([right, wrong])
+    assert status == 201
+    assert headers["content-type"] == "application/json"
+    assert headers["etag"] == f'"{_digest(data)}"'
+    assert headers["content-length"] == str(len(body))
+    assert json.loads(body)["logIndex"] == 0
