@@ -153,3 +153,32 @@ def test_the_right_edge_from_the_last_leafs_path_extends_to_every_later_root(
         root = tree.root(old_size)
         assert CompactRange.from_last_leaf(leaves[old_size - 1], old_size, changed, root) is None
         assert CompactRange.from_last_leaf(leaves[old_size - 1], old_size, proof[:-1], root) is None
+
+
+@given(
+    st.integers(min_value=2, max_value=80),
+    st.integers(min_value=1, max_value=80),
+    st.integers(min_value=0, max_value=80),
+)
+def test_a_tree_cut_back_and_regrown_proves_what_a_fresh_tree_of_its_leaves_proves(
+    size: int, cut: int, regrown: int
+) -> None:
+    """The hashes kept for proofs at one size (the right edge) never outlive the leaves they
+    cover: after a rolled-back batch (truncate) and other appends, every root and proof is a
+    fresh tree's."""
+    first = [leaf_hash(b"a%d" % n) for n in range(size)]
+    tree = MerkleTree(first)
+    for index in range(size):  # fills the kept edge at this size
+        tree.inclusion_proof(index, size)
+    kept = max(size - cut, 0)
+    tree.truncate(kept)
+    leaves = first[:kept] + [leaf_hash(b"b%d" % n) for n in range(size - kept + regrown)]
+    for leaf in leaves[kept:]:
+        tree.append_leaf_hash(leaf)
+    fresh = MerkleTree(leaves)
+    for end in {size, len(leaves)}:
+        assert tree.root(end) == fresh.root(end)
+        assert [tree.inclusion_proof(i, end) for i in range(end)] == [
+            fresh.inclusion_proof(i, end) for i in range(end)
+        ]
+        assert tree.consistency_proof(1, end) == fresh.consistency_proof(1, end)
