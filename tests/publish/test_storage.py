@@ -85,3 +85,35 @@ def test_a_store_of_the_first_release_is_upgraded_in_place(tmp_path: Path) -> No
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert "runs" not in tables
     assert {"run_pointers", "signed_heads"} <= tables
+
+
+def test_a_batch_larger_than_one_statement_is_written_and_read_back_whole(
+    storage: Storage,
+) -> None:
+    """A batch's rows and lookups span several multi-row statements (100 rows each on
+    SQLite): every row is written once and every lookup finds exactly what it asked for."""
+    count = 250
+    digests = [f"sha256:{n:064x}" for n in range(count)]
+    rows = [
+        EntryRow("acme", n, b"entry-%d" % n, digests[n], b"{%d}" % n, "2026-12-01T00:00:00Z")
+        for n in range(count)
+    ]
+    pointers = [RunPointer("acme", f"run-{n}", str(n % 3), digests[n]) for n in range(count)]
+    with storage.transaction(["acme"]) as txn:
+        assert txn.envelopes("acme", digests) == {}
+        txn.append(rows)
+        txn.set_run_pointers(pointers)
+    with storage.transaction(["acme"]) as txn:
+        asked = [*digests[::2], DIGEST_A, digests[0]]  # a repeat and one never stored
+        assert txn.envelopes("acme", asked) == {
+            digests[n]: (b"{%d}" % n, n) for n in range(0, count, 2)
+        }
+        keys = [(f"run-{n}", str(n % 3)) for n in range(count)]
+        keys += [("run-1", "0"), ("run-1", WHOLE_RUN)]  # another part of a stored run: none
+        assert txn.run_pointers("acme", keys) == {
+            (f"run-{n}", str(n % 3)): digests[n] for n in range(count)
+        }
+        assert txn.entries_since("acme", 240, 100) == [
+            (n, b"entry-%d" % n) for n in range(240, 250)
+        ]
+    assert storage.log_size("acme") == count
