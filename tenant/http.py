@@ -560,7 +560,12 @@ class _LeanConnection:
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host}"]
         lines.extend(f"{name}: {value}" for name, value in headers.items())
         lines.append(f"Content-Length: {len(body)}")
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if len(body) <= _CHUNK:
+            self.sock.sendall(request + body)  # one write: one segment for a typical envelope
+        else:  # no copy of a large body
+            self.sock.sendall(request)
+            self.sock.sendall(body)
         while True:
             head = self._read_head()
             if head.status != 100:

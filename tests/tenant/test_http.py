@@ -555,3 +555,16 @@ def test_a_put_that_would_change_its_own_framing_is_refused_before_sending(
         with pytest.raises(HttpRefusedError, match=message):
             client.put(server.url + url_tail, body=b"{}", headers=headers, limit=Limits(1024, 5))
         assert server.requests == []
+
+
+@pytest.mark.parametrize("size", [0, 100, 64 * 1024, 64 * 1024 + 1, 300_000])
+def test_a_put_sends_its_body_whole_whatever_its_size(size: int) -> None:
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    with hs.HostileServer(hs.answer(201, b"ok")) as server, _client(attempts=1) as client:
+        answer = client.put(server.url + "/e", body=body, limit=Limits(1024, 30))
+    assert (answer.status, answer.body) == (201, b"ok")
+    [request] = server.requests
+    head, _, sent = request.partition(b"\r\n\r\n")
+    assert sent == body
+    assert f"Content-Length: {size}".encode() in head.split(b"\r\n")
+    assert head.split(b"\r\n")[1] == f"Host: 127.0.0.1:{server.port}".encode()
