@@ -852,14 +852,16 @@ _PUT_ENVELOPE_PATH: Final = re.compile(r"/v1/tenants/([^/]+)/envelopes/([^/]+)")
 
 
 class PublicationApp:
-    """The ASGI app: ``PUT`` of an envelope goes straight to :func:`put_envelope`, everything
-    else (and the lifespan) through the Starlette app.
+    """The ASGI app: ``PUT`` of an envelope goes straight to :func:`publish` (read through
+    :class:`PutRequest`, answered through :class:`JsonAnswer`), everything else (and the
+    lifespan) through the Starlette app.
 
     Why: at hundreds of publishes a second, Starlette's middleware stack and the match of
-    every route cost the server as much CPU as the rest of the request's framework. The
-    envelope PUT gets the same handler, the same exception handling (:func:`_service_error`,
-    400 for a client that left) and the same path rule (``{tenant}`` and ``{digest}`` are
-    single non-empty path segments), without them.
+    every route cost the server as much CPU as the rest of the request's framework, and its
+    request and response objects as much again. The envelope PUT gets the same handler as the
+    routed :func:`put_envelope`, the same exception handling (:func:`_service_error`, 400 for
+    a client that left) and the same path rule (``{tenant}`` and ``{digest}`` are single
+    non-empty path segments), without them.
     """
 
     def __init__(self, service: Service, starlette: Starlette) -> None:
