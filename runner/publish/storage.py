@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Final, NoReturn, Protocol, TypeVar
+from typing import Final, NoReturn, Protocol
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -357,29 +357,6 @@ def _reraise_sqlite(exc: sqlite3.Error, path: Path) -> NoReturn:
     raise fault from exc
 
 
-#: Rows per multi-row SQLite statement: within SQLite's default limits (32,766 parameters,
-#: 500 rows of a VALUES list in older builds), and few distinct statements to cache.
-_ROWS_PER_STATEMENT: Final = 100
-
-
-_Row = TypeVar("_Row")
-
-
-def _chunks(items: Sequence[_Row]) -> Iterator[Sequence[_Row]]:
-    for start in range(0, len(items), _ROWS_PER_STATEMENT):
-        yield items[start : start + _ROWS_PER_STATEMENT]
-
-
-def _marked(statement: str, rows: int, columns: int = 1) -> str:
-    """``statement`` and ``rows`` placeholders in parentheses (one column: an ``IN`` list), or
-    ``rows`` parenthesized groups of ``columns`` (a ``VALUES`` list). Only ``?`` marks are ever
-    added to a statement's text; every value is a parameter."""
-    if columns == 1:
-        return f"{statement} ({', '.join('?' * rows)})"
-    group = "(" + ", ".join("?" * columns) + ")"
-    return f"{statement} {', '.join([group] * rows)}"
-
-
 class _SqliteTransaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
@@ -402,61 +379,46 @@ class _SqliteTransaction:
         (size,) = self._db.execute(_SIZE.replace("%s", "?"), (tenant,)).fetchone()
         return int(size)
 
-    # One statement for all of a batch's rows, not one per row: each statement's step
-    # releases and retakes the interpreter lock, which the event loop thread holds most of
-    # the time under load, and each such hand-off cost the sequencer more than the
-    # statement itself (docs/publishing.md, "Performance").
-
     def envelopes(self, tenant: str, digests: Sequence[str]) -> dict[str, tuple[bytes, int]]:
         found: dict[str, tuple[bytes, int]] = {}
-        for part in _chunks(list(dict.fromkeys(digests))):
-            statement = (
-                "SELECT digest, data, log_index FROM envelopes WHERE tenant = ? AND digest IN"
-            )
-            rows = self._db.execute(_marked(statement, len(part)), (tenant, *part)).fetchall()
-            found.update({str(d): (bytes(data), int(i)) for d, data, i in rows})
+        for digest in dict.fromkeys(digests):
+            row = self._db.execute(
+                "SELECT data, log_index FROM envelopes WHERE tenant = ? AND digest = ?",
+                (tenant, digest),
+            ).fetchone()
+            if row is not None:
+                found[digest] = (bytes(row[0]), int(row[1]))
         return found
 
     def run_pointers(
         self, tenant: str, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], str]:
-        wanted = set(keys)
         found: dict[tuple[str, str], str] = {}
-        for part in _chunks(sorted({run_id for run_id, _part in keys})):
-            statement = (
-                "SELECT run_id, part, digest FROM run_pointers WHERE tenant = ? AND run_id IN"
-            )
-            rows = self._db.execute(_marked(statement, len(part)), (tenant, *part)).fetchall()
-            found.update({(r, p): str(d) for r, p, d in rows if (r, p) in wanted})
+        for run_id, part in dict.fromkeys(keys):
+            row = self._db.execute(
+                "SELECT digest FROM run_pointers WHERE tenant = ? AND run_id = ? AND part = ?",
+                (tenant, run_id, part),
+            ).fetchone()
+            if row is not None:
+                found[(run_id, part)] = str(row[0])
         return found
 
     def append(self, rows: Sequence[EntryRow]) -> None:
-        for part in _chunks(rows):
-            self._db.execute(
-                _marked("INSERT INTO log_entries (tenant, log_index, entry) VALUES", len(part), 3),
-                [value for r in part for value in (r.tenant, r.log_index, r.entry)],
-            )
-            self._db.execute(
-                _marked(
-                    "INSERT INTO envelopes (tenant, digest, data, log_index, published_at) VALUES",
-                    len(part),
-                    5,
-                ),
-                [
-                    value
-                    for r in part
-                    for value in (r.tenant, r.digest, r.data, r.log_index, r.published_at)
-                ],
-            )
+        self._db.executemany(
+            "INSERT INTO log_entries (tenant, log_index, entry) VALUES (?, ?, ?)",
+            [(r.tenant, r.log_index, r.entry) for r in rows],
+        )
+        self._db.executemany(
+            "INSERT INTO envelopes (tenant, digest, data, log_index, published_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(r.tenant, r.digest, r.data, r.log_index, r.published_at) for r in rows],
+        )
 
     def set_run_pointers(self, pointers: Sequence[RunPointer]) -> None:
-        for part in _chunks(pointers):
-            self._db.execute(
-                _marked(
-                    "INSERT INTO run_pointers (tenant, run_id, part, digest) VALUES", len(part), 4
-                ),
-                [value for p in part for value in (p.tenant, p.run_id, p.part, p.digest)],
-            )
+        self._db.executemany(
+            "INSERT INTO run_pointers (tenant, run_id, part, digest) VALUES (?, ?, ?, ?)",
+            [(p.tenant, p.run_id, p.part, p.digest) for p in pointers],
+        )
 
     def put_head(self, tenant: str, size: int, root: bytes, note: str) -> None:
         self._db.execute(

@@ -90,8 +90,8 @@ def test_a_store_of_the_first_release_is_upgraded_in_place(tmp_path: Path) -> No
 def test_a_batch_larger_than_one_statement_is_written_and_read_back_whole(
     storage: Storage,
 ) -> None:
-    """A batch's rows and lookups span several multi-row statements (100 rows each on
-    SQLite): every row is written once and every lookup finds exactly what it asked for."""
+    """A batch of 250 rows: every row is written once and every lookup finds exactly what it
+    asked for (a repeated digest, one never stored, another part of a stored run)."""
     count = 250
     digests = [f"sha256:{n:064x}" for n in range(count)]
     rows = [
