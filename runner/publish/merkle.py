@@ -28,11 +28,6 @@ class MerkleTree:
     def __init__(self, leaf_hashes: Sequence[bytes] = ()) -> None:
         # _levels[h][k] is the hash of the complete subtree of 2**h leaves starting at k * 2**h.
         self._levels: list[list[bytes]] = [[]]
-        # The incomplete subtrees' hashes computed for one tree size (_edge_size), by start:
-        # every proof of a batch's receipts is taken at the same size and shares the subtrees
-        # along the right edge, which would otherwise be hashed again for each proof.
-        self._edge: dict[int, bytes] = {}
-        self._edge_size = -1
         for value in leaf_hashes:
             self.append_leaf_hash(value)
 
@@ -61,8 +56,6 @@ class MerkleTree:
     def truncate(self, size: int) -> None:
         """Forget every leaf from ``size`` on (appends whose transaction did not commit)."""
         self._check_size(size)
-        self._edge_size = -1  # hashes over leaves from ``size`` on are no longer the tree's
-        self._edge.clear()
         for height, level in enumerate(self._levels):
             del level[size >> height :]
         while len(self._levels) > 1 and not self._levels[-1]:
@@ -77,15 +70,8 @@ class MerkleTree:
         if n & (n - 1) == 0:
             height = n.bit_length() - 1
             return self._levels[height][start >> height]
-        if end != self._edge_size:
-            self._edge.clear()
-            self._edge_size = end
-        found = self._edge.get(start)
-        if found is None:
-            k = _largest_power_of_two_below(n)
-            found = node_hash(self._subtree(start, start + k), self._subtree(start + k, end))
-            self._edge[start] = found
-        return found
+        k = _largest_power_of_two_below(n)
+        return node_hash(self._subtree(start, start + k), self._subtree(start + k, end))
 
     def _check_size(self, size: int) -> None:
         if not 0 <= size <= self.size:

@@ -163,12 +163,11 @@ def test_the_right_edge_from_the_last_leafs_path_extends_to_every_later_root(
 def test_a_tree_cut_back_and_regrown_proves_what_a_fresh_tree_of_its_leaves_proves(
     size: int, cut: int, regrown: int
 ) -> None:
-    """The hashes kept for proofs at one size (the right edge) never outlive the leaves they
-    cover: after a rolled-back batch (truncate) and other appends, every root and proof is a
-    fresh tree's."""
+    """After a rolled-back batch (truncate) and other appends, every root and proof is a
+    fresh tree's: nothing computed before the cut outlives the leaves it covered."""
     first = [leaf_hash(b"a%d" % n) for n in range(size)]
     tree = MerkleTree(first)
-    for index in range(size):  # fills the kept edge at this size
+    for index in range(size):
         tree.inclusion_proof(index, size)
     kept = max(size - cut, 0)
     tree.truncate(kept)
