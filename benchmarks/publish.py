@@ -28,6 +28,11 @@ is the server's competition, and so is every other process; the CPU per envelope
 stays comparable on a busy machine (two idle CPUs publish at most 2 s / (server + client CPU
 per envelope) envelopes per second).
 
+Then the service alone: ``--raw-publishers`` (8) processes that send prepared PUTs on raw
+keep-alive sockets and only read each answer's status and length (no envelope check, no
+receipt check, almost no CPU), so that the rate and the server's CPU per envelope show the
+service's own ceiling on this machine, apart from the publishers' share of the CPUs.
+
 Part 3 builds an in-memory RFC 6962 tree of ``--log-size`` entries and reports inclusion and
 consistency proof sizes and verification times, as a ratio to one SHA-256 leaf hash.
 """
@@ -35,6 +40,7 @@ consistency proof sizes and verification times, as a ratio to one SHA-256 leaf h
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import json
 import logging
@@ -283,6 +289,7 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
             "options=-csearch_path%3D<new schema> to the DSN)"
         )
     tokens = {level: create_token(storage, f"bench-{level}", Role.OPERATOR) for level in LEVELS}
+    raw_token = create_token(storage, "bench-raw", Role.OPERATOR)
     floor_payloads = [variant(template, "raw", f"raw-{i}") for i in range(args.raw)]
     size = len(floor_payloads[0])
     raw_database = args.db or str(scratch / "raw.sqlite3")
@@ -326,9 +333,101 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
                 f"{rate / raw:>6.2f}x {server_cpu * per_envelope:>8.0f}us "
                 f"{client_cpu * per_envelope:>8.0f}us {os.getloadavg()[0]:>5.1f}"
             )
+        if args.raw_publishers:
+            server_alone(url, raw_token, template, process.pid, args=args, raw=raw)
     finally:
         process.terminate()
         process.wait()
+
+
+def _prepared_puts(url: str, token: str, payloads: list[bytes]) -> list[bytes]:
+    """Each envelope's whole PUT request, as ``publish_envelope`` would send it."""
+    host = url.removeprefix("http://")
+    requests_ = []
+    for data in payloads:
+        raw = sha256_digest(data).removeprefix("sha256:")
+        content_digest = base64.b64encode(bytes.fromhex(raw)).decode()
+        head = (
+            f"PUT /v1/tenants/bench-raw/envelopes/sha256:{raw} HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nIf-None-Match: *\r\n"
+            f"Content-Digest: sha-256=:{content_digest}:\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        requests_.append(head.encode() + data)
+    return requests_
+
+
+def _raw_publisher(barrier: BarrierType, port: int, prepared: list[bytes]) -> None:
+    """Send each request on one keep-alive socket and read its answer (status 201 or exit 1)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        barrier.wait()
+        for request in prepared:
+            sock.sendall(request)
+            answer = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise SystemExit("the server closed the connection")
+                answer += chunk
+                head, found, body = answer.partition(b"\r\n\r\n")
+                if found:
+                    length = next(
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    )
+                    if len(body) >= length:
+                        break
+            if not answer.startswith(b"HTTP/1.1 201 "):
+                raise SystemExit(f"answered {answer[:80]!r}")
+
+
+def server_alone(
+    url: str,
+    token: str,
+    template: dict[str, object],
+    pid: int,
+    *,
+    args: argparse.Namespace,
+    raw: float,
+) -> None:
+    """The service's own ceiling: ``--raw-publishers`` processes whose CPU is almost nil."""
+    count = args.raw_publishers
+    per = max(args.per_publisher * 8 // count, 20)
+    prepared = [
+        _prepared_puts(
+            url, token, [variant(template, "bench-raw", f"s-{n}-{i}") for i in range(per)]
+        )
+        for n in range(count)
+    ]
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(count + 1)
+    port = int(url.rsplit(":", 1)[1])
+    processes = [
+        context.Process(target=_raw_publisher, args=(barrier, port, prepared[n]), daemon=True)
+        for n in range(count)
+    ]
+    for process in processes:
+        process.start()
+    gc.collect()
+    server_cpu = cpu_seconds(pid)
+    barrier.wait(timeout=600)
+    began = time.perf_counter()
+    for process in processes:
+        process.join(timeout=600)
+    elapsed = time.perf_counter() - began
+    server_cpu = cpu_seconds(pid) - server_cpu
+    if any(process.exitcode != 0 for process in processes):
+        raise SystemExit("a raw publisher failed")
+    total = count * per
+    print(
+        f"== the service alone: {count} raw-socket publishers, prepared PUTs, answers not checked"
+    )
+    print(
+        f"{count:>10} {total:>9} {total / elapsed:>8.0f} {'-':>8} {'-':>8} "
+        f"{total / elapsed / raw:>6.2f}x "
+        f"{server_cpu / total * 1e6:>8.0f}us {'-':>10} {os.getloadavg()[0]:>5.1f}"
+    )
 
 
 def merkle(size: int) -> None:
@@ -393,6 +492,12 @@ def main() -> None:
     parser.add_argument("--db", help="postgresql:// DSN (default: SQLite in a temporary directory)")
     parser.add_argument("--log-size", type=int, default=1_000_000)
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument(
+        "--raw-publishers",
+        type=int,
+        default=8,
+        help="processes of the service-alone measurement (0: skip it)",
+    )
     parser.add_argument(
         "--threads",
         action="store_true",
