@@ -537,7 +537,10 @@ class _LeanConnection:
         except BaseException:
             sock.close()
             raise
-        name = host.encode("idna").decode("ascii")
+        try:  # ASCII as it is (most hosts); IDNA only for another name, as http.client does
+            name = host.encode("ascii").decode("ascii")
+        except UnicodeEncodeError:
+            name = host.encode("idna").decode("ascii")
         if ":" in name:
             name = f"[{name}]"  # an IPv6 literal
         if parts.port is not None and parts.port != (443 if https else 80):
