@@ -534,6 +534,12 @@ class _LeanConnection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if https:
                 sock = tls.wrap_socket(sock, server_hostname=host)
+        except (ssl.SSLError, TimeoutError):
+            sock.close()
+            raise
+        except OSError as exc:  # reset in the handshake: no connection, as when connecting
+            sock.close()
+            raise _ConnectFailedError(exc) from exc
         except BaseException:
             sock.close()
             raise

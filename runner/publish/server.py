@@ -136,7 +136,7 @@ class BodyRequest(Caller, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PutRequest:
-    """The envelope PUT as :class:`PublicationApp` hands it to :func:`put_envelope`: the
+    """The envelope PUT as :class:`PublicationApp` hands it to :func:`publish`: the
     ASGI scope's headers in a dict (names lower-case, as ASGI gives them; the first of a
     repeated header wins, as with Starlette's ``Headers.get``) and the body from ``receive``.
 
