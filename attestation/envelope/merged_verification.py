@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
-from attestation.envelope.binding import result_digest
 from attestation.envelope.expectations import (
     EXPECTATION_CHECKS,
     expectation_checks,
@@ -142,7 +142,11 @@ def _result_check(merged: MergedEnvelope, checked: Sequence[CheckedShard | None]
         report = merge_shard_results(complete)
     except AttestationError as exc:
         return Check.failed(name, _BINDING, f"the shard results do not merge: {exc}")
-    digest = result_digest(report)
+    try:
+        canonical = canonicalize(report)
+    except AttestationError as exc:  # never for a report the merge built
+        return Check.failed(name, _BINDING, f"the merged report has no canonical form: {exc}")
+    digest = sha256_digest(canonical)  # binding.result_digest of the report
     if digest != merged.result_digest:
         return Check.failed(
             name,
@@ -150,7 +154,7 @@ def _result_check(merged: MergedEnvelope, checked: Sequence[CheckedShard | None]
             f"the shards merge to a report of digest {digest}, the envelope says "
             f"{merged.result_digest}: the merged result was changed",
         )
-    if merged.result is not None and not _same_json(merged.result, report):
+    if merged.result is not None and not _same_json(merged.result, canonical):
         return Check.failed(
             name,
             _BINDING,
@@ -159,11 +163,12 @@ def _result_check(merged: MergedEnvelope, checked: Sequence[CheckedShard | None]
     return Check.passed(name, _BINDING, f"the shards merge to the result {digest}")
 
 
-def _same_json(claimed: object, recomputed: object) -> bool:
-    """Whether the envelope's ``result`` is the recomputed report as JSON values (RFC 8785: the
-    form its digest is over). A value with no canonical form (a lone surrogate, an integer
-    beyond 2**53: valid JSON, never a report's) is a different result, not a crash."""
+def _same_json(claimed: object, recomputed: bytes) -> bool:
+    """Whether the envelope's ``result`` is the recomputed report (``recomputed``: its RFC 8785
+    bytes, the form its digest is over) as JSON values. A value with no canonical form (a lone
+    surrogate, an integer beyond 2**53: valid JSON, never a report's) is a different result,
+    not a crash."""
     try:
-        return canonicalize(claimed) == canonicalize(recomputed)
+        return canonicalize(claimed) == recomputed
     except AttestationError:
         return False

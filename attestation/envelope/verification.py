@@ -11,6 +11,7 @@ is listed in the tenant's ``simulatedRoots``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from cryptography import x509
@@ -83,6 +84,9 @@ def verify_envelope(
         checks.extend(_not_run_later("the envelope did not parse"))
         return VerificationResult.from_checks(checks)
     if isinstance(envelope, MergedEnvelope):
+        # Shards of one chip carry one certChain: it is read, and its chain validated (the
+        # Verifier's memo), once per merged envelope.
+        chains: dict[str, _Chain] = {}
 
         def verify_one(part: Envelope) -> tuple[VerificationResult, CheckedShard | None]:
             return _verify_parsed(
@@ -94,6 +98,7 @@ def verify_envelope(
                 shard=None,
                 expectations=False,
                 verifier=verifier,
+                chains=chains,
             )
 
         return verify_merged(envelope, expected, verify_shard=verify_one, shard=shard)
@@ -138,9 +143,13 @@ def _verify_parsed(
     shard: ShardPosition | None,
     expectations: bool,
     verifier: Verifier | None,
+    chains: dict[str, _Chain] | None = None,
 ) -> tuple[VerificationResult, CheckedShard | None]:
     """:func:`verify_parsed_envelope`, and a shard envelope's checked result when its
-    ``binding.shard-result`` check passed (what a merged envelope's merge reads)."""
+    ``binding.shard-result`` check passed (what a merged envelope's merge reads).
+
+    ``chains``: the certificate chains read so far, by ``certChain`` text, with the verifier
+    made for each (a merged envelope's shards share them)."""
     is_shard = envelope.binding.shard is not None
     checks = [
         Check.passed(
@@ -150,8 +159,12 @@ def _verify_parsed(
         )
     ]
     base = trust if trust is not None else TrustStore.amd()
+    text = envelope.evidence.cert_chain
+    known = None if chains is None else chains.get(text)
     try:
-        certificates = load_certificates(envelope.evidence.cert_chain.encode("ascii"))
+        certificates = (
+            known.certificates if known is not None else load_certificates(text.encode("ascii"))
+        )
     except (AttestationError, UnicodeEncodeError) as exc:
         checks.append(Check.failed("envelope.cert-chain", _MALFORMED, f"evidence.certChain: {exc}"))
         checks.extend(Check.not_run(name, cls, "no endorsement") for name, cls in _RAW_STAGES)
@@ -164,9 +177,13 @@ def _verify_parsed(
             f"{len(certificates)} certificate(s), the first is the endorsement",
         )
     )
+    if verifier is None and known is not None:
+        verifier = known.verifier
     if verifier is None:
         store = _with_pinned_simulated_root(base, certificates, expected)
         verifier = Verifier(store, policy=expected.policy, crl=crl)
+        if chains is not None:
+            chains[text] = _Chain(certificates, verifier)
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
     checks.extend(raw.checks)
     if not raw.authentic or raw.report is None or raw.chain is None:
@@ -193,6 +210,14 @@ def _verify_parsed(
         checks.extend(expectation_checks(envelope.binding, expected))
         checks.append(shard_check(envelope.binding.shard, expected, shard))
     return VerificationResult.from_checks(checks, raw.report, raw.product_line, raw.chain), checked
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    """A certChain read once, and the verifier made for it."""
+
+    certificates: tuple[x509.Certificate, ...]
+    verifier: Verifier
 
 
 def _shard_result_check(

@@ -201,6 +201,9 @@ class CheckedShard:
     result: ShardResult
     #: One per run, in the result's order.
     partials: tuple[RunPartial, ...]
+    #: The result's plan and marks, validated.
+    plan: Plan
+    marks: PassMarks
 
 
 def plan_runs(plan: Plan) -> list[RunKey]:
@@ -235,7 +238,7 @@ def check_shard_result(result: ShardResult, *, where: str) -> CheckedShard:
         partials = tuple(run.to_partial(tail=tail) for run in result.runs)
     except PartialError as exc:
         raise ShardMergeError(f"{where} ({result.position}): {exc}") from None
-    return CheckedShard(result, partials)
+    return CheckedShard(result, partials, plan, marks)
 
 
 def _plan_and_marks(result: ShardResult, *, where: str) -> tuple[Plan, PassMarks]:
@@ -263,7 +266,8 @@ def merge_shard_results(shards: Sequence[CheckedShard]) -> dict[str, JsonValue]:
                     f"{result.position} differs from shard 0 in {field}: the shards are not "
                     "of one replay"
                 )
-    plan, marks = _plan_and_marks(first, where="shard 0")
+    # Every shard's plan and marks are shard 0's (above), each validated when it was checked.
+    plan, marks = shards[0].plan, shards[0].marks
     tail = tail_size(first.case_count)
     parts: dict[RunKey, list[RunPartial]] = {key: [] for key in plan_runs(plan)}
     for shard in shards:
