@@ -181,9 +181,7 @@ class _Api:
         bundle: list[bytes | None] = []
         for position, encoded in enumerate(served, start):
             try:
-                bundle.append(
-                    None if encoded is None else base64.b64decode(str(encoded), validate=True)
-                )
+                bundle.append(None if encoded is None else decode_base64(str(encoded)))
             except (binascii.Error, ValueError) as exc:
                 raise TamperingError(
                     f"the envelope of log entry {position} is malformed: {exc}"
@@ -198,6 +196,14 @@ class _Api:
         if not isinstance(body, dict):
             raise TamperingError(f"GET {path} did not return a JSON object")
         return body
+
+
+def decode_base64(text: str) -> bytes:
+    """``base64.b64decode(text, validate=True)``: the same bytes, and the same error class and
+    message for anything else (padding, whitespace, characters outside the alphabet, non-ASCII
+    text), without first copying ``text`` into a bytes object (an envelope's 16 KiB: some
+    5 us each). Since Python 3.11 ``b64decode`` is this call after ``text.encode("ascii")``."""
+    return binascii.a2b_base64(text, strict_mode=True)
 
 
 def _hashes(body: dict[str, Any], what: str) -> list[bytes]:
@@ -352,7 +358,7 @@ def _entries_page(api: _Api, page_start: int, page_end: int) -> list[bytes]:
     decoded = []
     for position, encoded in enumerate(raw_entries, page_start):
         try:
-            decoded.append(base64.b64decode(str(encoded), validate=True))
+            decoded.append(decode_base64(str(encoded)))
         except (binascii.Error, ValueError) as exc:
             raise TamperingError(f"log entry {position} is malformed: {exc}") from exc
     return decoded
