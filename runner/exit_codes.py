@@ -38,6 +38,8 @@ EXIT_CODES: Final = MappingProxyType(
         tenant_errors.TenantInputError: 1,
         tenant_errors.ServiceUnavailableError: 6,
         tenant_errors.TenantUsageError: 9,
+        # A dead worker process decided nothing: internal, never tampering or a verdict.
+        tenant_errors.WorkerProcessError: INTERNAL,
     }
 )
 

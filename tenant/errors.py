@@ -29,9 +29,19 @@ class TamperingError(TenantError):
     """A publication log or checkpoint shows removed, reordered or rewritten entries."""
 
 
-class VerificationWorkerError(TenantError):
+class WorkerProcessError(TenantError):
+    """A worker process of a tenant command died: what it was doing was not decided either
+    way (exit 9, as an internal error; never a verdict, never a completed fetch)."""
+
+
+class VerificationWorkerError(WorkerProcessError):
     """A process verifying fetched envelopes died: nothing was decided about them (exit 9,
     never a verdict)."""
+
+
+class FetchWorkerError(WorkerProcessError):
+    """A process downloading, checking and storing fetched envelopes died: the fetch did not
+    complete, so the kept index and checkpoint are unchanged (exit 9)."""
 
 
 class ArchiveError(TenantInputError):

@@ -14,22 +14,30 @@ replacement, so a second one means the operator rewrote which envelope a run has
 whose merged envelope holds other shards than the log's shard envelopes of it
 (:mod:`tenant.logged_shards`).
 Envelopes are downloaded in bundles (the envelopes of up to ``BUNDLE`` consecutive entries
-in one request, ``GET .../log/envelopes``), ``jobs`` requests at a time; each envelope is
-checked against its entry and written atomically; the directory is synced once per page, and
-the index and checkpoint follow only when every envelope is stored. A service without the
-bundle route is asked for each envelope on its own.
+in one request, ``GET .../log/envelopes``), ``jobs`` requests at a time, by ``jobs`` worker
+processes when the fetch is large enough to pay for starting them (else by threads of this
+process); each envelope is checked against its entry and written atomically by the worker
+that downloaded it; the directory is synced once per page, and the index and checkpoint
+follow only when every envelope is stored. A service without the bundle route is asked for
+each envelope on its own. A worker process that dies is :class:`FetchWorkerError`, never a
+completed fetch.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import structlog
 
@@ -45,12 +53,13 @@ from attestation.transparency.checkpoint import (
 from attestation.transparency.entries import EntryError, LogEntry
 from attestation.transparency.merkle import HASH_SIZE, CompactRange, leaf_hash
 from tenant.errors import (
+    FetchWorkerError,
     ServiceUnavailableError,
     TamperingError,
     TenantInputError,
     TenantUsageError,
 )
-from tenant.fsutil import atomic_write, atomic_write_text, fsync_directory
+from tenant.fsutil import atomic_write, atomic_write_text, fsync_directory, remove_temporaries
 from tenant.http import (
     Answer,
     AnswerTooLargeError,
@@ -69,9 +78,13 @@ PAGE = 1000
 #: Entries whose envelopes one request asks for (the service may answer fewer: it bounds an
 #: answer's bytes, and the rest is asked for again).
 BUNDLE: Final = 64
-#: Envelopes downloaded at once by default (``tenant fetch --jobs``), and the most allowed.
+#: Requests at once by default (``tenant fetch --jobs``), and the most allowed.
 DEFAULT_JOBS: Final = 8
 MAX_JOBS: Final = 64
+#: From this many bundles on (and ``jobs`` above 1), the bundles are stored by ``jobs``
+#: worker processes instead of threads: a process costs about 40 ms to start and build its
+#: client when forked (half a second when spawned), two bundles' worth of checking.
+POOL_MIN_BUNDLES: Final = 3
 #: A checkpoint or a proof; a page of PAGE entries; an envelope (the one contracts limit).
 SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
 ENTRIES_ANSWER: Final = Limits(max_bytes=1024 * 1024, deadline=60.0)
@@ -106,8 +119,13 @@ def load_verifier_key(value: str) -> VerifierKey:
 
 class _Api:
     def __init__(self, server: str, tenant: str, client: HttpClient) -> None:
+        self.tenant = tenant
         self._base = server.rstrip("/") + f"/v1/tenants/{tenant}"
         self._client = client
+
+    def close(self) -> None:
+        """Close the client's connections (it opens new ones if used again)."""
+        self._client.close()
 
     def get(self, path: str, limit: Limits = SMALL_ANSWER, **params: int) -> Answer:
         try:
@@ -229,7 +247,13 @@ def fetch_tenant(
     jobs: int = DEFAULT_JOBS,
 ) -> FetchReport:
     """Fetch and verify everything the log gained since the kept (or given) checkpoint,
-    downloading up to ``jobs`` envelopes at once."""
+    with up to ``jobs`` requests at once (see :func:`_store_envelopes`).
+
+    Raises:
+        TamperingError: the log, a checkpoint or an envelope was tampered with (the first
+            failure in log order).
+        FetchWorkerError: a worker process storing envelopes died; nothing is recorded.
+    """
     check_url(server, what="server")
     if not 1 <= jobs <= MAX_JOBS:
         raise TenantUsageError(f"--jobs {jobs}: must be between 1 and {MAX_JOBS}")
@@ -237,9 +261,8 @@ def fetch_tenant(
     origin = f"{key.name}/t/{tenant}"
     old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
     index = _load_index(out_dir)
-    with HttpClient(
-        token=token, retry=retry, what="server", ca_bundle=ca_bundle, connections=jobs
-    ) as client:
+    remote = _Remote(server, tenant, token, retry, ca_bundle)
+    with remote.client(connections=jobs) as client:
         api = _Api(server, tenant, client)
         note = api.get("/log/checkpoint").body.decode("utf-8", "replace")
         try:
@@ -247,7 +270,7 @@ def fetch_tenant(
         except CheckpointError as exc:
             raise TamperingError(f"the server's checkpoint is not acceptable: {exc}") from exc
         entries = _proven_entries(api, tenant, old, new)
-        shards = _store_envelopes(api, out_dir, tenant, entries, jobs)
+        shards = _store_envelopes(api, remote, out_dir, entries, jobs)
     for (position, entry), shard in zip(entries, shards, strict=True):
         index[str(position)] = {"digest": entry.envelope, "runId": entry.run_id, "shard": shard}
     _check_one_envelope_per_run(index, out_dir)
@@ -387,56 +410,259 @@ def _log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:
 
 
 def _store_envelopes(
-    api: _Api, out_dir: Path, tenant: str, entries: Sequence[tuple[int, LogEntry]], jobs: int
+    api: _Api,
+    remote: _Remote,
+    out_dir: Path,
+    entries: Sequence[tuple[int, LogEntry]],
+    jobs: int,
 ) -> list[int | None]:
     """Download, check and write the envelopes of ``entries`` (consecutive log positions),
     a bundle of up to ``BUNDLE`` per request and ``jobs`` requests at a time; their shard
     indices (None for a whole or merged run) in log order.
 
-    Each file is written and synced by the worker that downloaded it; the directory is synced
-    once per page. The first failure in log order is raised (the same one whatever the
-    timing), and no further download starts."""
+    Each bundle is stored by the worker that downloaded it: one of ``jobs`` processes (at
+    most one per bundle, one request at a time each) when there are at least
+    ``POOL_MIN_BUNDLES`` bundles and ``jobs`` is above 1 (the per-envelope check and write are
+    CPU-bound Python, and the threads of one interpreter share one core), else one of
+    ``jobs`` threads of this process. Either way the directory is synced once per page, in
+    order, and the first failure in log order is raised (the same one whatever the timing):
+    once a bundle failed, no bundle after it starts a download, while every bundle before it
+    still completes and reports its own failure first.
+
+    Raises:
+        FetchWorkerError: a worker process died.
+    """
     directory = out_dir / "envelopes"
     directory.mkdir(parents=True, exist_ok=True)
+    bundles: list[Sequence[tuple[int, LogEntry]]] = []
+    page_ends: set[int] = set()
+    for first in range(0, len(entries), PAGE):
+        page = entries[first : first + PAGE]
+        bundles.extend(page[i : i + BUNDLE] for i in range(0, len(page), BUNDLE))
+        page_ends.add(len(bundles) - 1)
+    if jobs == 1 or len(bundles) < POOL_MIN_BUNDLES:
+        return _store_in_threads(api, out_dir, bundles, page_ends, jobs)
+    # The workers open connections of their own; none of this process's idle keep-alive
+    # connections is inherited by a forked worker.
+    api.close()
+    return _store_in_processes(remote, out_dir, bundles, page_ends, min(jobs, len(bundles)))
 
-    def store(chunk: Sequence[tuple[int, LogEntry]]) -> list[int | None]:
-        shards = []
-        for (position, entry), data in zip(chunk, _download(api, chunk), strict=True):
-            if data is None:
-                raise _gone(entry.envelope, position)
-            if len(data) > MAX_ENVELOPE_BYTES:
-                raise _too_large(entry.envelope, position)
-            shard = _check_envelope(data, entry, position, tenant)
-            atomic_write(_envelope_path(out_dir, entry.envelope), data, sync_directory=False)
-            shards.append(shard)
-        return shards
 
-    shards: list[int | None] = []
+def _store_in_threads(
+    api: _Api,
+    out_dir: Path,
+    bundles: Sequence[Sequence[tuple[int, LogEntry]]],
+    page_ends: set[int],
+    jobs: int,
+) -> list[int | None]:
+    failures = _Failures()
+
+    def store(number: int) -> list[int | None] | None:
+        return _store_bundle(api, out_dir, number, bundles[number], failures)
+
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tenant-fetch") as pool:
+        futures = [pool.submit(store, number) for number in range(len(bundles))]
         try:
-            for first in range(0, len(entries), PAGE):
-                page = entries[first : first + PAGE]
-                chunks = [page[i : i + BUNDLE] for i in range(0, len(page), BUNDLE)]
-                for chunk_shards in pool.map(store, chunks):
-                    shards.extend(chunk_shards)
-                fsync_directory(directory)
+            return _in_log_order(futures, out_dir, page_ends)
         except BaseException:
+            failures.record(-1)  # nothing queued starts a download any more
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _store_in_processes(
+    remote: _Remote,
+    out_dir: Path,
+    bundles: Sequence[Sequence[tuple[int, LogEntry]]],
+    page_ends: set[int],
+    workers: int,
+) -> list[int | None]:
+    # A forked worker starts at once with every module imported, but a fork copies the locks
+    # other threads hold: fork only when this is the one thread, else spawn (a fresh
+    # interpreter that imports what it needs, about half a second of CPU each).
+    start = "fork" if threading.active_count() == 1 else "spawn"
+    context = multiprocessing.get_context(start)
+    first_failure = context.Value("q", _NO_FAILURE)
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(remote, out_dir, first_failure),
+    )
+    try:
+        futures = [
+            pool.submit(_store_bundle_in_worker, number, bundle)
+            for number, bundle in enumerate(bundles)
+        ]
+        return _in_log_order(futures, out_dir, page_ends)
+    except BrokenProcessPool as exc:
+        broken = exc
+    finally:
+        with first_failure.get_lock():
+            first_failure.value = -1  # nothing queued starts a download any more
+        pool.shutdown(wait=True, cancel_futures=True)
+    # When one worker dies the executor kills the others at once, maybe in the middle of a
+    # write: their temporary files are this process's to remove, now that none is running.
+    # A failure to remove them must not hide the error itself (they are only litter).
+    with contextlib.suppress(OSError):
+        remove_temporaries(
+            out_dir / "envelopes",
+            {_envelope_path(out_dir, e.envelope).name for bundle in bundles for _, e in bundle},
+        )
+    raise FetchWorkerError(
+        f"a worker process of the fetch died ({broken}): the fetch is incomplete, and the "
+        "kept index and checkpoint are unchanged"
+    ) from broken
+
+
+def _in_log_order(
+    futures: Sequence[Future[list[int | None] | None]], out_dir: Path, page_ends: set[int]
+) -> list[int | None]:
+    """The shards of every bundle in log order, the directory synced after each page; the
+    first failure in log order raised."""
+    shards: list[int | None] = []
+    for number, future in enumerate(futures):
+        bundle_shards = future.result()
+        if bundle_shards is None:  # skipped: only ever after a bundle that failed, raised above
+            raise RuntimeError(f"bundle {number} was skipped while no bundle before it failed")
+        shards.extend(bundle_shards)
+        if number in page_ends:
+            fsync_directory(out_dir / "envelopes")
     return shards
 
 
-def _download(api: _Api, chunk: Sequence[tuple[int, LogEntry]]) -> list[bytes | None]:
-    """The envelopes of ``chunk`` in its order (None for one the service says is gone): in
+#: No bundle failed (any bundle number is below it).
+_NO_FAILURE: Final = 2**62
+
+
+class _Failures:
+    """The lowest number of a bundle that failed, shared by the workers of one fetch (a lock
+    and an int in this process, or a shared ``multiprocessing`` value)."""
+
+    def __init__(self, shared: Synchronized[int] | None = None) -> None:
+        self._shared = shared
+        self._lock = threading.Lock() if shared is None else shared.get_lock()
+        self._first = _NO_FAILURE
+
+    def _value(self) -> int:
+        return self._first if self._shared is None else self._shared.value
+
+    def before(self, number: int) -> bool:
+        """Whether a bundle before bundle ``number`` failed (or the fetch is stopping)."""
+        with self._lock:
+            return self._value() < number
+
+    def record(self, number: int) -> None:
+        with self._lock:
+            if number < self._value():
+                if self._shared is None:
+                    self._first = number
+                else:
+                    self._shared.value = number
+
+
+def _store_bundle(
+    api: _Api,
+    out_dir: Path,
+    number: int,
+    bundle: Sequence[tuple[int, LogEntry]],
+    failures: _Failures,
+) -> list[int | None] | None:
+    """Download, check and write the envelopes of bundle ``number``; their shards, or None
+    when a bundle before it failed first (nothing more is downloaded then)."""
+    if failures.before(number):
+        return None
+    try:
+        return _download_and_store(api, out_dir, bundle, lambda: failures.before(number))
+    except BaseException:
+        failures.record(number)
+        raise
+
+
+def _download_and_store(
+    api: _Api, out_dir: Path, bundle: Sequence[tuple[int, LogEntry]], stop: Callable[[], bool]
+) -> list[int | None] | None:
+    found = _download(api, bundle, stop)
+    if found is None:
+        return None
+    shards = []
+    for (position, entry), data in zip(bundle, found, strict=True):
+        if data is None:
+            raise _gone(entry.envelope, position)
+        if len(data) > MAX_ENVELOPE_BYTES:
+            raise _too_large(entry.envelope, position)
+        shard = _check_envelope(data, entry, position, api.tenant)
+        atomic_write(_envelope_path(out_dir, entry.envelope), data, sync_directory=False)
+        shards.append(shard)
+    return shards
+
+
+@dataclass(frozen=True, slots=True)
+class _Remote:
+    """What a worker process needs to reach the service as the fetching process does."""
+
+    server: str
+    tenant: str
+    token: str
+    retry: RetryPolicy | None
+    ca_bundle: Path | None
+
+    def client(self, connections: int) -> HttpClient:
+        return HttpClient(
+            token=self.token,
+            retry=self.retry,
+            what="server",
+            ca_bundle=self.ca_bundle,
+            connections=connections,
+        )
+
+
+class _Worker:
+    """A worker process's part of a pooled fetch: its own client, and the shared record of
+    the first failure. Set once per process by :func:`_start_worker`."""
+
+    current: ClassVar[_Worker | None] = None
+
+    def __init__(self, api: _Api, out_dir: Path, failures: _Failures) -> None:
+        self.api = api
+        self.out_dir = out_dir
+        self.failures = failures
+
+
+def _start_worker(remote: _Remote, out_dir: Path, first_failure: Synchronized[int]) -> None:
+    api = _Api(remote.server, remote.tenant, remote.client(connections=1))
+    _Worker.current = _Worker(api, out_dir, _Failures(first_failure))
+
+
+def _store_bundle_in_worker(
+    number: int, bundle: Sequence[tuple[int, LogEntry]]
+) -> list[int | None] | None:
+    worker = _Worker.current
+    if worker is None:
+        raise RuntimeError("a fetch worker process was not initialized")
+    return _store_bundle(worker.api, worker.out_dir, number, bundle, worker.failures)
+
+
+def _download(
+    api: _Api, bundle: Sequence[tuple[int, LogEntry]], stop: Callable[[], bool]
+) -> list[bytes | None] | None:
+    """The envelopes of ``bundle`` in its order (None for one the service says is gone): in
     bundles, asking again from where an answer stopped; one by one from a service without
-    the bundle route."""
-    end = chunk[-1][0] + 1
+    the bundle route. None, and no further request, once ``stop()`` is true."""
+    end = bundle[-1][0] + 1
     found: list[bytes | None] = []
-    while len(found) < len(chunk):
-        bundle = api.bundle(chunk[len(found)][0], end)
-        if bundle is None:
-            return found + [api.envelope(e.envelope, p) for p, e in chunk[len(found) :]]
-        found.extend(bundle)
+    while len(found) < len(bundle):
+        if found and stop():
+            return None
+        served = api.bundle(bundle[len(found)][0], end)
+        if served is None:
+            rest = bundle[len(found) :]
+            for position, entry in rest:
+                if stop():
+                    return None
+                found.append(api.envelope(entry.envelope, position))
+            return found
+        found.extend(served)
     return found
 
 

@@ -350,7 +350,8 @@ def _register_tenant(subparsers: Subparsers) -> None:
         description="""\
 Downloads the tenant's signed checkpoint and the new log entries, checks that they extend
 the checkpoint kept in --out and are what the new checkpoint signs, downloads the new
-envelopes (--jobs at a time) and keeps them under --out/envelopes.
+envelopes (in bundles of up to 64, --jobs requests at a time; by --jobs worker processes from
+3 bundles on) and keeps them under --out/envelopes.
 
 With --expected X, each new envelope is then verified as `verify-attested-run --envelope E
 --expected X` would, except that the run ID is the one of the envelope's log entry: one file
@@ -408,7 +409,8 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
         type=_fetch_jobs,
         default=DEFAULT_FETCH_JOBS,
         metavar="N",
-        help=f"envelopes downloaded at once, 1 to {MAX_FETCH_JOBS} (default: {DEFAULT_FETCH_JOBS})",
+        help=f"requests at once, 1 to {MAX_FETCH_JOBS} (default: {DEFAULT_FETCH_JOBS}), each for a "
+        "bundle of up to 64 envelopes; from 3 bundles on, this many worker processes make them",
     )
     fetch.add_argument(
         "--verify-workers",

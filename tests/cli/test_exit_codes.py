@@ -28,6 +28,8 @@ EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"
         (tenant_errors.TamperingError("x"), 7, 9),
         (errors.SourceUnavailableError("x"), 8, 9),
         (errors.UsageError("x"), 9, 9),
+        (tenant_errors.FetchWorkerError("x"), 9, 9),
+        (tenant_errors.VerificationWorkerError("x"), 9, 9),
         (RuntimeError("x"), 9, 9),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),

@@ -1,12 +1,14 @@
-"""`tenant fetch` in bulk: envelopes downloaded several at a time with the same result as one
-at a time, the log proven from its entries (no proof per entry), the first failure in log
-order reported whatever the timing, nothing kept after a failure."""
+"""`tenant fetch` in bulk: envelopes downloaded several at a time, by threads of the fetching
+process or by worker processes, with the same result as one at a time; the log proven from
+its entries (no proof per entry), the first failure in log order reported whatever the
+timing, nothing kept after a failure, and a worker process that dies an error."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +16,15 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from attestation.transparency.entries import LogEntry
 from runner.cli import main
+from runner.exit_codes import exit_code_for
 from runner.publish import bundles
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import Storage
 from tenant import fetch as tenant_fetch
-from tenant.errors import TamperingError, TenantUsageError
+from tenant.errors import FetchWorkerError, TamperingError, TenantUsageError
 from tenant.fetch import fetch_tenant
 from tenant.http import RetryPolicy
 
@@ -47,6 +51,9 @@ class Recorder:
         self.rewrite_entries: Callable[[list[str]], list[str]] | None = None
         #: start -> (delay, rewrite of that bundle's envelopes)
         self.rewrite_bundles: dict[int, tuple[float, Callable[[Bundle], Bundle]]] = {}
+        #: bundle requests being answered now, and the most at any one time
+        self.bundles_in_flight = 0
+        self.most_bundles_in_flight = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -56,8 +63,20 @@ class Recorder:
         if scope["method"] == "GET":
             self.paths.append(path)
         query = dict(parse_qsl(scope["query_string"].decode()))
-        if path == BUNDLE_PATH:
-            self.bundles.append((int(query["start"]), int(query["end"])))
+        if path != BUNDLE_PATH:
+            await self._respond(path, query, scope, receive, send)
+            return
+        self.bundles.append((int(query["start"]), int(query["end"])))
+        self.bundles_in_flight += 1  # one event loop answers them all: no lock needed
+        self.most_bundles_in_flight = max(self.most_bundles_in_flight, self.bundles_in_flight)
+        try:
+            await self._respond(path, query, scope, receive, send)
+        finally:
+            self.bundles_in_flight -= 1
+
+    async def _respond(
+        self, path: str, query: dict[str, str], scope: Any, receive: Any, send: Any
+    ) -> None:
         if path in self.answers:
             delay, status, body = self.answers[path]
             await asyncio.sleep(delay)
@@ -158,15 +177,47 @@ def stored(out: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
 
 
-def test_eight_at_a_time_stores_what_one_at_a_time_stores(
+class StoredHere:
+    """Counts the bundles this process downloads and stores itself (a worker process of the
+    pool is a fresh interpreter here, since the test's server thread rules out a fork: it never
+    counts)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bundles = 0
+        real = tenant_fetch._download_and_store
+
+        def counting(*args: Any) -> list[int | None] | None:
+            self.bundles += 1
+            return real(*args)
+
+        monkeypatch.setattr(tenant_fetch, "_download_and_store", counting)
+
+
+@pytest.fixture
+def stored_here(monkeypatch: pytest.MonkeyPatch) -> StoredHere:
+    return StoredHere(monkeypatch)
+
+
+def in_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fetch from here on stores its bundles in threads of this process, whatever their
+    number."""
+    monkeypatch.setattr(tenant_fetch, "POOL_MIN_BUNDLES", 10**9)
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["processes", "threads"])
+def test_eight_at_a_time_stores_what_one_at_a_time_stores(  # noqa: PLR0917 - fixtures
     recorded: tuple[Service, Recorder],
     envelope_for: Callable[..., bytes],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    stored_here: StoredHere,
+    pooled: bool,
 ) -> None:
     service, recorder = recorded
     monkeypatch.setattr(tenant_fetch, "PAGE", 7)  # pages of 7 entries: 20 envelopes = 3 pages
     monkeypatch.setattr(tenant_fetch, "BUNDLE", 3)  # at most 3 envelopes asked for at once
+    if not pooled:
+        in_threads(monkeypatch)
     synced: list[Path] = []
     monkeypatch.setattr(tenant_fetch, "fsync_directory", synced.append)
     published = publish(service, envelope_for, range(20), tmp_path / "spool")
@@ -175,6 +226,7 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(
         recorder.paths.clear()
         recorder.bundles.clear()
         synced.clear()
+        stored_here.bundles = 0
         report = fetch(service, out, jobs=jobs)
         assert report.new_envelopes == tuple(map(sha256_name, published))
         # checkpoint, 3 pages of entries, then the envelopes in bundles: no proof at all
@@ -192,6 +244,8 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(
             (17, 20),
         ]
         assert synced == [out / "envelopes"] * 3  # one directory sync per page of envelopes
+        # with 8 at a time, worker processes store the 8 bundles, or else threads of this one
+        assert stored_here.bundles == (0 if pooled and jobs == 8 else 8)
     more = publish(service, envelope_for, range(20, 30), tmp_path / "spool")
     for jobs, out in outs.items():
         recorder.paths.clear()
@@ -211,6 +265,25 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(
     assert stored(outs[1]) == stored(outs[8])
     index = json.loads((outs[8] / "index.json").read_text())
     assert index["29"] == {"digest": sha256_name(more[-1]), "runId": "run-29", "shard": None}
+
+
+def test_the_pool_makes_at_most_jobs_requests_at_once(
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stored_here: StoredHere,
+) -> None:
+    service, recorder = recorded
+    monkeypatch.setattr(tenant_fetch, "BUNDLE", 2)
+    published = publish(service, envelope_for, range(12), tmp_path / "spool")
+    for start in range(0, 12, 2):  # every answer takes a while, so that requests overlap
+        recorder.rewrite_bundles[start] = (0.3, lambda envelopes: envelopes)
+    report = fetch(service, tmp_path / "store", jobs=2)
+    assert report.new_envelopes == tuple(map(sha256_name, published))
+    assert stored_here.bundles == 0  # 6 bundles, 2 at a time: worker processes stored them
+    assert sorted(recorder.bundles) == [(start, start + 2) for start in range(0, 12, 2)]
+    assert 1 <= recorder.most_bundles_in_flight <= 2
 
 
 def test_a_bundle_cut_short_is_asked_again_from_where_it_stopped(
@@ -254,14 +327,19 @@ def test_a_service_without_the_bundle_route_is_asked_for_each_envelope(
     assert stored(one_by_one) == stored(fetch(service, tmp_path / "bulk", jobs=3).out_dir)
 
 
-def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(
+@pytest.mark.parametrize("pooled", [True, False], ids=["processes", "threads"])
+def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(  # noqa: PLR0917
     recorded: tuple[Service, Recorder],
     envelope_for: Callable[..., bytes],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    stored_here: StoredHere,
+    pooled: bool,
 ) -> None:
     service, recorder = recorded
     monkeypatch.setattr(tenant_fetch, "BUNDLE", 3)
+    if not pooled:
+        in_threads(monkeypatch)
     published = publish(service, envelope_for, range(16), tmp_path / "spool")
     # The bundle with entry 3 comes late and holds entry 4's bytes for it; entry 9 is gone
     # from its bundle at once.
@@ -272,6 +350,7 @@ def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(
         fetch(service, out, jobs=8)
     assert str(caught.value) == (f"envelope {sha256_name(published[3])} (entry 3) has other bytes")
     assert sorted(path.name for path in out.iterdir()) == ["envelopes"]  # no index, checkpoint
+    assert not list((out / "envelopes").glob(".*"))  # no temporary file either
     # with entry 3 answered, entry 9 is the first failure
     del recorder.rewrite_bundles[3]
     with pytest.raises(TamperingError) as caught:
@@ -286,6 +365,103 @@ def test_the_first_failure_in_log_order_is_reported_and_nothing_is_kept(
     report = fetch(service, out, jobs=8)
     assert report.new_envelopes == tuple(map(sha256_name, published))
     assert stored(out) == stored(fetch(service, tmp_path / "clean", jobs=8).out_dir)
+    assert (stored_here.bundles == 0) == pooled
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["processes", "threads"])
+def test_no_download_starts_after_a_bundle_failed(
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pooled: bool,
+) -> None:
+    service, recorder = recorded
+    monkeypatch.setattr(tenant_fetch, "BUNDLE", 3)
+    if not pooled:
+        in_threads(monkeypatch)
+    published = publish(service, envelope_for, range(18), tmp_path / "spool")
+    # The first bundle is rewritten at once; every other one takes a second, so the failure
+    # is known before either worker is free for a third bundle.
+    recorder.rewrite_bundles[0] = (0.0, lambda envelopes: [envelopes[0], None, envelopes[2]])
+    for start in range(3, 18, 3):
+        recorder.rewrite_bundles[start] = (1.0, lambda envelopes: envelopes)
+    with pytest.raises(TamperingError) as caught:
+        fetch(service, tmp_path / "store", jobs=2)
+    assert str(caught.value) == (
+        f"envelope {sha256_name(published[1])} of log entry 1 is gone: the signed log "
+        "includes it, so it was removed after publication"
+    )
+    # the first bundle, and at most the one the other worker had already asked for
+    assert set(recorder.bundles) <= {(0, 3), (3, 6)}
+    assert (0, 3) in recorder.bundles
+
+
+class _DiesWhenUnpickled(LogEntry):
+    """A log entry that ends the process unpickling it (a worker process that dies)."""
+
+    def __reduce_ex__(self, _protocol: Any) -> tuple[Any, tuple[int]]:
+        return os._exit, (70,)
+
+
+def _a_worker_dies_on_entry(monkeypatch: pytest.MonkeyPatch, doomed: int) -> None:
+    real = tenant_fetch._log_entry
+
+    def log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:
+        entry = real(raw, position, tenant)
+        if position != doomed:
+            return entry
+        return _DiesWhenUnpickled(entry.tenant, entry.run_id, entry.envelope)
+
+    monkeypatch.setattr(tenant_fetch, "_log_entry", log_entry)
+
+
+def test_a_worker_process_that_dies_is_an_error_never_a_fetch(
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service, _recorder = recorded
+    monkeypatch.setattr(tenant_fetch, "BUNDLE", 3)
+    published = publish(service, envelope_for, range(15), tmp_path / "spool")
+    _a_worker_dies_on_entry(monkeypatch, 10)  # in the fourth of five bundles
+    out = tmp_path / "store"
+    # What a worker killed in the middle of a write leaves (the executor kills the others
+    # when one dies), and a file of no envelope of this fetch
+    name = f"sha256-{sha256_name(published[4])[7:]}.json"
+    (out / "envelopes").mkdir(parents=True)
+    (out / "envelopes" / f".{name}.0123456789ab.tmp").write_bytes(b"half")
+    (out / "envelopes" / ".other.json.0123456789ab.tmp").write_bytes(b"not ours")
+    with pytest.raises(FetchWorkerError) as caught:
+        fetch(service, out, jobs=2)
+    assert str(caught.value).startswith("a worker process of the fetch died (")
+    assert str(caught.value).endswith(
+        "): the fetch is incomplete, and the kept index and checkpoint are unchanged"
+    )
+    assert exit_code_for(caught.value) == 9
+    assert sorted(path.name for path in out.iterdir()) == ["envelopes"]  # no index, checkpoint
+    # no temporary file of this fetch's envelopes is left, and nothing else is removed
+    assert [path.name for path in (out / "envelopes").glob(".*")] == [
+        ".other.json.0123456789ab.tmp"
+    ]
+    (out / "envelopes" / ".other.json.0123456789ab.tmp").unlink()
+    # the same through the command line: exit 9, and nothing recorded as fetched
+    token = tmp_path / "token"
+    token.write_text(service.token("acme", "tenant") + "\n")
+    argv = ["tenant", "fetch", "--server", service.url, "--token-file", str(token)]
+    argv += ["--tenant", "acme", "--out", str(out), "--jobs", "2"]
+    argv += ["--log-key", service.verifier_key.encode()]
+    assert main(argv) == 9
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: a worker process of the fetch died (")
+    assert sorted(path.name for path in out.iterdir()) == ["envelopes"]
+    # the envelopes a worker did store before are the published ones, whole
+    kept = {path.name: path.read_bytes() for path in (out / "envelopes").iterdir()}
+    by_name = {f"sha256-{sha256_name(data)[7:]}.json": data for data in published}
+    assert all(by_name[name] == data for name, data in kept.items())
 
 
 @pytest.mark.parametrize(
