@@ -481,6 +481,7 @@ def _store_in_processes(
     # other threads hold: fork only when this is the one thread, else spawn (a fresh
     # interpreter that imports what it needs, about half a second of CPU each).
     start = "fork" if threading.active_count() == 1 else "spawn"
+    log.info("tenant_fetch_workers", processes=workers, start=start, bundles=len(bundles))
     context = multiprocessing.get_context(start)
     first_failure = context.Value("q", _NO_FAILURE)
     pool = ProcessPoolExecutor(

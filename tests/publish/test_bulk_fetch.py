@@ -9,6 +9,8 @@ import asyncio
 import base64
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -395,6 +397,31 @@ def test_no_download_starts_after_a_bundle_failed(
     # the first bundle, and at most the one the other worker had already asked for
     assert set(recorder.bundles) <= {(0, 3), (3, 6)}
     assert (0, 3) in recorder.bundles
+
+
+def test_the_command_forks_its_workers_and_stores_what_one_at_a_time_stores(
+    served_process: Service, envelope_for: Callable[..., bytes], tmp_path: Path
+) -> None:
+    """`tenant fetch` as a command runs one thread, so its workers are forked: the pooled path
+    as tenants run it, against the service in a process of its own."""
+    service = served_process
+    published = publish(service, envelope_for, range(3 * tenant_fetch.BUNDLE), tmp_path / "spool")
+    token = tmp_path / "token"
+    token.write_text(service.token("acme", "tenant") + "\n")
+    out = tmp_path / "store"
+    argv = [sys.executable, "-m", "runner", "tenant", "fetch", "--server", service.url]
+    argv += ["--token-file", str(token), "--tenant", "acme", "--out", str(out), "--jobs", "2"]
+    argv += ["--log-key", service.verifier_key.encode()]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"verified log of {len(published)} entries (was 0); {len(published)} new envelope(s) "
+        f"in {out / 'envelopes'}\n"
+    )
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    workers = [event for event in events if event["event"] == "tenant_fetch_workers"]
+    assert [(e["processes"], e["start"], e["bundles"]) for e in workers] == [(2, "fork", 3)]
+    assert stored(out) == stored(fetch(service, tmp_path / "one", jobs=1).out_dir)
 
 
 class _DiesWhenUnpickled(LogEntry):
