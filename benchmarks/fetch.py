@@ -17,9 +17,14 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
   a file fsync and a directory fsync, one entry at a time;
 * ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
   entries (no proof per entry), the envelopes in bundles of up to 64 per request
-  (``GET .../log/envelopes``), ``N`` requests at a time, one fsync per envelope and one
-  directory fsync per page of 1,000;
-* ``bulk --jobs 1``: the same, one request at a time (what concurrency adds on its own).
+  (``GET .../log/envelopes``), ``N`` requests at a time by ``N`` worker processes (forked:
+  this process runs no other thread then), each checking and writing what it downloaded,
+  one fsync per envelope and one directory fsync per page of 1,000;
+* ``bulk N threads``: the same in ``N`` threads of the fetching process (what a fetch too
+  small for the processes does, and what ``--jobs N`` did before them): one interpreter, so
+  one core for the checks;
+* ``bulk --jobs 1``: one request at a time, in the fetching process (what concurrency adds
+  on its own).
 
 Then ``tenant fetch --expected`` verification (``tenant.verify_fetched.verify_fetched``) of
 ``--verify`` envelopes (each the genuine envelope the copies were made from, verified against
@@ -28,9 +33,17 @@ process (``--verify-workers 1``, what `tenant fetch --expected` did before) and 
 ``--workers`` processes (default: one per CPU), the verdicts compared.
 
 Each fetch line reports seconds, envelopes per second, HTTP requests and fsyncs per envelope
-(counted), the CPU the fetching process used (cores busy on average) and the server's, and
-the speed-up over ``sequential``. Both stores are compared byte for byte at the end. The
-server and the fetcher share this machine's cores.
+(counted, in the worker processes too), the CPU the fetching process and its worker processes
+used (cores busy on average), the server's, the rest of the machine's busy CPU ("others":
+other people's jobs take CPU from the measurement, and a loaded machine lowers the ratios),
+and the speed-up over ``sequential``. All stores are compared byte for byte at the
+end. The server and the fetcher share this machine's cores.
+
+Each envelope is a new file, and on an ext4 without a journal creating one costs far more
+kernel CPU (up to about 1 ms instead of 20 us) while its directory's block groups hold many
+inodes deleted in the last minutes, as after this benchmark's own clean-up (some 40,000
+files) or other test suites': runs started right after one another measure that as much as
+the fetch.
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ import argparse
 import base64
 import json
 import logging
+import multiprocessing
 import os
 import resource
 import socket
@@ -216,24 +230,44 @@ def sequential_fetch(server: str, token: str, out_dir: Path, key: VerifierKey) -
 # -- measuring ---------------------------------------------------------------------------
 
 
-@dataclass
 class Counts:
-    requests: int = 0
-    fsyncs: int = 0
+    """Counters in shared memory: a worker process forked by the fetch inherits the counting
+    ``os.fsync`` and ``HttpClient.get`` below and adds to the same numbers."""
+
+    def __init__(self) -> None:
+        self._requests = multiprocessing.Value("q", 0)
+        self._fsyncs = multiprocessing.Value("q", 0)
+
+    @property
+    def requests(self) -> int:
+        return int(self._requests.value)
+
+    @property
+    def fsyncs(self) -> int:
+        return int(self._fsyncs.value)
+
+    def add_request(self) -> None:
+        with self._requests.get_lock():
+            self._requests.value += 1
+
+    def add_fsync(self) -> None:
+        with self._fsyncs.get_lock():
+            self._fsyncs.value += 1
 
 
 @contextmanager
 def counted() -> Iterator[Counts]:
-    """Count the HTTP requests and fsyncs of the fetching process while the block runs."""
+    """Count the HTTP requests and fsyncs of the fetching process (and of the worker
+    processes it forks) while the block runs."""
     counts = Counts()
     real_fsync, real_get = os.fsync, HttpClient.get
 
     def fsync(fd: Any) -> None:  # noqa: ANN401 - os.fsync takes a descriptor or a file
-        counts.fsyncs += 1
+        counts.add_fsync()
         real_fsync(fd)
 
     def get(self: HttpClient, *args: Any, **kwargs: Any) -> Answer:  # noqa: ANN401
-        counts.requests += 1
+        counts.add_request()
         return real_get(self, *args, **kwargs)
 
     os.fsync = fsync
@@ -253,6 +287,15 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the machine's CPUs were busy so far (``/proc/stat``: all but idle and I/O
+    wait, time the hypervisor took included), to show what other jobs took from the
+    measurement."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds_children() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -265,17 +308,23 @@ class Measure:
     fsyncs: int
     cpu: float
     server_cpu: float
+    machine_cpu: float
 
 
 def measure(fetch: Callable[[Path], object], out: Path, server_pid: int) -> Measure:
+    """One fetch into ``out``; its CPU is this process's and that of the worker processes it
+    started and ended (the server, a child still running, is counted apart)."""
     out.mkdir()
     with counted() as counts:
-        cpu, server_cpu = cpu_seconds(), cpu_seconds(server_pid)
+        cpu, server_cpu = cpu_seconds() + cpu_seconds_children(), cpu_seconds(server_pid)
+        machine_cpu = machine_busy_seconds()
         began = time.perf_counter()
         fetch(out)
         seconds = time.perf_counter() - began
-        cpu, server_cpu = cpu_seconds() - cpu, cpu_seconds(server_pid) - server_cpu
-    return Measure(seconds, counts.requests, counts.fsyncs, cpu, server_cpu)
+        cpu = cpu_seconds() + cpu_seconds_children() - cpu
+        server_cpu = cpu_seconds(server_pid) - server_cpu
+        machine_cpu = machine_busy_seconds() - machine_cpu
+    return Measure(seconds, counts.requests, counts.fsyncs, cpu, server_cpu, machine_cpu)
 
 
 def store_of(out: Path) -> dict[str, bytes]:
@@ -322,14 +371,29 @@ def main() -> None:
                 requests.get(f"{url}/v1/log/public-key", timeout=10).text.strip()
             )
 
-            def bulk(jobs: int) -> Callable[[Path], object]:
-                return lambda out: tenant_fetch.fetch_tenant(
-                    server=url, token=reader, tenant=TENANT, out_dir=out, log_key=key, jobs=jobs
-                )
+            def bulk(jobs: int, *, threads: bool = False) -> Callable[[Path], object]:
+                def fetch(out: Path) -> object:
+                    pool_from = tenant_fetch.POOL_MIN_BUNDLES
+                    if threads:  # as if every fetch were too small for worker processes
+                        tenant_fetch.POOL_MIN_BUNDLES = sys.maxsize  # type: ignore[misc]
+                    try:
+                        return tenant_fetch.fetch_tenant(
+                            server=url,
+                            token=reader,
+                            tenant=TENANT,
+                            out_dir=out,
+                            log_key=key,
+                            jobs=jobs,
+                        )
+                    finally:
+                        tenant_fetch.POOL_MIN_BUNDLES = pool_from  # type: ignore[misc]
+
+                return fetch
 
             variants: dict[str, Callable[[Path], object]] = {
                 "sequential": lambda out: sequential_fetch(url, reader, out, key),
                 f"bulk --jobs {args.jobs}": bulk(args.jobs),
+                f"bulk {args.jobs} threads": bulk(args.jobs, threads=True),
                 "bulk --jobs 1": bulk(1),
             }
             best: dict[str, Measure] = {}
@@ -348,14 +412,15 @@ def main() -> None:
     count = args.envelopes
     print(
         f"{'':<16} {'seconds':>8} {'env/s':>7} {'req/env':>8} {'fsync/env':>9} "
-        f"{'cores':>6} {'server':>7} {'speed-up':>9}"
+        f"{'cores':>6} {'server':>7} {'others':>7} {'speed-up':>9}"
     )
     for name, result in best.items():
+        others = max(0.0, result.machine_cpu - result.cpu - result.server_cpu)
         print(
             f"{name:<16} {result.seconds:8.2f} {count / result.seconds:7.0f} "
             f"{result.requests / count:8.3f} {result.fsyncs / count:9.3f} "
             f"{result.cpu / result.seconds:6.2f} {result.server_cpu / result.seconds:7.2f} "
-            f"{floor / result.seconds:8.2f}x"
+            f"{others / result.seconds:7.2f} {floor / result.seconds:8.2f}x"
         )
     same = all(store == stores["sequential"] for store in stores.values())
     print(f"stores identical: {same}; load now {os.getloadavg()[0]:.2f}")

@@ -82,8 +82,8 @@ BUNDLE: Final = 64
 DEFAULT_JOBS: Final = 8
 MAX_JOBS: Final = 64
 #: From this many bundles on (and ``jobs`` above 1), the bundles are stored by ``jobs``
-#: worker processes instead of threads: a process costs about 40 ms to start and build its
-#: client when forked (half a second when spawned), two bundles' worth of checking.
+#: worker processes instead of threads: a process costs about 35 ms of CPU to start and
+#: build its client when forked (half a second when spawned), two bundles' worth of checking.
 POOL_MIN_BUNDLES: Final = 3
 #: A checkpoint or a proof; a page of PAGE entries; an envelope (the one contracts limit).
 SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
