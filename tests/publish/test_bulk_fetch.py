@@ -483,7 +483,7 @@ def test_a_worker_process_that_dies_is_an_error_never_a_fetch(
     assert main(argv) == 9
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("error: a worker process of the fetch died (")
+    assert captured.err.splitlines()[-1].startswith("error: a worker process of the fetch died (")
     assert sorted(path.name for path in out.iterdir()) == ["envelopes"]
     # the envelopes a worker did store before are the published ones, whole
     kept = {path.name: path.read_bytes() for path in (out / "envelopes").iterdir()}
