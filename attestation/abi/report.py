@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Final, Literal
 
 from attestation.abi.product import ProductLine, SignerKind
@@ -578,6 +578,13 @@ _UNPACK_ORDER: Final = (  # noqa: SIM905 - one string reads as the unpack below
 if tuple(_UNPACK_ORDER) != tuple(spec.name for spec in LAYOUT):  # pragma: no cover
     raise AssertionError("parse_report's unpack order differs from LAYOUT")
 _ZERO: Final = {spec.name: bytes(spec.size) for spec in LAYOUT}
+#: The reserved ranges in :data:`LAYOUT` order, which is the unpack's order too.
+_RESERVED_FIELDS: Final = tuple(spec.name for spec in LAYOUT if spec.reserved)
+_RESERVED_ZERO: Final = tuple(_ZERO[name] for name in _RESERVED_FIELDS)
+#: The slot setters of :class:`AttestationReport`, in field order (see :func:`_parsed_report`).
+_SLOT_SETTERS: Final = tuple(
+    getattr(AttestationReport, field.name).__set__ for field in fields(AttestationReport)
+)
 
 
 # Pure functions of a u64 returning immutable values; a fleet's reports carry a few distinct
@@ -665,22 +672,25 @@ def parse_report(data: bytes) -> AttestationReport:
     signing_key = flags >> 2 & 0b111
     if signing_key not in (SIGNING_KEY_VCEK, SIGNING_KEY_VLEK, SIGNING_KEY_NONE):
         raise _mbz_error(FIELDS["flags"], _field_bytes(data, "flags"), "SIGNING_KEY reserved value")
-    for name, value in (
-        ("reserved_04c", reserved_04c),
-        ("reserved_18b", reserved_18b),
-        ("reserved_1eb", reserved_1eb),
-        ("reserved_1ef", reserved_1ef),
-        ("reserved_208", reserved_208),
-        ("signature_reserved", signature_reserved),
-    ):
-        if value != _ZERO[name]:
-            raise _mbz_error(FIELDS[name], value)
+    reserved = (
+        reserved_04c,
+        reserved_18b,
+        reserved_1eb,
+        reserved_1ef,
+        reserved_208,
+        signature_reserved,
+    )
+    if reserved != _RESERVED_ZERO:
+        for name, value in zip(_RESERVED_FIELDS, reserved, strict=True):
+            if value != _ZERO[name]:
+                raise _mbz_error(FIELDS[name], value)
     cpuid: tuple[int | None, int | None, int | None]
     if version < 3:
         for name, byte in zip(_CPUID_FIELDS, (cpuid_fam_id, cpuid_mod_id, cpuid_step), strict=True):
             _require_zero(name, byte, data, "reserved in version 2, not zero")
         cpuid = (None, None, None)
     else:
+        product_line_from_cpuid(cpuid_fam_id, cpuid_mod_id)
         cpuid = (cpuid_fam_id, cpuid_mod_id, cpuid_step)
     vectors: tuple[int | None, int | None]
     if version < 5:
@@ -691,7 +701,7 @@ def parse_report(data: bytes) -> AttestationReport:
         vectors = (None, None)
     else:
         vectors = (launch_mit_vector, current_mit_vector)
-    return AttestationReport(
+    return _parsed_report(
         version,
         guest_svn,
         _guest_policy(policy),
@@ -726,6 +736,21 @@ def parse_report(data: bytes) -> AttestationReport:
         signature_r,
         signature_s,
     )
+
+
+def _parsed_report(*values: object) -> AttestationReport:
+    """An :class:`AttestationReport` of the fields :func:`parse_report` unpacked and checked.
+
+    ``__post_init__`` is not run: everything it checks is already true of these values. The
+    fixed-width ``struct`` codes give every byte string its exact size and every integer its
+    range; :func:`parse_report` checked the version, the signature algorithm, SIGNING_KEY, the
+    CPUID product and which version-dependent fields are present. Setting the slots directly
+    saves the frozen ``__init__``'s 38 ``object.__setattr__`` calls on the verifier's hot path.
+    """
+    report = object.__new__(AttestationReport)
+    for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
+        set_slot(report, value)
+    return report
 
 
 def serialize_report(report: AttestationReport) -> bytes:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Annotated, Final
 
 from pydantic import (
@@ -239,12 +240,7 @@ def _provisional(report: AttestationReport, policy: Policy, product: ProductLine
     current_fw = (report.current_major, report.current_minor, report.current_build)
     committed_fw = (report.committed_major, report.committed_minor, report.committed_build)
     if report.committed_tcb == report.current_tcb and committed_fw == current_fw:
-        return Check.passed(
-            name,
-            _PLATFORM,
-            f"COMMITTED_TCB == CURRENT_TCB ({report.current_tcb:#018x}), "
-            f"firmware {_firmware(*current_fw)}",
-        )
+        return _committed_is_current(report.current_tcb, current_fw)
     current = report.tcb("current", product)
     committed = report.tcb("committed", product)
     describe = (
@@ -256,6 +252,15 @@ def _provisional(report: AttestationReport, policy: Policy, product: ProductLine
     if current.dominates(committed) and current_fw >= committed_fw:
         return Check.passed(name, _PLATFORM, f"provisional firmware allowed: {describe}")
     return Check.failed(name, _PLATFORM, f"committed is newer than current: {describe}")
+
+
+@functools.lru_cache(maxsize=256)
+def _committed_is_current(tcb: int, firmware: tuple[int, int, int]) -> Check:
+    return Check.passed(
+        "policy.provisional-firmware",
+        _PLATFORM,
+        f"COMMITTED_TCB == CURRENT_TCB ({tcb:#018x}), firmware {_firmware(*firmware)}",
+    )
 
 
 def _minimum_tcb(report: AttestationReport, policy: Policy, product: ProductLine) -> Check:
@@ -338,14 +343,19 @@ _NOT_CHECKED: Final = tuple(
 )
 
 
-def _workload_identity(report: AttestationReport, policy: Policy) -> list[Check]:
-    values = (report.measurement, report.host_data, report.id_key_digest, report.author_key_digest)
+_NOTHING_PINNED: Final = (None, None, None, None)
+
+
+def _workload_identity(report: AttestationReport, policy: Policy) -> Sequence[Check]:
     allowed_sets = (
         policy.measurements,
         policy.host_data,
         policy.id_key_digests,
         policy.author_key_digests,
     )
+    if allowed_sets == _NOTHING_PINNED:
+        return _NOT_CHECKED
+    values = (report.measurement, report.host_data, report.id_key_digest, report.author_key_digest)
     checks = []
     for (name, field, key), not_checked, value, allowed in zip(
         _WORKLOAD_ROWS, _NOT_CHECKED, values, allowed_sets, strict=True

@@ -271,7 +271,7 @@ class Verifier:
         out.product_line = report_product or cert.product_line
         out.checks.extend(endorsement_checks(report, cert, report_product))
         signer = report.signer_kind
-        product_ok = all(c.ok for c in out.checks if c.name == "endorsement.product-line")
+        product_ok = _product_line(report_product, cert.product_line).ok
         if out.product_line is None or signer is None or not product_ok:
             # TCB layouts differ between product lines: policy on a contradictory report
             # would read the wrong bytes.
@@ -436,26 +436,36 @@ def _tcb(reported_tcb: int, product: ProductLine, spls: tuple[tuple[str, int], .
 
 
 def _chip_id(report: AttestationReport, cert: Endorsement, product: ProductLine) -> Check:
+    return _chip_id_check(
+        report.chip_id, report.chip_id_masked, cert.signer_kind, cert.hwid, product
+    )
+
+
+# A pure function of one chip's values, remembered like the chain of that chip (a Verifier
+# sees the same few chips again and again).
+@functools.lru_cache(maxsize=256)
+def _chip_id_check(
+    chip: bytes, masked: bool, signer_kind: SignerKind, hwid: bytes | None, product: ProductLine
+) -> Check:
     name = "endorsement.chip-id"
-    chip = report.chip_id
-    if cert.signer_kind is SignerKind.VLEK:
-        if cert.hwid is not None:
+    if signer_kind is SignerKind.VLEK:
+        if hwid is not None:
             return Check.failed(name, _MISMATCH, "a VLEK must not carry a hwID")
         return Check.passed(name, _MISMATCH, "VLEK: no hwID, CHIP_ID is not bound (by design)")
-    if cert.hwid is None:
+    if hwid is None:
         return Check.failed(name, _MISMATCH, "the VCEK has no hwID")
-    if report.chip_id_masked:
+    if masked:
         return Check.failed(
             name, _MISMATCH, "CHIP_ID is masked (all zero) and cannot be bound to the VCEK hwID"
         )
     if product.uses_turin_tcb_layout:
         ok = (
-            len(cert.hwid) == _TURIN_HWID_LENGTH
-            and chip[:_TURIN_HWID_LENGTH] == cert.hwid
+            len(hwid) == _TURIN_HWID_LENGTH
+            and chip[:_TURIN_HWID_LENGTH] == hwid
             and not any(chip[_TURIN_HWID_LENGTH:])
         )
     else:
-        ok = cert.hwid == chip
+        ok = hwid == chip
     if ok:
-        return Check.passed(name, _MISMATCH, f"hwID {cert.hwid.hex()} matches CHIP_ID")
-    return Check.failed(name, _MISMATCH, f"hwID {cert.hwid.hex()} != CHIP_ID {chip.hex()}")
+        return Check.passed(name, _MISMATCH, f"hwID {hwid.hex()} matches CHIP_ID")
+    return Check.failed(name, _MISMATCH, f"hwID {hwid.hex()} != CHIP_ID {chip.hex()}")

@@ -267,6 +267,7 @@ def test_any_blob_either_is_malformed_or_round_trips(blob: bytes) -> None:
     except MalformedError:
         return
     assert serialize_report(report) == blob
+    assert dataclasses.replace(report) == report
 
 
 @given(
@@ -283,6 +284,14 @@ def test_mutated_real_reports_are_malformed_or_round_trip(
     except MalformedError:
         return
     assert serialize_report(report) == blob
+    # parse_report sets the slots without __post_init__: the constructor's checks agree.
+    assert dataclasses.replace(report) == report
+
+
+def test_a_parsed_report_is_frozen() -> None:
+    report = parse_report(real("azure-milan-v3-report.bin"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.vmpl = 3  # type: ignore[misc]
 
 
 def bytes_of(size: int) -> st.SearchStrategy[bytes]:
