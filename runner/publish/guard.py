@@ -15,6 +15,9 @@ the descriptor limit asyncio logs a traceback for every failed ``accept()``.
 * **head size**: a request head over :data:`MAX_HEAD_BYTES` closes the connection;
 * **body deadline**: armed when the head is complete, disarmed when the body is; a body not
   received by then closes the connection (a 1 byte/s drip included);
+* **one write per response**: each request's response goes through :class:`CombinedWrites`
+  (:mod:`runner.publish.writes`), so its status line, headers and body leave in one
+  ``send()``;
 * **connection cap**: over the cap, the connection idle the longest (no request head yet, or
   waiting between requests) is closed to make room; when every connection is in the middle
   of a request, the newcomer is closed. The cap stays below the process's descriptor limit
@@ -43,6 +46,8 @@ from typing import Any, Final
 
 import structlog
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from runner.publish.writes import CombinedWrites
 
 log = structlog.get_logger("attested-replay.serve")
 
@@ -155,7 +160,11 @@ def guarded_protocol(limits: ConnectionLimits, cap: int) -> type[HttpToolsProtoc
             self._head_bytes = -1  # counting stops until the next request begins
             self._set_idle(idle=False)
             self._arm(limits.body_timeout)
+            previous = self.cycle
             super().on_headers_complete()
+            if self.cycle is not previous:  # a new request's cycle (not an upgrade)
+                # Its task has not run yet: every write of its response goes through this.
+                self.cycle.transport = CombinedWrites(self.transport, self.loop)
 
         def on_message_complete(self) -> None:
             self._disarm()

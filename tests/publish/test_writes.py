@@ -1,0 +1,172 @@
+"""One ``send()`` per response (:class:`runner.publish.writes.CombinedWrites`): the held
+first write, in isolation and through a real ``serve`` process (pipelined requests, an
+interim ``100 Continue``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import socket
+from pathlib import Path
+
+from attestation.transparency.checkpoint import VerifierKey
+from runner.publish.storage import Role, SqliteStorage
+from runner.publish.tokens import create_token
+from runner.publish.writes import CombinedWrites
+from tests.publish.conftest import make_envelope, serve_process
+
+
+class RecordingTransport(asyncio.Transport):
+    """What reached the socket, one item per ``write``; ``closed`` once closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[bytes | str] = []
+        self.closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.events.append(bytes(data))
+
+    def close(self) -> None:
+        self.closing = True
+        self.events.append("close")
+
+    def abort(self) -> None:
+        self.closing = True
+        self.events.append("abort")
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return 7
+
+
+def _turns(loop: asyncio.AbstractEventLoop, count: int = 2) -> None:
+    for _ in range(count):
+        loop.run_until_complete(asyncio.sleep(0))
+
+
+def test_the_head_and_the_first_body_bytes_leave_in_one_write() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        real = RecordingTransport()
+        combined = CombinedWrites(real, loop)
+        combined.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n")
+        assert real.events == []
+        assert combined.get_write_buffer_size() == 7 + 43
+        combined.write(b"{}")
+        assert real.events == [b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}"]
+        combined.write(b"more")
+        combined.write(b"and more")
+        assert real.events[1:] == [b"more", b"and more"]
+        _turns(loop)
+        assert len(real.events) == 3  # the next turn's flush found nothing held
+    finally:
+        loop.close()
+
+
+def test_a_lone_first_write_leaves_on_the_next_turn() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        real = RecordingTransport()
+        combined = CombinedWrites(real, loop)
+        combined.write(memoryview(b"HTTP/1.1 100 Continue\r\n\r\n"))
+        assert real.events == []
+        _turns(loop)
+        assert real.events == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+        combined.write(b"HTTP/1.1 201 Created\r\n\r\n")
+        assert real.events[1:] == [b"HTTP/1.1 201 Created\r\n\r\n"]
+    finally:
+        loop.close()
+
+
+def test_closing_sends_what_is_held_first_and_abort_discards_it() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        real = RecordingTransport()
+        combined = CombinedWrites(real, loop)
+        combined.write(b"head")
+        combined.close()
+        assert real.events == [b"head", "close"]
+        _turns(loop)
+        assert real.events == [b"head", "close"]
+
+        aborted = RecordingTransport()
+        combined = CombinedWrites(aborted, loop)
+        combined.write(b"head")
+        combined.abort()
+        _turns(loop)
+        assert aborted.events == ["abort"]
+    finally:
+        loop.close()
+
+
+def test_a_held_write_is_dropped_once_the_connection_is_closing() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        real = RecordingTransport()
+        combined = CombinedWrites(real, loop)
+        combined.write(b"head")
+        real.close()  # e.g. the guard's deadline closed the connection itself
+        _turns(loop)
+        assert real.events == ["close"]
+    finally:
+        loop.close()
+
+
+def _read_response(sock: socket.socket, buffered: bytes) -> tuple[int, bytes, bytes]:
+    """(status, body, bytes after it) of the next response on ``sock``."""
+    data = buffered
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed mid-head: {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed mid-body"
+        rest += chunk
+    return status, rest[:length], rest[length:]
+
+
+def test_pipelined_requests_and_an_interim_100_continue_through_serve(tmp_path: Path) -> None:
+    database = tmp_path / "publish.sqlite3"
+    storage = SqliteStorage(database)
+    storage.initialize()
+    token = create_token(storage, "acme", Role.OPERATOR)
+    storage.close()
+    with serve_process(str(database), tmp_path / "state") as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET /v1/log/public-key HTTP/1.1\r\nhost: x\r\n\r\n" * 2)
+            first, body, rest = _read_response(sock, b"")
+            second, again, rest = _read_response(sock, rest)
+            assert (first, second, rest) == (200, 200, b"")
+            assert body == again
+            assert VerifierKey.parse(body.decode().strip()).encode() == body.decode().strip()
+
+            data = make_envelope("acme", "run-1", 1)
+            digest = hashlib.sha256(data).digest()
+            sock.sendall(
+                (
+                    f"PUT /v1/tenants/acme/envelopes/sha256:{digest.hex()} HTTP/1.1\r\n"
+                    "host: x\r\n"
+                    f"authorization: Bearer {token}\r\n"
+                    f"content-digest: sha-256=:{base64.b64encode(digest).decode()}:\r\n"
+                    f"content-length: {len(data)}\r\n"
+                    "expect: 100-continue\r\n\r\n"
+                ).encode()
+            )
+            interim, nothing, rest = _read_response(sock, b"")
+            assert (interim, nothing, rest) == (100, b"", b"")
+            sock.sendall(data)
+            status, receipt, rest = _read_response(sock, b"")
+            assert (status, rest) == (201, b"")
+            assert json.loads(receipt)["logIndex"] == 0
