@@ -29,6 +29,7 @@ from attestation.contracts import (
 )
 from attestation.encoding.json_document import (
     json_item_bound,
+    json_items_over,
     parse_strict_json,
     validate_document,
 )
@@ -110,8 +111,8 @@ def parse_any_envelope(data: bytes) -> AnyEnvelope:
         raise MalformedError(
             f"envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
         )
-    items = json_item_bound(data)
-    if items > MAX_ENVELOPE_JSON_ITEMS:
+    items = json_items_over(data, MAX_ENVELOPE_JSON_ITEMS)
+    if items is not None:
         raise MalformedError(
             f"envelope holds up to {items} JSON values, over the limit of "
             f"{MAX_ENVELOPE_JSON_ITEMS} (refused before parsing)"

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attestation.contracts import MAX_EXPECTED_BYTES, MAX_POLICY_BYTES
-from attestation.encoding.json_document import parse_strict_json
+from attestation.encoding.json_document import (
+    json_item_bound,
+    json_items_over,
+    parse_strict_json,
+)
 from attestation.envelope.expected import load_expected
 from attestation.errors import MalformedError
 from attestation.verify.policy import load_policy
@@ -105,3 +111,20 @@ def test_every_document_reports_problems_the_same_way(
         with pytest.raises(MalformedError) as raised:
             load(document)
         assert str(raised.value).startswith(message), (document[:40], str(raised.value))
+
+
+@given(
+    data=st.binary(max_size=64) | st.text(alphabet=",[{}]1 ", max_size=64).map(str.encode),
+    limit=st.integers(0, 70),
+)
+def test_items_over_a_limit_agrees_with_the_bound_whatever_it_skips(
+    data: bytes, limit: int
+) -> None:
+    bound = json_item_bound(data)
+    assert json_items_over(data, limit) == (bound if bound > limit else None)
+
+
+def test_a_document_shorter_than_the_limit_can_still_reach_it_exactly() -> None:
+    assert json_item_bound(b",,,") == 4
+    assert json_items_over(b",,,", 4) is None
+    assert json_items_over(b",,,", 3) == 4
