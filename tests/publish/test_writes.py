@@ -9,7 +9,10 @@ import base64
 import hashlib
 import json
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from attestation.transparency.checkpoint import VerifierKey
 from runner.publish.storage import Role, SqliteStorage
@@ -44,77 +47,74 @@ class RecordingTransport(asyncio.Transport):
         return 7
 
 
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    made = asyncio.new_event_loop()
+    yield made
+    made.close()
+
+
 def _turns(loop: asyncio.AbstractEventLoop, count: int = 2) -> None:
     for _ in range(count):
         loop.run_until_complete(asyncio.sleep(0))
 
 
-def test_the_head_and_the_first_body_bytes_leave_in_one_write() -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        real = RecordingTransport()
-        combined = CombinedWrites(real, loop)
-        combined.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n")
-        assert real.events == []
-        assert combined.get_write_buffer_size() == 7 + 43
-        combined.write(b"{}")
-        assert real.events == [b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}"]
-        combined.write(b"more")
-        combined.write(b"and more")
-        assert real.events[1:] == [b"more", b"and more"]
-        _turns(loop)
-        assert len(real.events) == 3  # the next turn's flush found nothing held
-    finally:
-        loop.close()
+def test_the_head_and_the_first_body_bytes_leave_in_one_write(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    real = RecordingTransport()
+    combined = CombinedWrites(real, loop)
+    combined.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n")
+    assert real.events == []
+    assert combined.get_write_buffer_size() == 7 + 43
+    combined.write(b"{}")
+    assert real.events == [b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}"]
+    combined.write(b"more")
+    combined.write(b"and more")
+    assert real.events[1:] == [b"more", b"and more"]
+    _turns(loop)
+    assert len(real.events) == 3  # the next turn's flush found nothing held
 
 
-def test_a_lone_first_write_leaves_on_the_next_turn() -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        real = RecordingTransport()
-        combined = CombinedWrites(real, loop)
-        combined.write(memoryview(b"HTTP/1.1 100 Continue\r\n\r\n"))
-        assert real.events == []
-        _turns(loop)
-        assert real.events == [b"HTTP/1.1 100 Continue\r\n\r\n"]
-        combined.write(b"HTTP/1.1 201 Created\r\n\r\n")
-        assert real.events[1:] == [b"HTTP/1.1 201 Created\r\n\r\n"]
-    finally:
-        loop.close()
+def test_a_lone_first_write_leaves_on_the_next_turn(loop: asyncio.AbstractEventLoop) -> None:
+    real = RecordingTransport()
+    combined = CombinedWrites(real, loop)
+    combined.write(memoryview(b"HTTP/1.1 100 Continue\r\n\r\n"))
+    assert real.events == []
+    _turns(loop)
+    assert real.events == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    combined.write(b"HTTP/1.1 201 Created\r\n\r\n")
+    assert real.events[1:] == [b"HTTP/1.1 201 Created\r\n\r\n"]
 
 
-def test_closing_sends_what_is_held_first_and_abort_discards_it() -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        real = RecordingTransport()
-        combined = CombinedWrites(real, loop)
-        combined.write(b"head")
-        combined.close()
-        assert real.events == [b"head", "close"]
-        _turns(loop)
-        assert real.events == [b"head", "close"]
+def test_closing_sends_what_is_held_first_and_abort_discards_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    real = RecordingTransport()
+    combined = CombinedWrites(real, loop)
+    combined.write(b"head")
+    combined.close()
+    assert real.events == [b"head", "close"]
+    _turns(loop)
+    assert real.events == [b"head", "close"]
 
-        aborted = RecordingTransport()
-        combined = CombinedWrites(aborted, loop)
-        combined.write(b"head")
-        combined.abort()
-        _turns(loop)
-        assert aborted.events == ["abort"]
-    finally:
-        loop.close()
+    aborted = RecordingTransport()
+    combined = CombinedWrites(aborted, loop)
+    combined.write(b"head")
+    combined.abort()
+    _turns(loop)
+    assert aborted.events == ["abort"]
 
 
-def test_a_held_write_is_dropped_once_the_connection_is_closing() -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        real = RecordingTransport()
-        combined = CombinedWrites(real, loop)
-        combined.write(b"head")
-        real.close()  # e.g. the guard's deadline closed the connection itself
-        _turns(loop)
-        assert real.events == ["close"]
-    finally:
-        loop.close()
+def test_a_held_write_is_dropped_once_the_connection_is_closing(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    real = RecordingTransport()
+    combined = CombinedWrites(real, loop)
+    combined.write(b"head")
+    real.close()  # e.g. the guard's deadline closed the connection itself
+    _turns(loop)
+    assert real.events == ["close"]
 
 
 def _read_response(sock: socket.socket, buffered: bytes) -> tuple[int, bytes, bytes]:
