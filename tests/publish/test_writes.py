@@ -9,15 +9,16 @@ import base64
 import hashlib
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from attestation.transparency.checkpoint import VerifierKey
+from runner.publish.client import publish_envelope
 from runner.publish.storage import Role, SqliteStorage
 from runner.publish.tokens import create_token
-from runner.publish.writes import CombinedWrites
+from runner.publish.writes import COPY_BELOW, CombinedWrites
 from tests.publish.conftest import make_envelope, serve_process
 
 
@@ -74,6 +75,25 @@ def test_the_head_and_the_first_body_bytes_leave_in_one_write(
     assert real.events[1:] == [b"more", b"and more"]
     _turns(loop)
     assert len(real.events) == 3  # the next turn's flush found nothing held
+
+
+def test_a_large_body_goes_out_beside_the_head_without_a_copy(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    lines: list[tuple[bytes, ...]] = []
+
+    class WritevTransport(RecordingTransport):
+        def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+            lines.append(tuple(bytes(data) for data in list_of_data))
+
+    real = WritevTransport()
+    combined = CombinedWrites(real, loop)
+    body = bytes(COPY_BELOW)
+    combined.write(b"head")
+    combined.write(body)
+    assert (real.events, lines) == ([], [(b"head", body)])
+    combined.write(b"tail")
+    assert real.events == [b"tail"]
 
 
 def test_a_lone_first_write_leaves_on_the_next_turn(loop: asyncio.AbstractEventLoop) -> None:
@@ -170,3 +190,41 @@ def test_pipelined_requests_and_an_interim_100_continue_through_serve(tmp_path: 
             status, receipt, rest = _read_response(sock, b"")
             assert (status, rest) == (201, b"")
             assert json.loads(receipt)["logIndex"] == 0
+
+
+def test_an_answer_larger_than_the_copy_bound_arrives_whole_through_serve(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "publish.sqlite3"
+    storage = SqliteStorage(database)
+    storage.initialize()
+    operator = create_token(storage, "acme", Role.OPERATOR)
+    reader = create_token(storage, "acme", Role.TENANT)
+    storage.close()
+    published: list[bytes] = []
+    with serve_process(str(database), tmp_path / "state") as server:
+        while sum(map(len, published)) < 2 * COPY_BELOW:
+            run_id = f"run-{len(published)}"
+            data = make_envelope("acme", run_id, len(published))
+            publish_envelope(
+                server.url,
+                data,
+                tenant="acme",
+                run_id=run_id,
+                token=operator,
+                spool_dir=tmp_path / "spool",
+            )
+            published.append(data)
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(
+                (
+                    f"GET /v1/tenants/acme/log/envelopes?start=0&end={len(published)} HTTP/1.1\r\n"
+                    f"host: x\r\nauthorization: Bearer {reader}\r\n\r\n"
+                ).encode()
+            )
+            status, body, rest = _read_response(sock, b"")
+    assert (status, rest) == (200, b"")
+    assert len(body) > COPY_BELOW
+    answer = json.loads(body)
+    assert [base64.b64decode(item) for item in answer["envelopes"]] == published
