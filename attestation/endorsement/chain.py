@@ -427,7 +427,7 @@ def _check_crl(
 
 
 def _leaf_signed_by(endorsement: Endorsement, issuer_key: PublicKeyTypes) -> bool:
-    """:func:`_signed_by` of the endorsement under ``issuer_key`` (the candidate issuer's).
+    """:func:`_signed_with` of the endorsement under ``issuer_key`` (the candidate issuer's).
     A leaf whose signature fields leaf_der read and whose signatureAlgorithm is exactly one
     of AMD's encodings is verified with those parameters (the ones ``cryptography`` would
     decode from the same bytes) over the TBS bytes leaf_der sliced out."""
@@ -437,7 +437,7 @@ def _leaf_signed_by(endorsement: Endorsement, issuer_key: PublicKeyTypes) -> boo
         or signed.algorithm not in _AMD_PSS_IDENTIFIERS
         or signed.signature[:1] != b"\0"
     ):
-        return _signed_by(endorsement.certificate, None, endorsement.der, issuer_key=issuer_key)
+        return _signed_with(endorsement.certificate, issuer_key, endorsement.der)
     if not _is_amd_rsa_key(issuer_key):
         return False
     try:
@@ -451,25 +451,23 @@ def _is_amd_rsa_key(key: PublicKeyTypes) -> TypeGuard[rsa.RSAPublicKey]:
     return isinstance(key, rsa.RSAPublicKey) and key.key_size == AMD_RSA_KEY_BITS
 
 
-def _signed_by(
-    child: x509.Certificate,
-    issuer: x509.Certificate | None,
-    child_der: bytes | None = None,
-    *,
-    issuer_key: PublicKeyTypes | None = None,
-) -> bool:
+def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
     """Whether ``issuer`` (an RSA-4096 key) signed ``child``, whose issuer name the caller
-    matched to ``issuer``'s subject: the signature verifies with the issuer's key under the
-    parameters ``child`` declares (:func:`require_amd_signature_algorithm` then requires
-    AMD's). One RSA verification, without ``verify_directly_issued_by``'s extra work.
+    matched to ``issuer``'s subject (:func:`_signed_with`)."""
+    return _signed_with(child, issuer.public_key())
+
+
+def _signed_with(
+    child: x509.Certificate, public_key: PublicKeyTypes, child_der: bytes | None = None
+) -> bool:
+    """Whether ``child``'s signature verifies with ``public_key`` (its issuer's, which must be
+    RSA-4096) under the parameters ``child`` declares (:func:`require_amd_signature_algorithm`
+    then requires AMD's). One RSA verification, without ``verify_directly_issued_by``'s extra
+    work.
 
     ``child_der`` is the DER ``child`` was loaded from, if at hand: its TBS part is sliced out
-    instead of re-encoded. ``issuer_key``: the issuer's key, when the caller has it.
+    instead of re-encoded.
     """
-    if issuer_key is None:
-        assert issuer is not None
-        issuer_key = issuer.public_key()
-    public_key = issuer_key
     if not _is_amd_rsa_key(public_key):
         return False
     try:

@@ -118,13 +118,13 @@ def test_a_der_vcek_is_verified_from_the_parts_leaf_der_read(
     endorsement = load_endorsement(data)
     assert endorsement.signed is not None
     generic: list[x509.Certificate] = []
-    real_signed_by = chain_module._signed_by
+    real_signed_with = chain_module._signed_with
 
     def spy(child: x509.Certificate, *args: object, **kwargs: object) -> bool:
         generic.append(child)
-        return real_signed_by(child, *args, **kwargs)  # type: ignore[arg-type]
+        return real_signed_with(child, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(chain_module, "_signed_by", spy)
+    monkeypatch.setattr(chain_module, "_signed_with", spy)
     assert verify_chain(endorsement, ProductLine.MILAN, trust=AMD, now=CASE_NOW).leaf is (
         endorsement.certificate
     )
