@@ -35,4 +35,9 @@ def report_data_matches(expected: bytes, actual: bytes) -> bool:
 
 def result_digest(result: object) -> str:
     """``sha256:`` of the canonical JSON of an evaluation result."""
-    return sha256_digest(canonicalize(result))
+    return canonical_result_digest(canonicalize(result))
+
+
+def canonical_result_digest(canonical: bytes) -> str:
+    """:func:`result_digest` of a result whose RFC 8785 bytes the caller already has."""
+    return sha256_digest(canonical)

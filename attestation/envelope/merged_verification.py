@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
+from attestation.envelope.binding import canonical_result_digest
 from attestation.envelope.expectations import (
     EXPECTATION_CHECKS,
     expectation_checks,
@@ -146,7 +146,7 @@ def _result_check(merged: MergedEnvelope, checked: Sequence[CheckedShard | None]
         canonical = canonicalize(report)
     except AttestationError as exc:  # never for a report the merge built
         return Check.failed(name, _BINDING, f"the merged report has no canonical form: {exc}")
-    digest = sha256_digest(canonical)  # binding.result_digest of the report
+    digest = canonical_result_digest(canonical)
     if digest != merged.result_digest:
         return Check.failed(
             name,
