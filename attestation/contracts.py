@@ -220,6 +220,12 @@ def sha256_digest(data: bytes) -> str:
     return format_sha256(hashlib.sha256(data).digest())
 
 
+def evaluation_block_count(case_count: int) -> int:
+    """How many blocks of :data:`EVALUATION_BLOCK_CASES` a run of ``case_count`` case results
+    has (the last may be shorter)."""
+    return -(-case_count // EVALUATION_BLOCK_CASES)
+
+
 def format_sha256(raw: bytes) -> str:
     """``sha256:<lowercase hex>`` of a 32-byte SHA-256 value computed elsewhere."""
     if len(raw) != hashlib.sha256().digest_size:

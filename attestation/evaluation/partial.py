@@ -39,7 +39,7 @@ from typing import Final, overload
 
 from pydantic import Field, model_validator
 
-from attestation.contracts import EVALUATION_BLOCK_CASES, SnakeWireModel
+from attestation.contracts import EVALUATION_BLOCK_CASES, SnakeWireModel, evaluation_block_count
 from attestation.evaluation.numbers import scored_value
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
@@ -81,7 +81,7 @@ def shard_range(index: int, count: int, case_count: int) -> tuple[int, int]:
     shards)."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is not in 0..{count - 1}")
-    blocks = -(-case_count // EVALUATION_BLOCK_CASES)
+    blocks = evaluation_block_count(case_count)
     first, end = index * blocks // count, (index + 1) * blocks // count
     return (
         min(first * EVALUATION_BLOCK_CASES, case_count),

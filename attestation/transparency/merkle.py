@@ -13,10 +13,12 @@ from typing import Final
 
 HASH_SIZE: Final = 32
 EMPTY_ROOT: Final = hashlib.sha256(b"").digest()
+#: What a leaf's hash input starts with (a hash fed in pieces starts with it too).
+LEAF_PREFIX: Final = b"\x00"
 
 
 def leaf_hash(entry: bytes) -> bytes:
-    return hashlib.sha256(b"\x00" + entry).digest()
+    return hashlib.sha256(LEAF_PREFIX + entry).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:

@@ -20,10 +20,21 @@ from typing import Final, TypeVar
 
 from attestation.contracts import EVALUATION_BLOCK_CASES
 
-IdT = TypeVar("IdT", str, bytes)
+ItemT = TypeVar("ItemT")
 
 #: The framing of the id digest: every id followed by a newline (ids never hold one).
 ID_SEPARATOR: Final = b"\n"
+
+
+def block_parts(items: Sequence[ItemT], filled: int) -> Iterator[Sequence[ItemT]]:
+    """``items`` cut where blocks of :data:`EVALUATION_BLOCK_CASES` end, the first part
+    filling a block that holds ``filled`` already."""
+    done = 0
+    room = EVALUATION_BLOCK_CASES - filled
+    while done < len(items):
+        yield items[done : done + room]
+        done += room
+        room = EVALUATION_BLOCK_CASES
 
 
 class IdBlocks:
@@ -38,7 +49,7 @@ class IdBlocks:
 
     def add(self, ids: Sequence[str]) -> None:
         """The next ids (ASCII text)."""
-        for part in self._parts(ids):
+        for part in block_parts(ids, self._filled):
             self._block.update(("\n".join(part) + "\n").encode("ascii"))
             self._filled += len(part)
             if self._filled == EVALUATION_BLOCK_CASES:
@@ -46,20 +57,11 @@ class IdBlocks:
 
     def add_ascii(self, ids: Sequence[bytes]) -> None:
         """The next ids, as their ASCII bytes."""
-        for part in self._parts(ids):
+        for part in block_parts(ids, self._filled):
             self._block.update(ID_SEPARATOR.join(part) + ID_SEPARATOR)
             self._filled += len(part)
             if self._filled == EVALUATION_BLOCK_CASES:
                 self._close()
-
-    def _parts(self, ids: Sequence[IdT]) -> Iterator[Sequence[IdT]]:
-        """``ids`` cut where blocks end (the first part fills the current block)."""
-        done = 0
-        room = EVALUATION_BLOCK_CASES - self._filled
-        while done < len(ids):
-            yield ids[done : done + room]
-            done += room
-            room = EVALUATION_BLOCK_CASES
 
     def finish(self) -> list[bytes]:
         """Every block's digest (the last block closed)."""

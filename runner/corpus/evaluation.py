@@ -127,11 +127,6 @@ def cases_root(leaves: Iterable[bytes]) -> bytes:
     return tree.root()
 
 
-def block_count(case_count: int) -> int:
-    """How many blocks (leaves) a run of ``case_count`` case results has."""
-    return -(-case_count // EVALUATION_BLOCK_CASES)
-
-
 def exact_run_parts(
     data: Mapping[str, Any], cases: Sequence[Any], blocks: range, number: int
 ) -> tuple[bytes, list[bytes]]:

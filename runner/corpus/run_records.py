@@ -51,7 +51,7 @@ from typing import Annotated, Any, BinaryIO, Final, Generic, Protocol, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from attestation.contracts import EVALUATION_BLOCK_CASES
+from attestation.contracts import EVALUATION_BLOCK_CASES, evaluation_block_count
 from attestation.encoding.canonical import (
     MAX_SAFE_INTEGER,
     CanonicalizationError,
@@ -59,15 +59,15 @@ from attestation.encoding.canonical import (
     format_number,
 )
 from attestation.encoding.collector import paused_gc
+from attestation.transparency.merkle import LEAF_PREFIX
 from runner.corpus.canonical_lines import colon_count
-from runner.corpus.case_labels import IdBlocks, ids_digest
+from runner.corpus.case_labels import IdBlocks, block_parts, ids_digest
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.evaluation import (
     RUNS_FILE,
     Evaluation,
     RunDigest,
     RunsIndex,
-    block_count,
     cases_root,
     evaluation_digest,
     exact_run_parts,
@@ -339,7 +339,7 @@ class RunReader:
         ):
             raise ValueError(f"ranks {self.hashed} are not whole blocks")
         first_block = self.hashed.start // EVALUATION_BLOCK_CASES
-        self.blocks = range(first_block, first_block + block_count(len(self.hashed)))
+        self.blocks = range(first_block, first_block + evaluation_block_count(len(self.hashed)))
         self._ids_digest = ids_digest(cases.id_blocks[self.blocks.start : self.blocks.stop])
         self.run_digests: list[RunDigest] = []
         self._arm_ids = {arm.arm_id for arm in evaluation.plan.arms}
@@ -729,14 +729,10 @@ class _FastLine(Generic[SinkT]):
         _rfc8785_numbers(records, costs, "cost_usd")
         _rfc8785_numbers(records, latencies, "latency_ms")
         colons = 0
-        done = 0
-        while done < len(records):
-            room = EVALUATION_BLOCK_CASES - (self.count + done) % EVALUATION_BLOCK_CASES
-            segment = records[done : done + room]
+        for segment in block_parts(records, self.count % EVALUATION_BLOCK_CASES):
             canonical = _ENCODE(segment)
             colons += canonical.count(b":")
             self.blocks.add(canonical[1:-1], len(segment))
-            done += len(segment)
         # msgspec keeps the last of two equal keys: a dropped member drops its colon.
         if colon_count(piece) != colons:
             raise _FallbackError
@@ -758,7 +754,7 @@ class _Blocks:
     def add(self, inner: bytes, count: int) -> None:
         """The next ``count`` results (within one block), their texts joined by commas."""
         if self._block is None:
-            self._block = hashlib.sha256(b"\x00[" + inner)
+            self._block = hashlib.sha256(LEAF_PREFIX + b"[" + inner)
         else:
             self._block.update(b"," + inner)
         self._filled += count

@@ -28,13 +28,13 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from attestation.contracts import EVALUATION_BLOCK_CASES
+from attestation.contracts import EVALUATION_BLOCK_CASES, evaluation_block_count
 from attestation.encoding.canonical import canonicalize
 from attestation.encoding.json_document import describe_validation_error
 from attestation.files import FileTooLargeError, read_regular
 from attestation.transparency.merkle import HASH_SIZE
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import Evaluation, RunsIndex, block_count
+from runner.corpus.evaluation import Evaluation, RunsIndex
 from runner.corpus.jsonio import parse_small_json
 
 RUNS_INDEX_FILE: Final = "runs.index.json"
@@ -98,7 +98,7 @@ def read_runs_index(corpus_dir: Path, evaluation: Evaluation, case_count: int) -
         )
     plan = evaluation.plan
     wanted = {(arm.arm_id, index) for arm in plan.arms for index in range(1, plan.runs_per_arm + 1)}
-    blocks = block_count(case_count)
+    blocks = evaluation_block_count(case_count)
     leaves: dict[tuple[str, int], tuple[bytes, ...]] = {}
     for position, run in enumerate(document.runs):
         key = (run.arm_id, run.run_index)

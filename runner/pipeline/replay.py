@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from attestation.contracts import evaluation_block_count
 from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.metrics import RunTally
@@ -44,7 +45,6 @@ from runner.corpus.evaluation import (
     PLAN_FILE,
     RUNS_FILE,
     Evaluation,
-    block_count,
     load_evaluation,
 )
 from runner.corpus.run_records import CaseColumns, CorpusCases, IgnoreCases, RunReader
@@ -216,7 +216,7 @@ def index_corpus(corpus_dir: Path) -> BuiltIndex:
     return BuiltIndex(
         data=encode_runs_index(scan.case_count, runs),
         runs=len(runs),
-        blocks=block_count(scan.case_count),
+        blocks=evaluation_block_count(scan.case_count),
         evaluation_digest=reader.evaluation_digest,
     )
 
