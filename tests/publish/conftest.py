@@ -17,10 +17,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 import pytest
@@ -413,3 +413,41 @@ def served_process(storage: Storage, tmp_path: Path) -> Iterator[Service]:
         database = storage.dsn
     with subprocess_service(storage, database, tmp_path / "server-state") as running:
         yield running
+
+
+class Deployment:
+    """A SQLite store with an operator and a reader token of tenant ``acme``, and the
+    ``serve`` processes started on it (stopped when the deployment closes)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.database = root / "publish.sqlite3"
+        storage = SqliteStorage(self.database)
+        storage.initialize()
+        self.operator = create_token(storage, "acme", Role.OPERATOR)
+        self.reader = create_token(storage, "acme", Role.TENANT)
+        storage.close()
+
+    def serve(self, *extra: str, open_files: int | None = None) -> ServeProcess:
+        return self._stack.enter_context(
+            serve_process(str(self.database), self.root / "state", *extra, open_files=open_files)
+        )
+
+    def __enter__(self) -> Self:
+        self._stack = ExitStack()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stack.close()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    with Deployment(tmp_path) as made:
+        yield made
+
+
+def connect(server: ServeProcess) -> socket.socket:
+    """A raw TCP connection to a ``serve`` process on loopback."""
+    port = int(server.url.rsplit(":", 1)[1])
+    return socket.create_connection(("127.0.0.1", port), timeout=30)

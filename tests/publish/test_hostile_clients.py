@@ -9,11 +9,7 @@ import hashlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from pathlib import Path
-from typing import Self
 
 import pytest
 import requests
@@ -21,41 +17,11 @@ import requests
 from runner.cli import main
 from runner.publish.client import publish_envelope
 from runner.publish.ratelimit import Rate, RateLimiter
-from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import create_token
+from runner.publish.storage import SqliteStorage
 from tenant.http import RetryPolicy
-from tests.publish.conftest import ServeProcess, make_envelope, serve_process
+from tests.publish.conftest import Deployment, ServeProcess, connect, make_envelope
 
 FAST = RetryPolicy(backoff_factor=0.05, backoff_max=0.5)
-
-
-class Deployment:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.database = root / "publish.sqlite3"
-        storage = SqliteStorage(self.database)
-        storage.initialize()
-        self.operator = create_token(storage, "acme", Role.OPERATOR)
-        self.reader = create_token(storage, "acme", Role.TENANT)
-        storage.close()
-
-    def serve(self, *extra: str, open_files: int | None = None) -> ServeProcess:
-        return self._stack.enter_context(
-            serve_process(str(self.database), self.root / "state", *extra, open_files=open_files)
-        )
-
-    def __enter__(self) -> Self:
-        self._stack = ExitStack()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stack.close()
-
-
-@pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    with Deployment(tmp_path) as made:
-        yield made
 
 
 def _publish(server: ServeProcess, deployment: Deployment, seed: int) -> int | None:
@@ -80,11 +46,6 @@ def _get_retrying(url: str, token: str) -> requests.Response:
         except requests.ConnectionError:
             time.sleep(0.2)
     return requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-
-
-def _connect(server: ServeProcess) -> socket.socket:
-    port = int(server.url.rsplit(":", 1)[1])
-    return socket.create_connection(("127.0.0.1", port), timeout=30)
 
 
 def _seconds_until_closed(sock: socket.socket, drip: list[bytes], every: float) -> float:
@@ -128,7 +89,7 @@ def test_slow_heads_slow_bodies_and_silence_are_cut_off(deployment: Deployment) 
             zip(
                 cases,
                 pool.map(
-                    lambda drip: _seconds_until_closed(_connect(server), drip, 0.5), cases.values()
+                    lambda drip: _seconds_until_closed(connect(server), drip, 0.5), cases.values()
                 ),
                 strict=True,
             )
@@ -164,14 +125,14 @@ def test_hundreds_of_idle_connections_do_not_stop_a_publish(deployment: Deployme
                 if dropped:
                     sock.close()
                     try:
-                        held[position] = _connect(server)
+                        held[position] = connect(server)
                     except OSError as exc:
                         failures.append(str(exc))
             stop.wait(0.05)
 
     flooder = threading.Thread(target=flood, daemon=True)
     try:
-        held.extend(_connect(server) for _ in range(300))
+        held.extend(connect(server) for _ in range(300))
         flooder.start()
         started = time.monotonic()
         indices = [_publish(server, deployment, seed) for seed in range(3)]
@@ -195,7 +156,7 @@ def test_hundreds_of_idle_connections_do_not_stop_a_publish(deployment: Deployme
 
 def test_an_oversized_request_head_is_cut_off(deployment: Deployment) -> None:
     server = deployment.serve()
-    sock = _connect(server)
+    sock = connect(server)
     sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
     closed = False
     try:

@@ -10,16 +10,13 @@ import hashlib
 import json
 import socket
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 import pytest
 
 from attestation.transparency.checkpoint import VerifierKey
 from runner.publish.client import publish_envelope
-from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import create_token
 from runner.publish.writes import COPY_BELOW, CombinedWrites
-from tests.publish.conftest import make_envelope, serve_process
+from tests.publish.conftest import Deployment, connect, make_envelope
 
 
 class RecordingTransport(asyncio.Transport):
@@ -156,74 +153,65 @@ def _read_response(sock: socket.socket, buffered: bytes) -> tuple[int, bytes, by
     return status, rest[:length], rest[length:]
 
 
-def test_pipelined_requests_and_an_interim_100_continue_through_serve(tmp_path: Path) -> None:
-    database = tmp_path / "publish.sqlite3"
-    storage = SqliteStorage(database)
-    storage.initialize()
-    token = create_token(storage, "acme", Role.OPERATOR)
-    storage.close()
-    with serve_process(str(database), tmp_path / "state") as server:
-        port = int(server.url.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-            sock.sendall(b"GET /v1/log/public-key HTTP/1.1\r\nhost: x\r\n\r\n" * 2)
-            first, body, rest = _read_response(sock, b"")
-            second, again, rest = _read_response(sock, rest)
-            assert (first, second, rest) == (200, 200, b"")
-            assert body == again
-            assert VerifierKey.parse(body.decode().strip()).encode() == body.decode().strip()
+def test_pipelined_requests_and_an_interim_100_continue_through_serve(
+    deployment: Deployment,
+) -> None:
+    token = deployment.operator
+    server = deployment.serve()
+    with connect(server) as sock:
+        sock.sendall(b"GET /v1/log/public-key HTTP/1.1\r\nhost: x\r\n\r\n" * 2)
+        first, body, rest = _read_response(sock, b"")
+        second, again, rest = _read_response(sock, rest)
+        assert (first, second, rest) == (200, 200, b"")
+        assert body == again
+        assert VerifierKey.parse(body.decode().strip()).encode() == body.decode().strip()
 
-            data = make_envelope("acme", "run-1", 1)
-            digest = hashlib.sha256(data).digest()
-            sock.sendall(
-                (
-                    f"PUT /v1/tenants/acme/envelopes/sha256:{digest.hex()} HTTP/1.1\r\n"
-                    "host: x\r\n"
-                    f"authorization: Bearer {token}\r\n"
-                    f"content-digest: sha-256=:{base64.b64encode(digest).decode()}:\r\n"
-                    f"content-length: {len(data)}\r\n"
-                    "expect: 100-continue\r\n\r\n"
-                ).encode()
-            )
-            interim, nothing, rest = _read_response(sock, b"")
-            assert (interim, nothing, rest) == (100, b"", b"")
-            sock.sendall(data)
-            status, receipt, rest = _read_response(sock, b"")
-            assert (status, rest) == (201, b"")
-            assert json.loads(receipt)["logIndex"] == 0
+        data = make_envelope("acme", "run-1", 1)
+        digest = hashlib.sha256(data).digest()
+        sock.sendall(
+            (
+                f"PUT /v1/tenants/acme/envelopes/sha256:{digest.hex()} HTTP/1.1\r\n"
+                "host: x\r\n"
+                f"authorization: Bearer {token}\r\n"
+                f"content-digest: sha-256=:{base64.b64encode(digest).decode()}:\r\n"
+                f"content-length: {len(data)}\r\n"
+                "expect: 100-continue\r\n\r\n"
+            ).encode()
+        )
+        interim, nothing, rest = _read_response(sock, b"")
+        assert (interim, nothing, rest) == (100, b"", b"")
+        sock.sendall(data)
+        status, receipt, rest = _read_response(sock, b"")
+        assert (status, rest) == (201, b"")
+        assert json.loads(receipt)["logIndex"] == 0
 
 
 def test_an_answer_larger_than_the_copy_bound_arrives_whole_through_serve(
-    tmp_path: Path,
+    deployment: Deployment,
 ) -> None:
-    database = tmp_path / "publish.sqlite3"
-    storage = SqliteStorage(database)
-    storage.initialize()
-    operator = create_token(storage, "acme", Role.OPERATOR)
-    reader = create_token(storage, "acme", Role.TENANT)
-    storage.close()
+    operator, reader = deployment.operator, deployment.reader
     published: list[bytes] = []
-    with serve_process(str(database), tmp_path / "state") as server:
-        while sum(map(len, published)) < 2 * COPY_BELOW:
-            run_id = f"run-{len(published)}"
-            data = make_envelope("acme", run_id, len(published))
-            publish_envelope(
-                server.url,
-                data,
-                tenant="acme",
-                run_id=run_id,
-                token=operator,
-                spool_dir=tmp_path / "spool",
-            )
-            published.append(data)
-        port = int(server.url.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-            sock.sendall(
-                (
-                    f"GET /v1/tenants/acme/log/envelopes?start=0&end={len(published)} HTTP/1.1\r\n"
-                    f"host: x\r\nauthorization: Bearer {reader}\r\n\r\n"
-                ).encode()
-            )
-            status, body, rest = _read_response(sock, b"")
+    server = deployment.serve()
+    while sum(map(len, published)) < 2 * COPY_BELOW:
+        run_id = f"run-{len(published)}"
+        data = make_envelope("acme", run_id, len(published))
+        publish_envelope(
+            server.url,
+            data,
+            tenant="acme",
+            run_id=run_id,
+            token=operator,
+            spool_dir=deployment.root / "spool",
+        )
+        published.append(data)
+    with connect(server) as sock:
+        sock.sendall(
+            (
+                f"GET /v1/tenants/acme/log/envelopes?start=0&end={len(published)} HTTP/1.1\r\n"
+                f"host: x\r\nauthorization: Bearer {reader}\r\n\r\n"
+            ).encode()
+        )
+        status, body, rest = _read_response(sock, b"")
     assert (status, rest) == (200, b"")
     assert len(body) > COPY_BELOW
     answer = json.loads(body)
