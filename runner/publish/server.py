@@ -96,11 +96,18 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
+def _answer_body(payload: object) -> bytes:
+    """The bytes of every JSON answer: compact ``json.dumps`` (ASCII, unlike a request's
+    ``tenant.http.json_body``)."""
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
 def json_response(
     payload: object, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        _answer_body(payload), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def not_found() -> ApiError:
@@ -191,7 +198,7 @@ class JsonAnswer:
         return json_response(self.payload, self.status, self.headers)
 
     async def send(self, send: Send) -> None:
-        body = json.dumps(self.payload, separators=(",", ":")).encode()
+        body = _answer_body(self.payload)
         raw = [
             (name.lower().encode("latin-1"), v.encode("latin-1"))
             for name, v in self.headers.items()
@@ -843,6 +850,10 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 
 
 async def _client_gone(_request: Request, _exc: Exception) -> Response:
+    return _client_left()
+
+
+def _client_left() -> Response:
     return Response(status_code=400)  # nobody reads it: the client left in the middle
 
 
@@ -883,7 +894,7 @@ class PublicationApp:
         try:
             answer = await publish(self.service, request, tenant, digest)
         except ClientDisconnect:
-            response = Response(status_code=400)  # as _client_gone: nobody reads it
+            response = _client_left()
         except Exception as exc:  # noqa: BLE001 - every exception is answered, as by Starlette
             scope["path_params"] = request.path_params
             response = await _service_error(Request(scope, receive), exc)
