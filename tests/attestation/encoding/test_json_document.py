@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.contracts import MAX_EXPECTED_BYTES, MAX_POLICY_BYTES
+from attestation.encoding import json_document
+from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.encoding.json_document import (
+    C_PATH_MAX_BYTES,
     json_item_bound,
     json_items_over,
+    parse_json_with_hooks,
     parse_strict_json,
 )
 from attestation.envelope.expected import load_expected
@@ -128,3 +136,124 @@ def test_a_document_shorter_than_the_limit_can_still_reach_it_exactly() -> None:
     assert json_item_bound(b",,,") == 4
     assert json_items_over(b",,,", 4) is None
     assert json_items_over(b",,,", 3) == 4
+
+
+# -- the C path for compact, key-sorted documents ------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # beyond 64 bits too: orjson reads those as doubles, so they never match
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=["Cs"])),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(st.characters(exclude_categories=["Cs"]), max_size=4), children)
+    ),
+    max_leaves=24,
+)
+
+
+def typed(value: object) -> object:
+    """``value`` with every number's type beside it: 1 and 1.0 (and 0.0 and -0.0) differ."""
+    if isinstance(value, dict):
+        return ("object", [(key, typed(item)) for key, item in value.items()])
+    if isinstance(value, list):
+        return ("array", [typed(item) for item in value])
+    return (type(value).__name__, repr(value))
+
+
+def spellings(value: object) -> list[bytes]:
+    """Compact key-sorted spellings of ``value``: Python's, RFC 8785's and orjson's (the last
+    is the one the C path reads; the others differ from it in some numbers)."""
+    found = [json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()]
+    with contextlib.suppress(CanonicalizationError):  # an integer beyond 2**53 has no RFC 8785 form
+        found.append(canonicalize(value))
+    with contextlib.suppress(TypeError):  # nor one beyond 64 bits an orjson form
+        found.append(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    return found
+
+
+def outcome(parse: object, data: bytes) -> object:
+    assert callable(parse)
+    try:
+        return typed(parse(data, what="document"))
+    except MalformedError as error:
+        return ("refused", str(error))
+
+
+@given(value=JSON_VALUES)
+def test_the_c_path_reads_every_compact_sorted_document_as_the_python_parser_does(
+    value: object,
+) -> None:
+    for data in spellings(value):
+        assert outcome(parse_strict_json, data) == outcome(parse_json_with_hooks, data)
+
+
+@given(value=JSON_VALUES, cut=st.integers(0, 10_000), insert=st.sampled_from([b",", b"\\", b" "]))
+def test_mutated_documents_get_the_same_answer_from_both_parsers(
+    value: object, cut: int, insert: bytes
+) -> None:
+    for data in spellings(value):
+        at = cut % (len(data) + 1)
+        for mutated in (data[:at] + insert + data[at:], data[:at] + data[at + 1 :]):
+            assert outcome(parse_strict_json, mutated) == outcome(parse_json_with_hooks, mutated)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (b'{"a":1,"a":1}', "key 'a' appears more than once in one object"),
+        (b'{"a":{"b":[],"b":[]}}', "key 'b' appears more than once in one object"),
+        (b'{"a":' + b"1" * 310 + b"}", "an integer of 310 digits is out of range"),
+        (b'{"a":-' + b"9" * 309 + b"0}", "an integer of 310 digits is out of range"),
+        (b'{"a":1e400}', "number 1e400 is out of range"),
+        (b'{"a":NaN}', "NaN is not a JSON number"),
+        (b"[" * 255 + b"]" * 255, None),  # deeper than orjson writes: the Python parser reads it
+    ],
+    ids=[
+        "duplicate",
+        "nested-duplicate",
+        "long-integer",
+        "long-negative",
+        "overflow",
+        "nan",
+        "deep",
+    ],
+)
+def test_compact_sorted_spellings_of_refused_documents_are_still_refused(
+    text: bytes, problem: str | None
+) -> None:
+    if problem is None:
+        assert parse_strict_json(text, what="policy") == parse_json_with_hooks(text, what="policy")
+        return
+    with pytest.raises(MalformedError) as raised:
+        parse_strict_json(text, what="policy")
+    assert str(raised.value) == f"policy is not valid JSON: {problem}"
+
+
+def test_an_envelope_in_canonical_form_is_read_whole_by_the_c_path() -> None:
+    document = {"b": [1, 2.5, -0.0, 1e21, None, True], "a": {"é": "x\u2028", "z": 2**53 - 1}}
+    data = canonicalize(document)
+    assert orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS) == data  # the C path
+    assert (
+        data == '{"a":{"z":9007199254740991,"é":"x\u2028"},"b":[1,2.5,0,1e+21,null,true]}'.encode()
+    )
+    expected = parse_json_with_hooks(data, what="envelope")
+    assert typed(parse_strict_json(data, what="envelope")) == typed(expected)
+
+
+def test_only_documents_up_to_a_mebibyte_take_the_c_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[int] = []
+    real = orjson.loads
+
+    def spy(data: bytes) -> object:
+        read.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(json_document.orjson, "loads", spy)
+    for size in (C_PATH_MAX_BYTES, C_PATH_MAX_BYTES + 1):
+        data = b'{"a":"' + b"x" * (size - 8) + b'"}'
+        assert len(data) == size
+        assert parse_strict_json(data, what="envelope") == {"a": "x" * (size - 8)}
+    assert read == [C_PATH_MAX_BYTES]
