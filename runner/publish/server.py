@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+import orjson
 import psycopg
 import structlog
 from pydantic import ValidationError
@@ -97,9 +98,14 @@ class ApiError(Exception):
 
 
 def _answer_body(payload: object) -> bytes:
-    """The bytes of every JSON answer: compact ``json.dumps`` (ASCII, unlike a request's
-    ``tenant.http.json_body``)."""
-    return json.dumps(payload, separators=(",", ":")).encode()
+    """The bytes of every JSON answer: compact UTF-8 with sorted keys, the form a client's
+    strict parser reads in C (``attestation.encoding.json_document``). What orjson cannot
+    encode (a lone surrogate of a percent-decoded path in an error message, an integer beyond
+    64 bits) is written by ``json.dumps`` in the same form, with ``\\u`` escapes."""
+    try:
+        return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 
 def json_response(

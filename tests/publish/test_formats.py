@@ -1,14 +1,19 @@
-"""Strict parsing of log entries, signed notes and verifier keys, on arbitrary input."""
+"""Strict parsing of log entries, signed notes and verifier keys, on arbitrary input; the
+service's JSON answers."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.contracts import RUN_ID_PATTERN
+from attestation.encoding.canonical import canonicalize
 from attestation.transparency.checkpoint import CheckpointError, VerifierKey, parse_signed_note
 from attestation.transparency.entries import EntryError, LogEntry
+from runner.publish.server import _answer_body
 
 DIGEST = "sha256:" + "ab" * 32
 run_ids = st.from_regex(RUN_ID_PATTERN, fullmatch=True)
@@ -29,6 +34,7 @@ def test_entry_round_trips_in_canonical_form(tenant: str, run_id: str) -> None:
     assert (
         data == f'{{"envelope":"{DIGEST}","runId":"{run_id}","tenant":"{tenant}","v":"1"}}'.encode()
     )
+    assert data == canonicalize({"envelope": DIGEST, "runId": run_id, "tenant": tenant, "v": "1"})
     assert LogEntry.from_bytes(data) == entry
 
 
@@ -70,3 +76,37 @@ def test_arbitrary_verifier_keys_fail_cleanly(text: str) -> None:
     except CheckpointError:
         return
     assert key.encode() == text.strip()
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.none() | st.integers() | st.text() | st.lists(st.text(max_size=4), max_size=3),
+        max_size=6,
+    )
+)
+def test_every_answer_is_compact_sorted_json_a_client_reads_back(
+    payload: dict[str, object],
+) -> None:
+    """Lone surrogates (``st.text`` draws them) and integers beyond 64 bits, which orjson
+    cannot write, get ``json.dumps``'s escapes in the same compact, key-sorted form."""
+    body = _answer_body(payload)
+    compact = json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    wide = any(
+        isinstance(value, int) and not -(2**63) <= value < 2**64 for value in payload.values()
+    )
+    try:
+        expected = compact.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        wide = True
+    if wide:
+        expected = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    assert body == expected
+    assert json.loads(body) == payload
+
+
+def test_an_answer_with_a_lone_surrogate_is_escaped_not_an_error() -> None:
+    assert _answer_body({"error": "bad path /\udc80", "n": 2**70}) == (
+        b'{"error":"bad path /\\udc80","n":1180591620717411303424}'
+    )
+    assert _answer_body({"b": "é", "a": 1}) == '{"a":1,"b":"é"}'.encode()
