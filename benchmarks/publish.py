@@ -33,6 +33,12 @@ keep-alive sockets and only read each answer's status and length (no envelope ch
 receipt check, almost no CPU), so that the rate and the server's CPU per envelope show the
 service's own ceiling on this machine, apart from the publishers' share of the CPUs.
 
+Before part 2 it measures what waking up costs on this machine: the same envelope check
+(``parse_any_envelope``) back to back and after each of 0.5, 2 and 10 ms of sleep. On a
+virtual machine whose idle CPUs are given to other guests, code that runs right after a sleep
+runs on cold caches; every publish (after waiting for its receipt) and every sequencer batch
+(after its fsyncs) does, while the floor's loop sleeps only in its fsyncs.
+
 Part 3 builds an in-memory RFC 6962 tree of ``--log-size`` entries and reports inclusion and
 consistency proof sizes and verification times, as a ratio to one SHA-256 leaf hash.
 """
@@ -68,6 +74,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
+from attestation.envelope.merged import parse_any_envelope
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
@@ -138,6 +145,25 @@ def raw_rate(storage: Storage, payloads: list[bytes], tenant: str) -> float:
             txn.set_run_pointers([RunPointer(tenant, run_id, WHOLE_RUN, digest)])
             txn.put_head(tenant, index + 1, bytes(32), note)
     return len(payloads) / (time.perf_counter() - began)
+
+
+def wake_up_cost(data: bytes) -> None:
+    """The envelope check's mean time back to back and after each of three sleeps."""
+    times = []
+    for pause in (0.0, 0.0005, 0.002, 0.01):
+        total = 0.0
+        for _ in range(200):
+            if pause:
+                time.sleep(pause)
+            began = time.perf_counter()
+            parse_any_envelope(data)
+            total += time.perf_counter() - began
+        times.append(total / 200)
+    print(
+        "== waking up: the envelope check back to back, then after 0.5 / 2 / 10 ms of sleep: "
+        + " / ".join(f"{t * 1e6:.0f} us" for t in times)
+        + f" ({times[2] / times[0]:.1f}x after 2 ms)"
+    )
 
 
 def start_server(state: Path, database: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -304,6 +330,7 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
         "== floor: the service's statements for one envelope, one transaction each, one connection"
     )
     print(f"raw single-connection rate: {raw:,.0f} envelopes/s ({args.raw} envelopes)")
+    wake_up_cost(floor_payloads[0])
     process, url = start_server(state, database, scratch / "serve.log")
     try:
         print("== publish: one PUT per envelope, receipts checked (loopback, real client)")
