@@ -7,8 +7,9 @@ database statements, and Merkle proofs at 1,000,000 entries.
 
 Envelopes: a genuine simulated replay of the bundled example corpus (``runner.pipeline.run``,
 about 16 KB: a nested result, a PEM certificate chain, a base64 report), copied with each
-publisher's run IDs (the service does not verify evidence, so the copies cost it what the
-original would).
+publisher's run IDs in the layout a run writes (``envelope_document_bytes``; until
+2026-12-02 02:40 UTC the copies were canonical JSON, 12 KB). The service does not verify
+evidence, so the copies cost it what the original would.
 
 Part 1, the floor: the statements the service runs for one envelope (signed-head and
 catch-up reads, digest and run-pointer lookups, the entry, envelope and pointer inserts, the
@@ -73,12 +74,12 @@ import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import sha256_digest
-from attestation.encoding.canonical import canonicalize
 from attestation.envelope.merged import parse_any_envelope
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 from runner.pipeline import RunRequest, run
+from runner.pipeline.envelope import envelope_document_bytes
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.merkle import MerkleTree
@@ -114,10 +115,11 @@ def genuine_envelope(scratch: Path) -> bytes:
 
 
 def variant(template: dict[str, object], tenant: str, run_id: str) -> bytes:
+    """The template for ``tenant``'s run ``run_id``, in the layout a run writes its envelope."""
     document = json.loads(json.dumps(template))
     document["tenant"] = document["binding"]["tenant"] = tenant
     document["runId"] = document["binding"]["runId"] = run_id
-    return canonicalize(document)
+    return envelope_document_bytes(document)
 
 
 def free_port() -> int:

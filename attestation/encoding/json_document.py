@@ -12,9 +12,10 @@ a size cap checked before parsing, strict JSON, a top-level object, then the pyd
 * the bytes must be UTF-8 without a byte order mark (RFC 8259 section 8.1): ``json.loads``
   alone would also accept UTF-16 and UTF-32.
 
-Documents of at most a mebibyte that are compact with sorted keys (every envelope, policy
-and receipt this project writes: RFC 8785 canonical JSON is both) are parsed by orjson in C,
-and accepted only when orjson's own compact, key-sorted encoding of what it parsed is the
+Documents of at most a mebibyte in one of orjson's two layouts, compact or indented by two
+spaces with a final newline (every envelope a run writes is the second; canonical JSON, the
+form of receipts and log entries, is the first), are parsed by orjson in C, and accepted only
+when orjson's encoding of what it parsed, in that layout and the document's key order, is the
 same bytes. That equality is the proof: an encoder writes each key of a parsed object once,
 so the bytes held no repeated key; it writes the shortest digits that read back as the same
 double, so every number was read as Python's parser reads it (orjson reads an integer beyond
@@ -84,7 +85,7 @@ def _bounded_integer(text: str) -> int:
     return int(text)
 
 
-_NOT_COMPACT_SORTED: Final = object()
+_NOT_ORJSON_LAYOUT: Final = object()
 #: The largest document the C path reads. orjson's peak memory is up to 50 times a document
 #: of small values (its own parse tree beside Python's objects; Python's parser: 16 times), so
 #: larger documents (rare: a typical envelope is 12-20 KB) keep the parser whose peak the
@@ -92,17 +93,22 @@ _NOT_COMPACT_SORTED: Final = object()
 C_PATH_MAX_BYTES: Final = 1024 * 1024
 
 
-def _parsed_if_compact_sorted(data: bytes) -> object:
-    """The document, when ``data`` is exactly orjson's compact key-sorted encoding of what
-    orjson parses from it; else :data:`_NOT_COMPACT_SORTED` (also for anything orjson
-    refuses, such as nesting deeper than its encoder's 254 levels: the Python parser then
-    decides, and names the reason)."""
+#: orjson's indented layout: what ``json.dumps(indent=2)`` writes, plus a final newline.
+_INDENTED: Final = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+
+
+def _parsed_if_orjson_layout(data: bytes) -> object:
+    """The document, when ``data`` is exactly orjson's encoding of what orjson parses from
+    it (indented when its second byte is a line break, else compact); else
+    :data:`_NOT_ORJSON_LAYOUT` (also for anything orjson refuses, such as nesting deeper
+    than its encoder's 254 levels: the Python parser then decides, and names the reason)."""
+    option = _INDENTED if data[1:2] == b"\n" else 0
     try:
         document = orjson.loads(data)
-        same = orjson.dumps(document, option=orjson.OPT_SORT_KEYS) == data
+        same = orjson.dumps(document, option=option) == data
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        return _NOT_COMPACT_SORTED
-    return document if same else _NOT_COMPACT_SORTED
+        return _NOT_ORJSON_LAYOUT
+    return document if same else _NOT_ORJSON_LAYOUT
 
 
 def parse_strict_json(data: bytes, *, what: str) -> object:
@@ -116,8 +122,8 @@ def parse_strict_json(data: bytes, *, what: str) -> object:
         raise MalformedError(f"{what} starts with a byte order mark; it must be plain UTF-8")
     if len(data) <= C_PATH_MAX_BYTES:
         with paused_gc():
-            document = _parsed_if_compact_sorted(data)
-        if document is not _NOT_COMPACT_SORTED:
+            document = _parsed_if_orjson_layout(data)
+        if document is not _NOT_ORJSON_LAYOUT:
             return document
     return parse_json_with_hooks(data, what=what)
 
@@ -125,7 +131,7 @@ def parse_strict_json(data: bytes, *, what: str) -> object:
 def parse_json_with_hooks(data: bytes, *, what: str) -> object:
     """:func:`parse_strict_json` by Python's parser and its hooks alone (after the byte order
     mark check): the reference the C path must agree with, and the parser of every document
-    that is not compact with sorted keys."""
+    in neither of orjson's layouts."""
     try:
         # Decoded here: json.loads would otherwise guess UTF-16 and UTF-32 from the bytes.
         text = data.decode("utf-8")

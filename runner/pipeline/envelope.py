@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -122,7 +122,13 @@ def assemble_envelope(
 
 def envelope_json_bytes(envelope: Envelope) -> bytes:
     """The bytes written and published for an envelope (its digest is over exactly these)."""
-    return (json.dumps(envelope.to_json_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+    return envelope_document_bytes(envelope.to_json_dict())
+
+
+def envelope_document_bytes(document: Mapping[str, object]) -> bytes:
+    """An envelope's JSON document as a run writes it: indented by two spaces, UTF-8, a final
+    line break (orjson's indented layout, which the strict parser reads in C)."""
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def read_envelope_file(path: Path, *, what: str) -> bytes:

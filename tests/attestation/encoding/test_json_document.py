@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.contracts import MAX_EXPECTED_BYTES, MAX_POLICY_BYTES
+from attestation.encoding import json_document
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.encoding.json_document import (
     C_PATH_MAX_BYTES,
@@ -137,7 +138,7 @@ def test_a_document_shorter_than_the_limit_can_still_reach_it_exactly() -> None:
     assert json_items_over(b",,,", 3) == 4
 
 
-# -- the C path for compact, key-sorted documents ------------------------------------------------
+# -- the C path for documents in orjson's layouts ------------------------------------------------
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -163,13 +164,27 @@ def typed(value: object) -> object:
 
 
 def spellings(value: object) -> list[bytes]:
-    """Compact key-sorted spellings of ``value``: Python's, RFC 8785's and orjson's (the last
-    is the one the C path reads; the others differ from it in some numbers)."""
-    found = [json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()]
-    with contextlib.suppress(CanonicalizationError):  # an integer beyond 2**53 has no RFC 8785 form
+    """Spellings of ``value`` in both layouts the C path reads, compact and indented, as
+    Python's ``json``, RFC 8785 and orjson write them (those three differ in some numbers;
+    only orjson's own are read in C)."""
+    found = []
+    for sort in (False, True):
+        found.append(
+            json.dumps(value, separators=(",", ":"), sort_keys=sort, ensure_ascii=False).encode()
+        )
+        found.append(
+            (json.dumps(value, indent=2, sort_keys=sort, ensure_ascii=False) + "\n").encode()
+        )
+        with contextlib.suppress(TypeError):  # an integer beyond 64 bits has no orjson form
+            sorted_keys = orjson.OPT_SORT_KEYS if sort else 0
+            found.append(orjson.dumps(value, option=sorted_keys))
+            found.append(
+                orjson.dumps(
+                    value, option=sorted_keys | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+                )
+            )
+    with contextlib.suppress(CanonicalizationError):  # nor one beyond 2**53 an RFC 8785 form
         found.append(canonicalize(value))
-    with contextlib.suppress(TypeError):  # nor one beyond 64 bits an orjson form
-        found.append(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
     return found
 
 
@@ -181,8 +196,22 @@ def outcome(parse: object, data: bytes) -> object:
         return ("refused", str(error))
 
 
+@pytest.fixture
+def python_parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The documents that reach the Python parser (none that the C path accepted)."""
+    seen: list[bytes] = []
+    real = json_document.parse_json_with_hooks
+
+    def counted(data: bytes, *, what: str) -> object:
+        seen.append(data)
+        return real(data, what=what)
+
+    monkeypatch.setattr(json_document, "parse_json_with_hooks", counted)
+    return seen
+
+
 @given(value=JSON_VALUES)
-def test_the_c_path_reads_every_compact_sorted_document_as_the_python_parser_does(
+def test_the_c_path_reads_every_document_in_an_orjson_layout_as_the_python_parser_does(
     value: object,
 ) -> None:
     for data in spellings(value):
@@ -203,56 +232,68 @@ def test_mutated_documents_get_the_same_answer_from_both_parsers(
     ("text", "problem"),
     [
         (b'{"a":1,"a":1}', "key 'a' appears more than once in one object"),
+        (b'{"b":2,"a":1,"b":2}', "key 'b' appears more than once in one object"),
+        (b'{\n  "a": 1,\n  "a": 1\n}\n', "key 'a' appears more than once in one object"),
         (b'{"a":{"b":[],"b":[]}}', "key 'b' appears more than once in one object"),
         (b'{"a":' + b"1" * 310 + b"}", "an integer of 310 digits is out of range"),
-        (b'{"a":-' + b"9" * 309 + b"0}", "an integer of 310 digits is out of range"),
+        (b'{\n  "a": -' + b"9" * 309 + b"0\n}\n", "an integer of 310 digits is out of range"),
         (b'{"a":1e400}', "number 1e400 is out of range"),
         (b'{"a":NaN}', "NaN is not a JSON number"),
         (b"[" * 255 + b"]" * 255, None),  # deeper than orjson writes: the Python parser reads it
     ],
     ids=[
         "duplicate",
+        "duplicate-unsorted",
+        "duplicate-indented",
         "nested-duplicate",
         "long-integer",
-        "long-negative",
+        "long-negative-indented",
         "overflow",
         "nan",
         "deep",
     ],
 )
-def test_compact_sorted_spellings_of_refused_documents_are_still_refused(
-    text: bytes, problem: str | None
+def test_refused_documents_in_orjson_layouts_are_still_refused(
+    text: bytes, problem: str | None, python_parses: list[bytes]
 ) -> None:
     if problem is None:
         assert parse_strict_json(text, what="policy") == parse_json_with_hooks(text, what="policy")
-        return
-    with pytest.raises(MalformedError) as raised:
-        parse_strict_json(text, what="policy")
-    assert str(raised.value) == f"policy is not valid JSON: {problem}"
+    else:
+        with pytest.raises(MalformedError) as raised:
+            parse_strict_json(text, what="policy")
+        assert str(raised.value) == f"policy is not valid JSON: {problem}"
+    assert python_parses == [text]  # the Python parser decided
 
 
-def test_an_envelope_in_canonical_form_is_read_whole_by_the_c_path() -> None:
-    document = {"b": [1, 2.5, -0.0, 1e21, None, True], "a": {"é": "x\u2028", "z": 2**53 - 1}}
-    data = canonicalize(document)
-    assert orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS) == data  # the C path
-    assert (
-        data == '{"a":{"z":9007199254740991,"é":"x\u2028"},"b":[1,2.5,0,1e+21,null,true]}'.encode()
-    )
-    expected = parse_json_with_hooks(data, what="envelope")
+@pytest.mark.parametrize("layout", ["canonical", "run-envelope"])
+def test_canonical_json_and_a_runs_envelope_layout_are_read_whole_by_the_c_path(
+    layout: str, python_parses: list[bytes]
+) -> None:
+    """A run writes its envelope as ``json.dumps(indent=2, ensure_ascii=False)`` and a line
+    break (``runner.pipeline.envelope.envelope_json_bytes``); receipts and log entries are
+    canonical JSON."""
+    document: dict[str, object] = {
+        "b": [1, 2.5, -0.0, 1e21, None, True, [], {}],
+        "a": {"é": 'x\u2028\n"', "z": 2**53 - 1},
+    }
+    if layout == "canonical":
+        data = canonicalize(document)
+        assert (
+            data
+            == (
+                '{"a":{"z":9007199254740991,"é":"x\u2028\\n\\""},"b":[1,2.5,0,1e+21,null,true,[],{}]}'
+            ).encode()
+        )
+    else:
+        data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+    expected = json.loads(data)
     assert typed(parse_strict_json(data, what="envelope")) == typed(expected)
+    assert python_parses == []
 
 
-def test_only_documents_up_to_a_mebibyte_take_the_c_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    read: list[int] = []
-    real = orjson.loads
-
-    def spy(data: bytes) -> object:
-        read.append(len(data))
-        return real(data)
-
-    monkeypatch.setattr(orjson, "loads", spy)  # json_document calls orjson.loads
+def test_only_documents_up_to_a_mebibyte_take_the_c_path(python_parses: list[bytes]) -> None:
     for size in (C_PATH_MAX_BYTES, C_PATH_MAX_BYTES + 1):
         data = b'{"a":"' + b"x" * (size - 8) + b'"}'
         assert len(data) == size
         assert parse_strict_json(data, what="envelope") == {"a": "x" * (size - 8)}
-    assert read == [C_PATH_MAX_BYTES]
+    assert [len(data) for data in python_parses] == [C_PATH_MAX_BYTES + 1]
