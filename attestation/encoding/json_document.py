@@ -21,7 +21,8 @@ so the bytes held no repeated key; it writes the shortest digits that read back 
 double, so every number was read as Python's parser reads it (orjson reads an integer beyond
 64 bits as a double, so no integer it returns is near :data:`MAX_INTEGER_DIGITS`); and any
 escape, space or other spelling the encoder would not produce makes a difference. Every
-other document (and every refusal) takes the Python parser and its hooks, three times slower.
+other document (and every refusal) takes the Python parser and its hooks, three times slower;
+one whose first bytes show ``json.dumps``' spaced separators goes to it without a try in C.
 
 A document may also bound how many JSON values it holds (``max_items``): counted in C
 before parsing (every value but the first of an array or object follows a ``,``, and every
@@ -97,12 +98,30 @@ C_PATH_MAX_BYTES: Final = 1024 * 1024
 _INDENTED: Final = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
 
+#: How far into a document :func:`_orjson_option` looks for a separator with a space.
+_SNIFFED_BYTES: Final = 128
+
+
+def _orjson_option(data: bytes) -> int | None:
+    """The orjson layout ``data`` may be in: indented when its second byte is a line break,
+    else compact; None when a ``": "`` or ``", "`` near its start shows it is in neither
+    (``json.dumps``' default separators: merged envelopes, hand-written policies), so that
+    such a document is not parsed twice. Inside a compact document's string the same bytes
+    only send it to the Python parser, which reads it as exactly."""
+    if data[1:2] == b"\n":
+        return _INDENTED
+    head = data[:_SNIFFED_BYTES]
+    return None if b": " in head or b", " in head else 0
+
+
 def _parsed_if_orjson_layout(data: bytes) -> object:
     """The document, when ``data`` is exactly orjson's encoding of what orjson parses from
-    it (indented when its second byte is a line break, else compact); else
-    :data:`_NOT_ORJSON_LAYOUT` (also for anything orjson refuses, such as nesting deeper
-    than its encoder's 254 levels: the Python parser then decides, and names the reason)."""
-    option = _INDENTED if data[1:2] == b"\n" else 0
+    it, in the layout :func:`_orjson_option` names; else :data:`_NOT_ORJSON_LAYOUT` (also
+    for anything orjson refuses, such as nesting deeper than its encoder's 254 levels: the
+    Python parser then decides, and names the reason)."""
+    option = _orjson_option(data)
+    if option is None:
+        return _NOT_ORJSON_LAYOUT
     try:
         document = orjson.loads(data)
         same = orjson.dumps(document, option=option) == data

@@ -297,3 +297,26 @@ def test_only_documents_up_to_a_mebibyte_take_the_c_path(python_parses: list[byt
         assert len(data) == size
         assert parse_strict_json(data, what="envelope") == {"a": "x" * (size - 8)}
     assert [len(data) for data in python_parses] == [C_PATH_MAX_BYTES + 1]
+
+
+def test_a_document_with_spaced_separators_is_not_parsed_twice(
+    monkeypatch: pytest.MonkeyPatch, python_parses: list[bytes]
+) -> None:
+    """``json.dumps``' default layout (merged envelopes, hand-written files) is in neither of
+    orjson's: it goes straight to the Python parser, without a first parse by orjson."""
+    tried: list[bytes] = []
+    real = orjson.loads
+
+    def spy(data: bytes) -> object:
+        tried.append(data)
+        return real(data)
+
+    monkeypatch.setattr(orjson, "loads", spy)  # json_document calls orjson.loads
+    spaced = json.dumps({"kind": "merged", "shards": [1, 2]}).encode()
+    assert parse_strict_json(spaced, what="envelope") == {"kind": "merged", "shards": [1, 2]}
+    listed = b"[1, 2]"
+    assert parse_strict_json(listed, what="envelope") == [1, 2]
+    assert (tried, python_parses) == ([], [spaced, listed])
+    compact_with_spaces_in_a_string = b'{"note":"a, b: c"}'
+    assert parse_strict_json(compact_with_spaces_in_a_string, what="x") == {"note": "a, b: c"}
+    assert python_parses[2:] == [compact_with_spaces_in_a_string]  # read as exactly, in Python
