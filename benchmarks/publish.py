@@ -23,11 +23,12 @@ process with one keep-alive client, as each pod publishes from its own process;
 ``--threads``: threads of the benchmark's process instead) publishing through the real
 client (``publish_envelope``: the envelope checked, one PUT, the receipt's inclusion proof
 checked). It reports envelopes per second, p50 and p99 of a whole publish, the rate as a
-ratio to the raw rate of part 1, the CPU time the server process and the publishers spent
-per envelope, and the load average. Everything runs on the same machine: the publishers' CPU
-is the server's competition, and so is every other process; the CPU per envelope is what
-stays comparable on a busy machine (two idle CPUs publish at most 2 s / (server + client CPU
-per envelope) envelopes per second).
+ratio to the raw rate of part 1, the CPU time the server (its process and the log's
+process, ``runner.publish.log_process``; before 2026-12-02 04:15 UTC there was one) and the
+publishers spent per envelope, and the load average. Everything runs on the same machine: the
+publishers' CPU is the server's competition, and so is every other process; the CPU per
+envelope is what stays comparable on a busy machine (two idle CPUs publish at most
+2 s / (server + client CPU per envelope) envelopes per second).
 
 Then the service alone: ``--raw-publishers`` (8) processes that send prepared PUTs on raw
 keep-alive sockets and only read each answer's status and length (no envelope check, no
@@ -197,9 +198,17 @@ def start_server(state: Path, database: str, log: Path) -> tuple[subprocess.Pope
 
 
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process ``pid`` so far (Linux ``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User and system CPU time so far of process ``pid`` and its children (the service and
+    its log process), from Linux ``/proc/PID/stat``."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # a process that ended meanwhile
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # itself, or its parent
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

@@ -51,5 +51,10 @@ class ListenerLostError(RunnerError):
     accepting a connection."""
 
 
+class LogProcessExitedError(RunnerError):
+    """``serve``'s log process (``runner.publish.log_process``) exited on its own: ``serve``
+    stops (exit 9) so that its supervisor starts it again; until then publishing answers 503."""
+
+
 class PublishError(RunnerError):
     """An envelope could not be published (it stays in the spool)."""

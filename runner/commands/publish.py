@@ -19,6 +19,7 @@ from attestation.contracts import (
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
+    DEFAULT_LOG_LEVEL,
     PathArgument,
     add_actions,
     add_ca_bundle,
@@ -518,6 +519,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
         ),
         max_corpus_export_bytes=args.max_corpus_export_bytes,
+        log_level=getattr(args, "log_level", DEFAULT_LOG_LEVEL),
     )
     serve(
         config,

@@ -1,7 +1,9 @@
 """The publication log: batch sequencing with group commit, signed heads and the fork guard.
 
-Publishers' envelopes queue for one **sequencer thread** per service process. It takes what
-queued while the previous batch was committing and integrates it in one database
+Publishers' envelopes queue for one **sequencer**: a thread of the service's process, or in
+``serve`` the main thread of the log's own process (:mod:`runner.publish.log_process`, which
+calls :meth:`PublicationLog.integrate`). It takes what queued while the previous batch was
+committing and integrates it in one database
 transaction: for each envelope it checks the digest (already present?) and the run pointer
 (another envelope for this part of the run? then 409 and nothing is logged), appends the log
 entry, stores the envelope and points the run at it; then, once per tenant, it computes the
@@ -25,11 +27,11 @@ import contextlib
 import functools
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 
@@ -73,6 +75,20 @@ class LogRefusedError(Exception):
         super().__init__(f"the log of tenant {tenant!r} is refused: {reason}; {REMEDY}")
         self.tenant = tenant
         self.reason = reason
+
+    def __reduce__(self) -> tuple[type[LogRefusedError], tuple[str, str]]:
+        return LogRefusedError, (self.tenant, self.reason)  # across the log process's socket
+
+
+class ProofRangeError(Exception):
+    """A proof was asked for sizes the signed head does not cover."""
+
+    def __init__(self, head_size: int) -> None:
+        super().__init__(f"the signed head has size {head_size}")
+        self.head_size = head_size
+
+    def __reduce__(self) -> tuple[type[ProofRangeError], tuple[int]]:
+        return ProofRangeError, (self.head_size,)
 
 
 class ShuttingDownError(StorageUnavailableError):
@@ -124,8 +140,43 @@ class _DivergedError(Exception):
     pass
 
 
+def _next_batch(queue: deque[_Pending]) -> list[_Pending]:
+    """What one transaction integrates from the front of ``queue`` (not empty)."""
+    batch = [queue.popleft()]
+    size = len(batch[0].request.data)
+    while queue and len(batch) < MAX_BATCH:
+        size += len(queue[0].request.data)
+        if size > MAX_BATCH_BYTES:
+            break
+        batch.append(queue.popleft())
+    return batch
+
+
+class Log(Protocol):
+    """What the service asks of the log: :class:`PublicationLog` in the service's process, or
+    :class:`runner.publish.log_process.LogProcess` running one in a process of its own.
+    Every method but :meth:`submit` and :meth:`refusals` may block on the database."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def submit(self, request: AppendRequest) -> Future[Receipt]: ...
+
+    def refusals(self) -> dict[str, str]: ...
+
+    def signed_head(self, tenant: str) -> SignedHead: ...
+
+    def inclusion_proof(self, tenant: str, index: int, size: int) -> list[bytes]: ...
+
+    def consistency_proof(self, tenant: str, old_size: int, new_size: int) -> list[bytes]: ...
+
+
 class PublicationLog:
-    """Per-tenant Merkle logs over ``storage``, integrated by one sequencer thread."""
+    """Per-tenant Merkle logs over ``storage``, integrated by one sequencer thread.
+
+    ``on_refused(tenant, reason)`` is called (in the thread that checked) when a tenant's
+    log is refused."""
 
     def __init__(
         self,
@@ -136,8 +187,10 @@ class PublicationLog:
         log_name: str,
         adopt_database_heads: bool = False,
         clock: Callable[[], str] = utc_now,
+        on_refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self._storage = storage
+        self._on_refused = on_refused
         self._signer = signer
         self._journal = journal
         self._log_name = log_name
@@ -152,8 +205,10 @@ class PublicationLog:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Check every tenant's log against its last signed head, then start sequencing."""
+    def start(self, *, sequencer_thread: bool = True) -> None:
+        """Check every tenant's log against its last signed head, then start sequencing:
+        in a thread of its own, or without ``sequencer_thread`` in the callers of
+        :meth:`integrate`."""
         journaled = self._journal.open()
         tenants = set(self._storage.tenants())
         prefix = f"{self._log_name}/t/"
@@ -167,8 +222,9 @@ class PublicationLog:
                 if state.refused is None and self._stale(state) and not self._storage.read_only:
                     # Entries no head covers: a store an older service wrote. Sign it now.
                     self._sign_current(tenant, state)
-        self._thread = threading.Thread(target=self._run, name="log-sequencer", daemon=True)
-        self._thread.start()
+        if sequencer_thread:
+            self._thread = threading.Thread(target=self._run, name="log-sequencer", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         """Integrate what is queued, then stop the sequencer thread."""
@@ -201,6 +257,15 @@ class PublicationLog:
             self._wake.notify()
         return future
 
+    def integrate(self, requests: Sequence[AppendRequest]) -> list[Future[Receipt]]:
+        """Integrate ``requests`` now, in the calling thread (a log started without its
+        sequencer thread), in batches as the thread makes them; their futures are done."""
+        queue = deque(_Pending(request, Future()) for request in requests)
+        futures = [pending.future for pending in queue]
+        while queue:
+            self._integrate_safely(_next_batch(queue))
+        return futures
+
     def _run(self) -> None:
         while True:
             with self._wake:
@@ -208,13 +273,7 @@ class PublicationLog:
                     self._wake.wait()
                 if not self._queue:
                     return
-                batch = [self._queue.popleft()]
-                size = len(batch[0].request.data)
-                while self._queue and len(batch) < MAX_BATCH:
-                    size += len(self._queue[0].request.data)
-                    if size > MAX_BATCH_BYTES:
-                        break
-                    batch.append(self._queue.popleft())
+                batch = _next_batch(self._queue)
             self._integrate_safely(batch)
 
     def _integrate_safely(self, batch: list[_Pending]) -> None:
@@ -343,6 +402,27 @@ class PublicationLog:
                 head = SignedHead(empty, self._signer.sign(empty))
             yield state.tree, head
 
+    def signed_head(self, tenant: str) -> SignedHead:
+        """The tenant's signed head, caught up and checked (see :meth:`view`)."""
+        with self.view(tenant) as (_tree, head):
+            return head
+
+    def inclusion_proof(self, tenant: str, index: int, size: int) -> list[bytes]:
+        """Raises:
+        ProofRangeError: unless ``index < size <= `` the signed head's size."""
+        with self.view(tenant) as (tree, head):
+            if size > head.size or not 0 <= index < size:
+                raise ProofRangeError(head.size)
+            return tree.inclusion_proof(index, size)
+
+    def consistency_proof(self, tenant: str, old_size: int, new_size: int) -> list[bytes]:
+        """Raises:
+        ProofRangeError: unless ``old_size <= new_size <= `` the signed head's size."""
+        with self.view(tenant) as (tree, head):
+            if not 0 <= old_size <= new_size <= head.size:
+                raise ProofRangeError(head.size)
+            return tree.consistency_proof(old_size, new_size)
+
     # -- catching up and the guard ---------------------------------------------------------
 
     def _tenant(self, tenant: str) -> _TenantLog:
@@ -357,6 +437,8 @@ class PublicationLog:
             log.error(  # noqa: TRY400 - the reason says it all; a traceback would not help
                 "log_refused", tenant=tenant, reason=state.refused, remedy=REMEDY
             )
+            if self._on_refused is not None:
+                self._on_refused(tenant, state.refused)
 
     def _catch_up(
         self,

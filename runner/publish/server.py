@@ -56,7 +56,14 @@ from attestation.transparency.entries import LogEntry
 from runner.publish.bundles import read_bundle
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.guard import QuietLog
-from runner.publish.log import AppendRequest, LogRefusedError, Outcome, PublicationLog, Receipt
+from runner.publish.log import (
+    AppendRequest,
+    Log,
+    LogRefusedError,
+    Outcome,
+    ProofRangeError,
+    Receipt,
+)
 from runner.publish.ratelimit import RateLimiter
 from runner.publish.storage import (
     WHOLE_RUN,
@@ -234,7 +241,7 @@ class Service:
         self,
         storage: Storage,
         signer: CheckpointSigner,
-        publication_log: PublicationLog,
+        publication_log: Log,
         *,
         rate_limiter: RateLimiter | None = None,
         failure_limiter: RateLimiter | None = None,
@@ -637,8 +644,7 @@ async def list_envelopes(service: Service, request: Request) -> Response:
     limit = query_int(request, "limit", default=MAX_PAGE, minimum=1, maximum=MAX_PAGE)
 
     def read() -> list[dict[str, Any]]:
-        with service.log.view(tenant) as (_tree, head):
-            signed = head.size
+        signed = service.log.signed_head(tenant).size
         items = []
         for row in service.storage.listing(tenant, start, min(limit, max(signed - start, 0))):
             entry = LogEntry.from_bytes(row.entry)
@@ -688,8 +694,7 @@ async def get_checkpoint(service: Service, request: Request) -> Response:
     await service.authorize(request, tenant, write=False)
 
     def note() -> str:
-        with service.log.view(tenant) as (_tree, head):
-            return head.note
+        return service.log.signed_head(tenant).note
 
     return Response(
         await asyncio.to_thread(note),
@@ -706,8 +711,8 @@ async def get_entries(service: Service, request: Request) -> Response:
         raise bad_request(f"need start < end and at most {MAX_PAGE} entries per page")
 
     def read() -> list[bytes]:
-        with service.log.view(tenant) as (_tree, head):
-            signed = head.size  # entries past the signed head are not served: unprovable
+        # Entries past the signed head are not served: unprovable.
+        signed = service.log.signed_head(tenant).size
         return service.storage.log_entries(tenant, start, min(end, signed))
 
     entries = await asyncio.to_thread(read)
@@ -724,8 +729,8 @@ async def get_entry_envelopes(service: Service, request: Request) -> Response:
         raise bad_request(f"need start < end and at most {MAX_PAGE} entries per page")
 
     def read() -> list[bytes | None]:
-        with service.log.view(tenant) as (_tree, head):
-            signed = head.size  # entries past the signed head are not served: unprovable
+        # Entries past the signed head are not served: unprovable.
+        signed = service.log.signed_head(tenant).size
         return read_bundle(service.storage, tenant, start, min(end, signed))
 
     bundle = await asyncio.to_thread(read)
@@ -739,10 +744,10 @@ async def get_inclusion(service: Service, request: Request) -> Response:
     index, size = query_int(request, "index"), query_int(request, "size", minimum=1)
 
     def prove() -> list[bytes]:
-        with service.log.view(tenant) as (tree, head):
-            if size > head.size or index >= size:
-                raise bad_request(f"need index < size <= {head.size}")
-            return tree.inclusion_proof(index, size)
+        try:
+            return service.log.inclusion_proof(tenant, index, size)
+        except ProofRangeError as exc:
+            raise bad_request(f"need index < size <= {exc.head_size}") from exc
 
     proof = await asyncio.to_thread(prove)
     return json_response({"logIndex": index, "treeSize": size, "hashes": _b64(proof)})
@@ -754,10 +759,10 @@ async def get_consistency(service: Service, request: Request) -> Response:
     old_size, new_size = query_int(request, "from"), query_int(request, "to")
 
     def prove() -> list[bytes]:
-        with service.log.view(tenant) as (tree, head):
-            if not old_size <= new_size <= head.size:
-                raise bad_request(f"need from <= to <= {head.size}")
-            return tree.consistency_proof(old_size, new_size)
+        try:
+            return service.log.consistency_proof(tenant, old_size, new_size)
+        except ProofRangeError as exc:
+            raise bad_request(f"need from <= to <= {exc.head_size}") from exc
 
     proof = await asyncio.to_thread(prove)
     return json_response({"from": old_size, "to": new_size, "hashes": _b64(proof)})

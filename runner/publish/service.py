@@ -2,12 +2,13 @@
 
 The sequence (:func:`serve`): bind the listening socket first (a busy port fails before
 anything is created), warn about plain HTTP on a non-loopback address, open the state (log
-key, head journal, database; on a read-only filesystem with the key files in place, the
-service starts and serves reads), check every tenant's log against its last signed head,
-print where everything is, then serve with the connection guards of
-:mod:`runner.publish.guard` on uvloop's event loop until SIGTERM or SIGINT (or until the
-listening socket is lost: :func:`watch_listener`, exit 9). Stopping integrates what is queued,
-moves SQLite's WAL into the database file and closes the storage, then exits 0.
+key, database; on a read-only filesystem with the key files in place, the service starts and
+serves reads), start the log's own process (:mod:`runner.publish.log_process`: head journal,
+sequencer, fork guard), which checks every tenant's log against its last signed head, print
+where everything is, then serve with the connection guards of :mod:`runner.publish.guard` on
+uvloop's event loop until SIGTERM or SIGINT (or until the listening socket is lost:
+:func:`watch_listener`, or the log's process exits: exit 9). Stopping integrates what is
+queued, moves SQLite's WAL into the database file and closes the storage, then exits 0.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.routing import BaseRoute
 
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES
 from attestation.transparency.checkpoint import CheckpointError
-from runner.errors import ListenerLostError, UsageError
+from runner.errors import ListenerLostError, LogProcessExitedError, UsageError
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.corpus_routes import corpus_routes
 from runner.publish.corpus_store import open_corpus_store
@@ -43,8 +44,8 @@ from runner.publish.guard import (
     guarded_protocol,
     raise_open_file_limit,
 )
-from runner.publish.heads import JOURNAL_FILE, HeadJournal, JournalError
-from runner.publish.log import PublicationLog
+from runner.publish.heads import JOURNAL_FILE, JournalError
+from runner.publish.log_process import LogProcess, LogProcessSpec
 from runner.publish.panel import panel_routes
 from runner.publish.ratelimit import Rate, RateLimiter
 from runner.publish.server import PublicationApp, Service, create_app
@@ -86,6 +87,7 @@ class ServiceConfig:
     rate_limit: Rate | None = field(default_factory=lambda: Rate.parse(DEFAULT_RATE_LIMIT))
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     max_corpus_export_bytes: int = DEFAULT_MAX_CORPUS_EXPORT_BYTES
+    log_level: str = "info"  # the log process's, as the command's --log-level
 
     def storage_location(self) -> str:
         return self.database or str(self.state_dir / DATABASE_FILE)
@@ -118,16 +120,28 @@ def open_service(config: ServiceConfig) -> tuple[Storage, CheckpointSigner]:
 
 
 def build_service(
-    config: ServiceConfig, storage: Storage, signer: CheckpointSigner, *, owns_storage: bool
+    config: ServiceConfig,
+    storage: Storage,
+    signer: CheckpointSigner,
+    *,
+    owns_storage: bool,
+    on_lost: Callable[[str], None] | None = None,
 ) -> Service:
-    """The service over ``storage``: its head journal in the state directory, rate limits."""
-    journal = HeadJournal(config.journal_path(), signer.verifier_key)
-    publication_log = PublicationLog(
-        storage,
-        signer,
-        journal,
-        log_name=config.log_name,
-        adopt_database_heads=config.adopt_database_heads,
+    """The service over ``storage``, its log in a process of its own
+    (:mod:`runner.publish.log_process`; its head journal in the state directory), with
+    rate limits. ``on_lost(message)``: the log's process exited."""
+    publication_log = LogProcess(
+        LogProcessSpec(
+            storage_location=config.storage_location(),
+            sqlite_synchronous=config.sqlite_synchronous,
+            signing_key=(config.signing_key or config.state_dir / SIGNING_KEY_FILE).absolute(),
+            key_id=signer.verifier_key.key_id,
+            log_name=config.log_name,
+            journal=config.journal_path().absolute(),
+            adopt_database_heads=config.adopt_database_heads,
+            log_level=config.log_level,
+        ),
+        on_lost=on_lost,
     )
     return Service(
         storage,
@@ -225,11 +239,19 @@ def _serve_on(
         log.warning("plain_http_on_network", host=host, port=bound_port)
     cap = connection_cap(config.limits, raise_open_file_limit())
     storage, signer = open_service(config)
-    service = build_service(config, storage, signer, owns_storage=True)
+    lost: list[str] = []
+    servers: list[uvicorn.Server] = []
+
+    def log_process_lost(message: str) -> None:  # in the log process's reader thread
+        lost.append(message)
+        for running in servers:
+            running.should_exit = True  # uvicorn looks at it every 0.1 s
+
+    service = build_service(config, storage, signer, owns_storage=True, on_lost=log_process_lost)
     try:
         app = build_app(service, config)
         service.start()
-    except (JournalError, StorageError) as exc:
+    except (JournalError, StorageError, CheckpointError) as exc:
         service.stop()
         raise UsageError(str(exc)) from exc
     except BaseException:
@@ -261,13 +283,16 @@ def _serve_on(
             workers=None,
         )
     )
+    servers.append(server)
+    if lost:
+        server.should_exit = True
     quiet = QuietLog()
     logging.getLogger("uvicorn.error").addFilter(quiet.filter)
-    lost: list[str] = []
+    listener_lost: list[str] = []
 
     async def run() -> None:
         asyncio.get_running_loop().set_exception_handler(quiet.loop_exception)
-        watchdog = asyncio.create_task(watch_listener(server, sock, lost))
+        watchdog = asyncio.create_task(watch_listener(server, sock, listener_lost))
         try:
             await server.serve(sockets=[sock])
         finally:
@@ -280,8 +305,10 @@ def _serve_on(
             runner.run(run())
     finally:
         service.stop()  # after a lifespan shutdown this only closes what is still open
+    if listener_lost:
+        raise ListenerLostError(listener_lost[0])
     if lost:
-        raise ListenerLostError(lost[0])
+        raise LogProcessExitedError(lost[0])
 
 
 #: How often :func:`watch_listener` looks at the listening socket.
