@@ -127,6 +127,14 @@ class _Channel:
         with self._send_lock:
             self._sock.sendall(frames)
 
+    def send_now(self, frames: bytes) -> int:
+        """Send what the socket takes without waiting; how many bytes that was."""
+        with self._send_lock:
+            try:
+                return self._sock.send(frames, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return 0
+
     def receive(self) -> tuple[Any, ...] | None:
         """The next message, or None once the other end closed (between frames)."""
         while (message := self._buffered()) is None:
@@ -179,14 +187,16 @@ class _Channel:
 
 
 class _Outbox:
-    """Frames for the child, sent by a thread of their own: the service's event loop queues a
-    request and goes on, also while the child integrates a batch and reads nothing, and the
-    socket's buffer (about 200 KB: a dozen envelopes) is full."""
+    """Frames for the child, never waiting for it: the service's event loop sends a request
+    and goes on, also while the child integrates a batch and reads nothing and the socket's
+    buffer (about 200 KB: a dozen envelopes) is full. What the socket does not take at once
+    is sent, in order, by a thread of its own."""
 
     def __init__(self, channel: _Channel) -> None:
         self._channel = channel
         self._frames: list[bytes] = []
         self._wake = threading.Condition()
+        self._sending = False  # the thread is sending what it took from ``_frames``
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="log-process-writer", daemon=True)
         self._thread.start()
@@ -194,9 +204,19 @@ class _Outbox:
     def put(self, message: tuple[Any, ...]) -> None:
         frame = _Channel.frame(message)
         with self._wake:
-            if not self._closed:
-                self._frames.append(frame)
-                self._wake.notify()
+            if self._closed:
+                return
+            if not self._frames and not self._sending:  # nothing ahead of it: send it now
+                try:
+                    sent = self._channel.send_now(frame)
+                except OSError:  # the child is gone: the reader fails what is pending
+                    self._closed = True
+                    return
+                if sent == len(frame):
+                    return
+                frame = frame[sent:]
+            self._frames.append(frame)
+            self._wake.notify()
 
     def close(self) -> None:
         """Send what is queued, then stop the thread."""
@@ -213,6 +233,7 @@ class _Outbox:
                 if not self._frames:
                     return
                 frames, self._frames = self._frames, []
+                self._sending = True
             try:
                 self._channel.send_frames(b"".join(frames))
             except OSError:  # the child is gone: the reader fails what is pending
@@ -220,6 +241,8 @@ class _Outbox:
                     self._closed = True
                     self._frames.clear()
                 return
+            with self._wake:
+                self._sending = False
 
 
 def _portable(exc: BaseException) -> BaseException:
