@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Final, TextIO
 
 import structlog
 
@@ -24,7 +24,11 @@ def _current_stderr_logger(*_args: object) -> _CurrentStderrLogger:
     return _CurrentStderrLogger()
 
 
-def configure_logging(*, level: str = "info", stream: TextIO | None = None) -> None:
+#: The level of the events on stderr unless ``--log-level`` says otherwise.
+DEFAULT_LOG_LEVEL: Final = "info"
+
+
+def configure_logging(*, level: str = DEFAULT_LOG_LEVEL, stream: TextIO | None = None) -> None:
     """JSON lines on stderr when it is not a terminal, a readable console otherwise."""
     output = stream if stream is not None else sys.stderr
     renderer: structlog.typing.Processor

@@ -25,6 +25,7 @@ from attestation.help_format import HelpFormatter, exit_code_epilog
 from runner import __version__
 from runner.errors import UsageError
 from runner.exit_codes import FAMILY_EXIT_CODES, Family
+from runner.log import DEFAULT_LOG_LEVEL
 from runner.statedir import STATE_DIR_ENV
 from tenant.paths import check_input_dir, check_input_file, check_output_dir, check_output_file
 
@@ -35,7 +36,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 _ARGUMENT_MESSAGE: Final = re.compile(r"^argument (?P<name>\S+): (?P<problem>.*)$", re.DOTALL)
 #: The namespace attribute listing the parsed command's path options (see check_paths).
 PATH_CHECKS = "path_checks"
-DEFAULT_LOG_LEVEL = "info"
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -19,7 +19,6 @@ from attestation.contracts import (
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
-    DEFAULT_LOG_LEVEL,
     PathArgument,
     add_actions,
     add_ca_bundle,
@@ -32,6 +31,7 @@ from runner.commands.parsing import (
 from runner.errors import InputError, PublishError, UsageError, VerificationFailedError
 from runner.exit_codes import Family
 from runner.extras import extra_required
+from runner.log import DEFAULT_LOG_LEVEL
 from tenant.errors import TenantUsageError
 from tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
 from tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS

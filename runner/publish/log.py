@@ -173,7 +173,8 @@ class Log(Protocol):
 
 
 class PublicationLog:
-    """Per-tenant Merkle logs over ``storage``, integrated by one sequencer thread.
+    """Per-tenant Merkle logs over ``storage``, integrated by one sequencer: a thread of its
+    own, or the caller of :meth:`integrate`.
 
     ``on_refused(tenant, reason)`` is called (in the thread that checked) when a tenant's
     log is refused."""

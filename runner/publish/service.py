@@ -33,6 +33,7 @@ from starlette.routing import BaseRoute
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES
 from attestation.transparency.checkpoint import CheckpointError
 from runner.errors import ListenerLostError, LogProcessExitedError, UsageError
+from runner.log import DEFAULT_LOG_LEVEL
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.corpus_routes import corpus_routes
 from runner.publish.corpus_store import open_corpus_store
@@ -87,7 +88,7 @@ class ServiceConfig:
     rate_limit: Rate | None = field(default_factory=lambda: Rate.parse(DEFAULT_RATE_LIMIT))
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     max_corpus_export_bytes: int = DEFAULT_MAX_CORPUS_EXPORT_BYTES
-    log_level: str = "info"  # the log process's, as the command's --log-level
+    log_level: str = DEFAULT_LOG_LEVEL  # the log process's, as the command's --log-level
 
     def storage_location(self) -> str:
         return self.database or str(self.state_dir / DATABASE_FILE)
