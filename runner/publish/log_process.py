@@ -81,6 +81,7 @@ _LENGTH: Final = struct.Struct(">I")
 MAX_FRAME_BYTES: Final = MAX_ENVELOPE_BYTES + 1024 * 1024
 #: Reads (checkpoints, proofs) the child answers at once, beside the sequencer.
 _READ_THREADS: Final = 4
+_COMPACT_AFTER_BYTES: Final = 1024 * 1024
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -113,6 +114,7 @@ class _Channel:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._buffer = bytearray()
+        self._start = 0  # where the first frame not yet taken begins in ``_buffer``
         self._closed = False  # the other end closed: what is buffered is all there is
 
     @staticmethod
@@ -139,7 +141,7 @@ class _Channel:
         """The next message, or None once the other end closed (between frames)."""
         while (message := self._buffered()) is None:
             if self._closed or not self._read(0):
-                if self._buffer:
+                if len(self._buffer) > self._start:
                     raise _ProtocolError("the other end closed in the middle of a frame")
                 return None
         return message
@@ -165,17 +167,25 @@ class _Channel:
         return bool(chunk)
 
     def _buffered(self) -> tuple[Any, ...] | None:
-        buffer = self._buffer
-        if len(buffer) < _LENGTH.size:
+        buffer, start = self._buffer, self._start
+        if len(buffer) - start < _LENGTH.size:
             return None
-        (length,) = _LENGTH.unpack_from(buffer)
+        (length,) = _LENGTH.unpack_from(buffer, start)
         if length > MAX_FRAME_BYTES:
             raise _ProtocolError(f"a frame of {length} bytes is over the bound")
-        end = _LENGTH.size + length
+        end = start + _LENGTH.size + length
         if len(buffer) < end:
             return None
-        message = pickle.loads(buffer[_LENGTH.size : end])  # noqa: S301 - our own process's
-        del buffer[:end]
+        message = pickle.loads(buffer[start + _LENGTH.size : end])  # noqa: S301 - our own process's
+        # Taken frames are cut off once the buffer is drained, or past a mebibyte: not one
+        # move of everything behind each frame while a batch's requests are read.
+        if end == len(buffer):
+            buffer.clear()
+            end = 0
+        elif end > _COMPACT_AFTER_BYTES:
+            del buffer[:end]
+            end = 0
+        self._start = end
         if not isinstance(message, tuple) or not message:
             raise _ProtocolError(f"not a message: {type(message).__name__}")
         return message

@@ -96,6 +96,9 @@ class ServiceConfig:
     def journal_path(self) -> Path:
         return self.state_dir / JOURNAL_FILE
 
+    def signing_key_path(self) -> Path:
+        return self.signing_key or self.state_dir / SIGNING_KEY_FILE
+
 
 def open_service(config: ServiceConfig) -> tuple[Storage, CheckpointSigner]:
     """Open the log key and storage, creating them on first start; export the public key.
@@ -104,7 +107,7 @@ def open_service(config: ServiceConfig) -> tuple[Storage, CheckpointSigner]:
     on a read-only filesystem."""
     if not config.state_dir.is_dir():
         config.state_dir.mkdir(parents=True, mode=0o700)
-    key_file = config.signing_key or config.state_dir / SIGNING_KEY_FILE
+    key_file = config.signing_key_path()
     try:
         signer = CheckpointSigner.load_or_create(
             config.log_name, key_file, create=config.signing_key is None
@@ -135,7 +138,7 @@ def build_service(
         LogProcessSpec(
             storage_location=config.storage_location(),
             sqlite_synchronous=config.sqlite_synchronous,
-            signing_key=(config.signing_key or config.state_dir / SIGNING_KEY_FILE).absolute(),
+            signing_key=config.signing_key_path().absolute(),
             key_id=signer.verifier_key.key_id,
             log_name=config.log_name,
             journal=config.journal_path().absolute(),
@@ -263,10 +266,7 @@ def _serve_on(
     say(f"listening on {scheme}://{host}:{bound_port}")
     say(f"database: {shown}{' (read-only)' if storage.read_only else ''}")
     say(f"head journal: {config.journal_path()}")
-    say(
-        f"log key: {config.signing_key or config.state_dir / SIGNING_KEY_FILE} (key ID "
-        f"{signer.verifier_key.key_id.hex()})"
-    )
+    say(f"log key: {config.signing_key_path()} (key ID {signer.verifier_key.key_id.hex()})")
     say(f"log verifier key (tenants pin this): {signer.verifier_key.encode()}")
     for tenant, reason in sorted(service.log.refusals().items()):
         say(f"REFUSED log of tenant {tenant}: {reason}")
