@@ -15,7 +15,8 @@ Two shapes (``benchmarks/shapes.py``), each written to a temporary directory:
   (checked on the small corpus).
 
 Every time is the median of ``--repeat`` runs, the checksum and its floor alternating.
-Peak RSS (``ru_maxrss``) of a fresh process checksumming the realistic corpus at both sizes
+Peak RSS (``VmHWM``, ``benchmarks/memory.py``) of a fresh process checksumming the realistic
+corpus at both sizes
 shows that memory does not grow with the corpus; a process that only imports the module is
 the baseline.
 """
@@ -44,12 +45,13 @@ sys.path.insert(0, str(REPO))
 from benchmarks.shapes import write_flat_cases, write_realistic_cases  # noqa: E402
 
 _MEASURE = """
-import resource, sys
+import sys
 from pathlib import Path
+from benchmarks.memory import own_peak_rss_kib
 from runner.corpus.checksum import compute_checksum
 for corpus in sys.argv[1:]:
     compute_checksum(Path(corpus))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(own_peak_rss_kib())
 """
 
 

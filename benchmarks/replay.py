@@ -50,15 +50,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from benchmarks.shapes import write_realistic_corpus  # noqa: E402
 
-# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent.
 _MEASURE = """
 import sys
 from pathlib import Path
+from benchmarks.memory import own_peak_rss_kib
 from runner.pipeline.replay import replay_corpus
 for corpus in sys.argv[1:]:
     replay_corpus(Path(corpus))
-with open("/proc/self/status") as status:
-    print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+print(own_peak_rss_kib())
 """
 
 

@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from benchmarks.memory import own_peak_rss_kib  # noqa: E402
 
 RUN_ID = "bench-shards"
 TENANT = "bench"
@@ -240,7 +240,7 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
     else:
         raise SystemExit(f"unknown task {task}")
     report["cpu"] = time.process_time() - start
-    report["peakRssMiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report["peakRssMiB"] = own_peak_rss_kib() / 1024
     return report
 
 
