@@ -23,11 +23,10 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
-from attestation.endorsement import der, leaf_der
+from attestation.endorsement import der
 from attestation.errors import MalformedError
 
 AMD_KDS_ARC = "1.3.6.1.4.1.3704.1"
@@ -53,10 +52,6 @@ SPL_OIDS: Mapping[str, str] = types.MappingProxyType(
 _SPL_BY_OID = {oid: name for name, oid in SPL_OIDS.items()}
 _KNOWN_AMD_OIDS = frozenset(
     {OID_STRUCT_VERSION, OID_PRODUCT_NAME, OID_HWID, OID_CSP_ID, *SPL_OIDS.values()}
-)
-#: OBJECT IDENTIFIER TLV -> dotted OID: the extensions :mod:`leaf_der` reads itself.
-_KNOWN_AMD_OID_TLVS: Mapping[bytes, str] = types.MappingProxyType(
-    {der.encode_oid(oid): oid for oid in _KNOWN_AMD_OIDS}
 )
 
 #: Subject CN -> signer kind (anything else is not a report-signing certificate).
@@ -94,9 +89,6 @@ class Endorsement:
     hwid: bytes | None
     csp_id: str | None
     public_key: ec.EllipticCurvePublicKey
-    #: The signed bytes and signature fields, when leaf_der read them (a DER input of AMD's
-    #: shape); the chain checks slice them out of ``der`` otherwise.
-    signed: leaf_der.SignedParts | None = None
 
 
 #: What ``cryptography`` raises for certificates it loaded but cannot decode a part of
@@ -170,15 +162,10 @@ def load_endorsement_chain(data: bytes) -> tuple[Endorsement, tuple[x509.Certifi
     """The endorsement (first certificate) of PEM, DER or a PEM bundle, and the certificates
     after it."""
     certificates = _loaded(data)
-    if _PEM_MARKER not in data:
-        # A DER input is exactly the certificate's DER (cryptography refuses trailing bytes),
-        # so it is kept as it came instead of being re-encoded, and a VCEK/VLEK of AMD's shape
-        # is read by leaf_der instead of being decoded into Python objects part by part.
-        parts = leaf_der.read_leaf(data, _KNOWN_AMD_OID_TLVS)
-        if parts is not None:
-            return _read_endorsement(certificates[0], data, parts), ()
     for index, certificate in enumerate(certificates, start=1):
         require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
+    # A DER input is exactly the certificate's DER (cryptography refuses trailing bytes), so
+    # it is kept as it came instead of being re-encoded.
     der_input = None if _PEM_MARKER in data else data
     return _decoded_endorsement(certificates[0], der_input), certificates[1:]
 
@@ -194,94 +181,18 @@ def _decoded_endorsement(
 ) -> Endorsement:
     """:func:`endorsement_from_certificate` for a certificate ``load_certificates`` already
     decoded completely (decoding it twice doubled the cost of a new chip's verification).
-    ``der_input`` is the DER it was loaded from, if the input was DER."""
+    ``der_input`` is the DER it was loaded from, if the input was DER.
+
+    Checks the key and decodes AMD's extensions; everything else ``cryptography`` decoded.
+    """
     extensions = certificate.extensions
     try:
         constraints = extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     except x509.ExtensionNotFound:
         constraints = None
-    return _endorsement(
-        certificate,
-        der_input or certificate.public_bytes(serialization.Encoding.DER),
-        issuer=certificate.issuer,
-        critical_extensions=tuple(e.oid.dotted_string for e in extensions if e.critical),
-        basic_constraints_ca=constraints,
-        signer_kind=_signer_kind(certificate.subject),
-        values=_amd_extension_values(certificate),
-    )
-
-
-def _read_endorsement(
-    certificate: x509.Certificate, certificate_der: bytes, parts: leaf_der.LeafParts
-) -> Endorsement:
-    """The endorsement of a DER certificate in AMD's shape, from what leaf_der read.
-
-    Its parts are decoded in :func:`require_fully_parseable`'s order with its messages: each
-    name through ``cryptography`` unless the same name bytes decoded before (a pure function
-    of the bytes; a VCEK's subject and issuer are the same for every chip of a product line),
-    validity and the public key through ``cryptography``. Its extensions are AMD's only, none
-    critical (leaf_der accepts no other), so ``cryptography`` would decode each as the raw
-    ``UnrecognizedExtension`` value leaf_der hands over.
-    """
-    what = "certificate 1 of 1"
-    subject = _name(parts.subject, what, "subject", lambda: certificate.subject)
-    issuer = _name(parts.issuer, what, "issuer", lambda: certificate.issuer)
-    _decode(what, "validity", lambda: _validity(certificate))
-    public_key = _decode(what, "public key", certificate.public_key)
-    signer_kind = _SIGNER_BY_SUBJECT.get(parts.subject)
-    if signer_kind is None:
-        signer_kind = _signer_kind(subject)
-        _remember(_SIGNER_BY_SUBJECT, parts.subject, signer_kind)
-    return _endorsement(
-        certificate,
-        certificate_der,
-        issuer=issuer,
-        critical_extensions=(),
-        basic_constraints_ca=None,
-        signer_kind=signer_kind,
-        values=parts.extensions,
-        public_key=public_key,
-        signed=parts.signed,
-    )
-
-
-# Name DER -> what it decodes to, and subject DER -> its signer kind: pure functions of the
-# exact bytes, computed once per distinct name (bounded; only successes are kept).
-_NAMES: dict[bytes, x509.Name] = {}
-_SIGNER_BY_SUBJECT: dict[bytes, SignerKind] = {}
-_MEMO_LIMIT = 256
-
-
-def _remember(memo: dict[bytes, _T], key: bytes, value: _T) -> None:
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = value
-
-
-def _name(name_der: bytes, what: str, part: str, decode: Callable[[], x509.Name]) -> x509.Name:
-    name = _NAMES.get(name_der)
-    if name is None:
-        name = _decode(what, part, decode)
-        _remember(_NAMES, name_der, name)
-    return name
-
-
-def _endorsement(
-    certificate: x509.Certificate,
-    certificate_der: bytes,
-    *,
-    issuer: x509.Name,
-    critical_extensions: tuple[str, ...],
-    basic_constraints_ca: bool | None,
-    signer_kind: SignerKind,
-    values: Mapping[str, bytes],
-    public_key: PublicKeyTypes | None = None,
-    signed: leaf_der.SignedParts | None = None,
-) -> Endorsement:
-    """Check the key (``public_key``: the certificate's, if already decoded) and decode the
-    AMD extension ``values`` (dotted OID -> extnValue)."""
-    if public_key is None:
-        public_key = certificate.public_key()
+    signer_kind = _signer_kind(certificate.subject)
+    values = _amd_extension_values(certificate)
+    public_key = certificate.public_key()
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(
         public_key.curve, ec.SECP384R1
     ):
@@ -309,10 +220,10 @@ def _endorsement(
     csp_id = _optional_string(values, OID_CSP_ID, "csp_id")
     return Endorsement(
         certificate=certificate,
-        der=certificate_der,
-        issuer=issuer,
-        critical_extensions=critical_extensions,
-        basic_constraints_ca=basic_constraints_ca,
+        der=der_input or certificate.public_bytes(serialization.Encoding.DER),
+        issuer=certificate.issuer,
+        critical_extensions=tuple(e.oid.dotted_string for e in extensions if e.critical),
+        basic_constraints_ca=constraints,
         signer_kind=signer_kind,
         struct_version=struct_version,
         product_name=product_name,
@@ -321,7 +232,6 @@ def _endorsement(
         hwid=hwid,
         csp_id=csp_id,
         public_key=public_key,
-        signed=signed,
     )
 
 

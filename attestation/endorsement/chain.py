@@ -34,11 +34,11 @@ import datetime as dt
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeGuard, TypeVar, cast
+from typing import TypeGuard, TypeVar, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
@@ -70,14 +70,10 @@ _AMD_PSS_IDENTIFIERS = frozenset(
     for length, trailer in (("34", ""), ("39", "a303020101"))
 )
 AMD_RSA_KEY_BITS = 4096
-#: What those identifiers declare, as ``cryptography`` decodes them.
-_AMD_PSS: Final = padding.PSS(mgf=padding.MGF1(hashes.SHA384()), salt_length=PSS_SALT_LENGTH)
-_SHA384: Final = hashes.SHA384()
 
 _VLEK_INTERMEDIATE_PREFIX = "SEV-VLEK-"
 _ARK_PREFIX = "ARK-"
-# MalformedError: the DER of a certificate cryptography loaded does not split as DER should.
-_VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, MalformedError, *PARSE_ERRORS)
+_VERIFY_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, *PARSE_ERRORS)
 _HANDLED_CRITICAL = frozenset(
     {x509.BasicConstraints.oid.dotted_string, x509.KeyUsage.oid.dotted_string}
 )
@@ -296,7 +292,7 @@ def _find_path(
                 if pinned_pair
                 else candidate.public_key()
             )
-            if not _leaf_signed_by(endorsement, key):
+            if not _signed_with(endorsement.certificate, key):
                 failures.append(
                     f"{label} signature does not verify under the "
                     f"{_intermediate_kind(kind)} {_cn(candidate)!r} "
@@ -426,27 +422,6 @@ def _check_crl(
             )
 
 
-def _leaf_signed_by(endorsement: Endorsement, issuer_key: PublicKeyTypes) -> bool:
-    """:func:`_signed_with` of the endorsement under ``issuer_key`` (the candidate issuer's).
-    A leaf whose signature fields leaf_der read and whose signatureAlgorithm is exactly one
-    of AMD's encodings is verified with those parameters (the ones ``cryptography`` would
-    decode from the same bytes) over the TBS bytes leaf_der sliced out."""
-    signed = endorsement.signed
-    if (
-        signed is None
-        or signed.algorithm not in _AMD_PSS_IDENTIFIERS
-        or signed.signature[:1] != b"\0"
-    ):
-        return _signed_with(endorsement.certificate, issuer_key, endorsement.der)
-    if not _is_amd_rsa_key(issuer_key):
-        return False
-    try:
-        issuer_key.verify(signed.signature[1:], signed.tbs, _AMD_PSS, _SHA384)
-    except InvalidSignature:
-        return False
-    return True
-
-
 def _is_amd_rsa_key(key: PublicKeyTypes) -> TypeGuard[rsa.RSAPublicKey]:
     return isinstance(key, rsa.RSAPublicKey) and key.key_size == AMD_RSA_KEY_BITS
 
@@ -457,16 +432,11 @@ def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
     return _signed_with(child, issuer.public_key())
 
 
-def _signed_with(
-    child: x509.Certificate, public_key: PublicKeyTypes, child_der: bytes | None = None
-) -> bool:
+def _signed_with(child: x509.Certificate, public_key: PublicKeyTypes) -> bool:
     """Whether ``child``'s signature verifies with ``public_key`` (its issuer's, which must be
     RSA-4096) under the parameters ``child`` declares (:func:`require_amd_signature_algorithm`
     then requires AMD's). One RSA verification, without ``verify_directly_issued_by``'s extra
-    work.
-
-    ``child_der`` is the DER ``child`` was loaded from, if at hand: its TBS part is sliced out
-    instead of re-encoded.
+    work, over the TBS bytes ``cryptography`` parsed the certificate from.
     """
     if not _is_amd_rsa_key(public_key):
         return False
@@ -477,19 +447,10 @@ def _signed_with(
         # its own message by require_amd_signature_algorithm, after the path is found.
         if not isinstance(parameters, padding.PSS | padding.PKCS1v15) or algorithm is None:
             return False
-        tbs = child.tbs_certificate_bytes if child_der is None else _tbs(child_der)
-        public_key.verify(child.signature, tbs, parameters, algorithm)
+        public_key.verify(child.signature, child.tbs_certificate_bytes, parameters, algorithm)
     except _VERIFY_ERRORS:
         return False
     return True
-
-
-def _tbs(certificate_der: bytes) -> bytes:
-    """The TBSCertificate (header included) of a certificate's DER: what its signature covers."""
-    what = "certificate"
-    outer = der.read_single(certificate_der, what=what, tag=der.TAG_SEQUENCE)
-    _tbs_element, end = der.read_element(outer.content, 0, what=what)
-    return outer.content[:end]
 
 
 def _self_signed(root: x509.Certificate) -> bool:
@@ -560,12 +521,7 @@ def _require_own_format(
 
 
 def _require_leaf_format(endorsement: Endorsement, label: str) -> None:
-    signed = endorsement.signed
-    if signed is None:
-        _require_own_format(endorsement.certificate, label, endorsement.der)
-        return
-    _require_amd_signature_parts(signed.tbs_algorithm, signed.algorithm, signed.signature, label)
-    _require_version_3(endorsement.certificate, label)
+    _require_own_format(endorsement.certificate, label, endorsement.der)
 
 
 def _require_version_3(certificate: x509.Certificate, label: str) -> None:
