@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar, Final, Literal
 
 from attestation.abi.product import ProductLine, SignerKind
@@ -581,12 +581,6 @@ _ZERO: Final = {spec.name: bytes(spec.size) for spec in LAYOUT}
 #: The reserved ranges in :data:`LAYOUT` order, which is the unpack's order too.
 _RESERVED_FIELDS: Final = tuple(spec.name for spec in LAYOUT if spec.reserved)
 _RESERVED_ZERO: Final = tuple(_ZERO[name] for name in _RESERVED_FIELDS)
-#: The slot setters of :class:`AttestationReport`, in field order (see :func:`_parsed_report`).
-_SLOT_SETTERS: Final = tuple(
-    getattr(AttestationReport, field.name).__set__ for field in fields(AttestationReport)
-)
-
-
 # Pure functions of a u64 returning immutable values; a fleet's reports carry a few distinct
 # ones. Errors are not cached.
 _guest_policy: Final = functools.lru_cache(maxsize=256)(GuestPolicy.from_raw)
@@ -701,7 +695,9 @@ def parse_report(data: bytes) -> AttestationReport:
         vectors = (None, None)
     else:
         vectors = (launch_mit_vector, current_mit_vector)
-    return _parsed_report(
+    # The frozen constructor checks the values again (__post_init__): one way to build a
+    # report, whether parsed or made, at the cost of 38 attribute sets on the hot path.
+    return AttestationReport(
         version,
         guest_svn,
         _guest_policy(policy),
@@ -736,21 +732,6 @@ def parse_report(data: bytes) -> AttestationReport:
         signature_r,
         signature_s,
     )
-
-
-def _parsed_report(*values: object) -> AttestationReport:
-    """An :class:`AttestationReport` of the fields :func:`parse_report` unpacked and checked.
-
-    ``__post_init__`` is not run: everything it checks is already true of these values. The
-    fixed-width ``struct`` codes give every byte string its exact size and every integer its
-    range; :func:`parse_report` checked the version, the signature algorithm, SIGNING_KEY, the
-    CPUID product and which version-dependent fields are present. Setting the slots directly
-    saves the frozen ``__init__``'s 38 ``object.__setattr__`` calls on the verifier's hot path.
-    """
-    report = object.__new__(AttestationReport)
-    for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
-        set_slot(report, value)
-    return report
 
 
 def serialize_report(report: AttestationReport) -> bytes:
