@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.commands.evidence",
     "runner.commands.k8s",
     "runner.commands.publish",
+    "runner.commands.witness",
     "runner.commands.export",
     "runner.commands.contract",
 )

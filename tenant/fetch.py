@@ -48,6 +48,7 @@ from attestation.transparency.checkpoint import (
     Checkpoint,
     CheckpointError,
     VerifierKey,
+    tenant_log_origin,
     verify_signed_checkpoint,
 )
 from attestation.transparency.entries import EntryError, LogEntry
@@ -258,7 +259,7 @@ def fetch_tenant(
     if not 1 <= jobs <= MAX_JOBS:
         raise TenantUsageError(f"--jobs {jobs}: must be between 1 and {MAX_JOBS}")
     key = _pinned_key(out_dir, log_key)
-    origin = f"{key.name}/t/{tenant}"
+    origin = tenant_log_origin(key.name, tenant)
     old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
     index = _load_index(out_dir)
     remote = _Remote(server, tenant, token, retry, ca_bundle)

@@ -22,6 +22,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from attestation.transparency.merkle import HASH_SIZE
 
 ED25519_ALGORITHM = 0x01
+#: The signature type of an Ed25519 witness cosignature (C2SP tlog-cosignature, cosignature/v1).
+COSIGNATURE_V1_ALGORITHM = 0x04
+#: What each signature type of a verifier key is for, in the messages that name it.
+KEY_KINDS = {
+    ED25519_ALGORITHM: "an Ed25519 log key",
+    COSIGNATURE_V1_ALGORITHM: "an Ed25519 witness key",
+}
 EM_DASH = "\u2014"
 _KEY_NAME = re.compile(r"^[^\s+]+$")
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,19})$")
@@ -31,10 +38,13 @@ class CheckpointError(ValueError):
     """A checkpoint or verifier key that is malformed or not signed by the pinned key."""
 
 
-def key_id(name: str, public_key: bytes) -> bytes:
-    return hashlib.sha256(
-        name.encode() + b"\x0a" + bytes([ED25519_ALGORITHM]) + public_key
-    ).digest()[:4]
+def tenant_log_origin(log_name: str, tenant: str) -> str:
+    """The origin line of a tenant's log in the publication service whose key is ``log_name``."""
+    return f"{log_name}/t/{tenant}"
+
+
+def key_id(name: str, public_key: bytes, algorithm: int = ED25519_ALGORITHM) -> bytes:
+    return hashlib.sha256(name.encode() + b"\x0a" + bytes([algorithm]) + public_key).digest()[:4]
 
 
 def check_key_name(name: str) -> None:
@@ -62,24 +72,31 @@ class Checkpoint:
 
 @dataclass(frozen=True, slots=True)
 class VerifierKey:
+    """A C2SP verifier key: a log's (signature type 0x01, signed notes) or a witness's
+    (0x04, cosignature/v1). The type is part of the key ID, so one cannot stand for the other."""
+
     name: str
     public_key: bytes
+    algorithm: int = ED25519_ALGORITHM
 
     def __post_init__(self) -> None:
         check_key_name(self.name)
         if len(self.public_key) != 32:
             raise CheckpointError("an Ed25519 public key has 32 bytes")
+        if self.algorithm not in KEY_KINDS:
+            raise CheckpointError(f"verifier key signature type {self.algorithm:#04x} is unknown")
 
     @property
     def key_id(self) -> bytes:
-        return key_id(self.name, self.public_key)
+        return key_id(self.name, self.public_key, self.algorithm)
 
     def encode(self) -> str:
-        payload = base64.b64encode(bytes([ED25519_ALGORITHM]) + self.public_key).decode()
+        payload = base64.b64encode(bytes([self.algorithm]) + self.public_key).decode()
         return f"{self.name}+{self.key_id.hex()}+{payload}"
 
     @classmethod
-    def parse(cls, text: str) -> VerifierKey:
+    def parse(cls, text: str, *, algorithm: int = ED25519_ALGORITHM) -> VerifierKey:
+        """A verifier key of the signature type ``algorithm`` (a log key unless told)."""
         parts = text.strip().split("+", 2)
         if len(parts) != 3:
             raise CheckpointError("verifier key must be <name>+<hex key id>+<base64 key>")
@@ -89,9 +106,11 @@ class VerifierKey:
             wanted_id = bytes.fromhex(hex_id)
         except (binascii.Error, ValueError) as exc:
             raise CheckpointError(f"verifier key is not valid hex/base64: {exc}") from exc
-        if len(raw) != 33 or raw[0] != ED25519_ALGORITHM:
-            raise CheckpointError("verifier key is not an Ed25519 key (0x01 || 32 bytes)")
-        key = cls(name=name, public_key=raw[1:])
+        if len(raw) != 33 or raw[0] != algorithm:
+            raise CheckpointError(
+                f"verifier key is not {KEY_KINDS[algorithm]} ({algorithm:#04x} || 32 bytes)"
+            )
+        key = cls(name=name, public_key=raw[1:], algorithm=algorithm)
         if key.key_id != wanted_id:
             raise CheckpointError("verifier key id does not match its name and public key")
         return key
@@ -137,19 +156,41 @@ def parse_signed_note(note: str) -> tuple[Checkpoint, list[tuple[str, bytes]]]:
     return checkpoint, signatures
 
 
-def verify_signed_checkpoint(note: str, key: VerifierKey, *, origin: str) -> Checkpoint:
-    """Parse ``note`` and require a valid signature by ``key`` and the expected ``origin``."""
-    checkpoint, signatures = parse_signed_note(note)
-    if checkpoint.origin != origin:
-        raise CheckpointError(f"checkpoint origin {checkpoint.origin!r}, expected {origin!r}")
+def signed_by(
+    checkpoint: Checkpoint, signatures: list[tuple[str, bytes]], key: VerifierKey
+) -> bool:
+    """Whether one of ``signatures`` (from :func:`parse_signed_note`) is a valid signature by
+    the log key ``key`` over ``checkpoint``.
+
+    Lines by other keys are ignored, even when they share the name or the key ID (not both);
+    a line with ``key``'s name and key ID that does not verify rejects the whole note
+    (C2SP signed-note: :class:`CheckpointError`).
+    """
+    if key.algorithm != ED25519_ALGORITHM:
+        raise CheckpointError(f"key {key.name!r} is not a log key (signature type 0x01)")
     public = Ed25519PublicKey.from_public_bytes(key.public_key)
     message = checkpoint.note_text().encode()
+    verified = False
     for name, blob in signatures:
         if name != key.name or blob[:4] != key.key_id:
             continue  # another key (a witness, a rotated key): ignored, as C2SP requires
         try:
             public.verify(blob[4:], message)
-        except InvalidSignature:
-            continue
-        return checkpoint
-    raise CheckpointError(f"checkpoint carries no valid signature by the pinned key {key.name!r}")
+        except InvalidSignature as exc:
+            raise CheckpointError(
+                f"a signature by the pinned key {key.name!r} does not verify"
+            ) from exc
+        verified = True
+    return verified
+
+
+def verify_signed_checkpoint(note: str, key: VerifierKey, *, origin: str) -> Checkpoint:
+    """Parse ``note`` and require a valid signature by ``key`` and the expected ``origin``."""
+    checkpoint, signatures = parse_signed_note(note)
+    if checkpoint.origin != origin:
+        raise CheckpointError(f"checkpoint origin {checkpoint.origin!r}, expected {origin!r}")
+    if not signed_by(checkpoint, signatures, key):
+        raise CheckpointError(
+            f"checkpoint carries no valid signature by the pinned key {key.name!r}"
+        )
+    return checkpoint

@@ -44,17 +44,26 @@ class CheckpointSigner:
     @classmethod
     def load_or_create(cls, name: str, key_file: Path, *, create: bool) -> CheckpointSigner:
         """Load a PKCS#8 PEM Ed25519 key, or generate one (mode 0600) when allowed and absent."""
-        if not key_file.exists():
-            if not create:
-                raise CheckpointError(f"log signing key {key_file} does not exist")
-            new_key = Ed25519PrivateKey.generate()
-            pem = new_key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            atomic_write(key_file, pem, mode=0o600)
+        return cls(name, load_or_create_ed25519(key_file, what="log signing key", create=create))
+
+
+def load_or_create_ed25519(key_file: Path, *, what: str, create: bool) -> Ed25519PrivateKey:
+    """A PKCS#8 PEM Ed25519 private key from ``key_file``, generated (mode 0600) when allowed
+    and absent; ``what`` names the key in errors."""
+    if not key_file.exists():
+        if not create:
+            raise CheckpointError(f"{what} {key_file} does not exist")
+        new_key = Ed25519PrivateKey.generate()
+        pem = new_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        atomic_write(key_file, pem, mode=0o600)
+    try:
         loaded = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
-        if not isinstance(loaded, Ed25519PrivateKey):
-            raise CheckpointError(f"log signing key {key_file} is not an Ed25519 key")
-        return cls(name, loaded)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{what} {key_file} is not a PEM private key: {exc}") from exc
+    if not isinstance(loaded, Ed25519PrivateKey):
+        raise CheckpointError(f"{what} {key_file} is not an Ed25519 key")
+    return loaded

@@ -38,6 +38,7 @@ import structlog
 from attestation.transparency.checkpoint import (
     Checkpoint,
     CheckpointError,
+    tenant_log_origin,
     verify_signed_checkpoint,
 )
 from attestation.transparency.merkle import EMPTY_ROOT, leaf_hash
@@ -237,7 +238,7 @@ class PublicationLog:
             self._thread = None
 
     def origin(self, tenant: str) -> str:
-        return f"{self._log_name}/t/{tenant}"
+        return tenant_log_origin(self._log_name, tenant)
 
     def refusals(self) -> dict[str, str]:
         """The refused tenants and why (for the health route and the logs)."""

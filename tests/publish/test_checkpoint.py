@@ -80,7 +80,10 @@ def test_verification_fails_closed() -> None:
         verify_signed_checkpoint(note, other.verifier_key, origin="log/t/a")
     with pytest.raises(CheckpointError, match="origin 'log/t/a', expected 'log/t/b'"):
         verify_signed_checkpoint(note, signer.verifier_key, origin="log/t/b")
-    with pytest.raises(CheckpointError, match="no valid signature"):
+    # A line with the pinned key's name and ID that fails rejects the note (C2SP signed-note).
+    with pytest.raises(
+        CheckpointError, match="^a signature by the pinned key 'log' does not verify$"
+    ):
         verify_signed_checkpoint(
             note.replace("\n3\n", "\n4\n"), signer.verifier_key, origin="log/t/a"
         )
