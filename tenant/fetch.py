@@ -2,10 +2,12 @@
 
 State kept in the output directory (each file written atomically, the checkpoint last):
 ``log-key.pub`` (the pinned verifier key), ``checkpoint`` (the last verified signed note),
-``envelopes/sha256-<hex>.json`` (exact bytes) and ``index.json`` (log index -> digest, run,
-shard).
+``envelopes/sha256-<hex>.json`` (exact bytes), ``index.json`` (log index -> digest, run,
+shard) and, once witnesses are required, ``witnesses.json`` (their keys and threshold).
 
-Each fetch verifies the new checkpoint's signature with the pinned key, then proves with one
+Each fetch verifies the new checkpoint's signature with the pinned key (and, with pinned
+witnesses, takes the latest cosigned checkpoint and requires their cosignatures: a split view
+then needs the witnesses' collusion), then proves with one
 computation that the new tree extends the kept one and holds every new entry: the right edge
 of the kept tree (its last entry's inclusion proof under the kept root) extended with the new
 entries must give the new signed root (:class:`CompactRange`). Any failure is tampering. So
@@ -31,7 +33,7 @@ import contextlib
 import json
 import multiprocessing
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -45,12 +47,15 @@ from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
 from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.transparency.checkpoint import (
+    COSIGNATURE_V1_ALGORITHM,
+    ED25519_ALGORITHM,
     Checkpoint,
     CheckpointError,
     VerifierKey,
     tenant_log_origin,
     verify_signed_checkpoint,
 )
+from attestation.transparency.cosignature import require_cosignatures
 from attestation.transparency.entries import EntryError, LogEntry
 from attestation.transparency.merkle import HASH_SIZE, CompactRange, leaf_hash
 from tenant.errors import (
@@ -82,6 +87,8 @@ BUNDLE: Final = 64
 #: Requests at once by default (``tenant fetch --jobs``), and the most allowed.
 DEFAULT_JOBS: Final = 8
 MAX_JOBS: Final = 64
+#: The witnesses pinned by a fetch with --witness-key (their keys and threshold), in --out.
+WITNESSES_FILE: Final = "witnesses.json"
 #: From this many bundles on (and ``jobs`` above 1), the bundles are stored by ``jobs``
 #: worker processes instead of threads: a process costs about 35 ms of CPU to start and
 #: build its client when forked (half a second when spawned), two bundles' worth of checking.
@@ -103,19 +110,53 @@ class FetchReport:
     out_dir: Path
 
 
-def load_verifier_key(value: str) -> VerifierKey:
-    """A verifier key given literally or as a file holding one."""
+def load_verifier_key(
+    value: str, *, algorithm: int = ED25519_ALGORITHM, what: str = "log key"
+) -> VerifierKey:
+    """A verifier key (of signature type ``algorithm``) given literally or as a file."""
     text = value
     path = Path(value)
     if "+" not in value or path.is_file():
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise TenantUsageError(f"cannot read log key {value}: {exc}") from exc
+            raise TenantUsageError(f"cannot read {what} {value}: {exc}") from exc
     try:
-        return VerifierKey.parse(text)
+        return VerifierKey.parse(text, algorithm=algorithm)
     except CheckpointError as exc:
-        raise TenantUsageError(f"log key {value}: {exc}") from exc
+        raise TenantUsageError(f"{what} {value}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessPolicy:
+    """The witnesses whose cosignatures a checkpoint needs, and how many of them."""
+
+    keys: tuple[VerifierKey, ...]
+    threshold: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.threshold <= len(self.keys):
+            raise TenantUsageError(
+                f"--witness-threshold {self.threshold}: must be between 1 and the "
+                f"{len(self.keys)} --witness-key given"
+            )
+        if len({key.name for key in self.keys}) != len(self.keys):
+            raise TenantUsageError("--witness-key: two keys with one name")
+
+    def to_json(self) -> str:
+        keys = [key.encode() for key in self.keys]
+        return json.dumps({"keys": keys, "threshold": self.threshold}, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: Path) -> WitnessPolicy:
+        try:
+            data = json.loads(text)
+            keys = tuple(
+                VerifierKey.parse(key, algorithm=COSIGNATURE_V1_ALGORITHM) for key in data["keys"]
+            )
+            return cls(keys, int(data["threshold"]))
+        except (ValueError, KeyError, TypeError, CheckpointError) as exc:
+            raise TenantInputError(f"pinned witnesses {source} cannot be read: {exc}") from exc
 
 
 class _Api:
@@ -129,12 +170,25 @@ class _Api:
         self._client.close()
 
     def get(self, path: str, limit: Limits = SMALL_ANSWER, **params: int) -> Answer:
+        return self._ok(path, self._answer(path, limit, params))
+
+    def get_or_missing(
+        self, path: str, limit: Limits = SMALL_ANSWER, **params: int
+    ) -> Answer | None:
+        """:meth:`get`, with None for a 404."""
+        answer = self._answer(path, limit, params)
+        return None if answer.status == 404 else self._ok(path, answer)
+
+    def _answer(self, path: str, limit: Limits, params: Mapping[str, int]) -> Answer:
         try:
-            answer = self._client.get(self._base + path, params=params, limit=limit)
+            return self._client.get(self._base + path, params=params, limit=limit)
         except AnswerTooLargeError as exc:
             raise TamperingError(f"GET {path}: {exc}") from exc
         except HttpError as exc:
             raise ServiceUnavailableError(f"publication service unreachable: {exc}") from exc
+
+    @staticmethod
+    def _ok(path: str, answer: Answer) -> Answer:
         if answer.status != 200:
             raise ServiceUnavailableError(
                 f"GET {path} answered HTTP {answer.status}: {answer.text()}"
@@ -246,9 +300,14 @@ def fetch_tenant(
     retry: RetryPolicy | None = None,
     ca_bundle: Path | None = None,
     jobs: int = DEFAULT_JOBS,
+    witnesses: WitnessPolicy | None = None,
 ) -> FetchReport:
     """Fetch and verify everything the log gained since the kept (or given) checkpoint,
     with up to ``jobs`` requests at once (see :func:`_store_envelopes`).
+
+    With ``witnesses`` (or witnesses pinned in ``out_dir`` by an earlier fetch), the new
+    checkpoint is the latest one the service has cosigned, and it must carry valid
+    cosignatures by at least the threshold of the pinned witness keys.
 
     Raises:
         TamperingError: the log, a checkpoint or an envelope was tampered with (the first
@@ -259,15 +318,18 @@ def fetch_tenant(
     if not 1 <= jobs <= MAX_JOBS:
         raise TenantUsageError(f"--jobs {jobs}: must be between 1 and {MAX_JOBS}")
     key = _pinned_key(out_dir, log_key)
+    policy = _pinned_witnesses(out_dir, witnesses)
     origin = tenant_log_origin(key.name, tenant)
     old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
     index = _load_index(out_dir)
     remote = _Remote(server, tenant, token, retry, ca_bundle)
     with remote.client(connections=jobs) as client:
         api = _Api(server, tenant, client)
-        note = api.get("/log/checkpoint").body.decode("utf-8", "replace")
+        note = _new_checkpoint_note(api, policy)
         try:
             new = verify_signed_checkpoint(note, key, origin=origin)
+            if policy is not None:
+                require_cosignatures(note, policy.keys, policy.threshold)
         except CheckpointError as exc:
             raise TamperingError(f"the server's checkpoint is not acceptable: {exc}") from exc
         entries = _proven_entries(api, tenant, old, new)
@@ -283,6 +345,8 @@ def fetch_tenant(
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
+    if policy is not None:
+        atomic_write_text(out_dir / WITNESSES_FILE, policy.to_json())
     log.info("tenant_fetched", tenant=tenant, size=new.size, new=len(entries))
     return FetchReport(
         previous_size=0 if old is None else old.size,
@@ -304,6 +368,37 @@ def _pinned_key(out_dir: Path, given: VerifierKey | None) -> VerifierKey:
     if key is None:
         raise TenantUsageError("no pinned log key: pass --log-key (the key `serve` printed)")
     return key
+
+
+def _pinned_witnesses(out_dir: Path, given: WitnessPolicy | None) -> WitnessPolicy | None:
+    """The witnesses a checkpoint needs: given now, or pinned by an earlier fetch (the same,
+    if both: the requirement is never dropped by leaving the options out)."""
+    stored_path = out_dir / WITNESSES_FILE
+    stored = (
+        WitnessPolicy.from_json(stored_path.read_text(encoding="utf-8"), stored_path)
+        if stored_path.is_file()
+        else None
+    )
+    if stored is not None and given is not None and stored != given:
+        raise TenantUsageError(
+            f"--witness-key/--witness-threshold differ from the witnesses pinned in "
+            f"{stored_path}; change them only deliberately (move that file away)"
+        )
+    return given or stored
+
+
+def _new_checkpoint_note(api: _Api, policy: WitnessPolicy | None) -> str:
+    """The checkpoint to fetch up to: the latest, or with witnesses the latest cosigned."""
+    if policy is None:
+        return api.get("/log/checkpoint").body.decode("utf-8", "replace")
+    answer = api.get_or_missing("/log/checkpoint/cosigned")
+    if answer is None:
+        missing = ", ".join(key.name for key in policy.keys)
+        raise TamperingError(
+            f"the service has no checkpoint cosigned by witnesses ({policy.threshold} "
+            f"required; none from: {missing})"
+        )
+    return answer.body.decode("utf-8", "replace")
 
 
 def _old_checkpoint(

@@ -72,6 +72,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _witness(text: str) -> object:
+    from runner.publish.witnesses import WitnessEndpoint
+
+    try:
+        return WitnessEndpoint.parse(text)
+    except (UsageError, TenantUsageError) as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--witness ")) from exc
+
+
 def _connections(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 1_000_000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count from 1 to 1000000")
@@ -194,6 +203,16 @@ live in the state directory unless --db and --log-signing-key say otherwise.""",
         default=DEFAULT_MAX_CORPUS_EXPORT_BYTES,
         metavar="SIZE",
         help="largest corpus export accepted, e.g. 256M or 2G (default: 256M)",
+    )
+    parser.add_argument(
+        "--witness",
+        dest="witnesses",
+        action="append",
+        default=[],
+        type=_witness,
+        metavar="'URL KEY'",
+        help="a witness to submit every new checkpoint to: its add-checkpoint URL prefix and "
+        "its verifier key, separated by a space (docs/witness.md); repeat for several",
     )
     parser.add_argument(
         "--header-timeout",
@@ -381,6 +400,22 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
         "--log-key", metavar="KEY|FILE", help="pinned log verifier key (the text, or a file)"
     )
     fetch.add_argument(
+        "--witness-key",
+        dest="witness_keys",
+        action="append",
+        default=[],
+        metavar="KEY|FILE",
+        help="a witness's verifier key (docs/witness.md); repeat for several. The new "
+        "checkpoint is then the latest the service has cosigned, and needs cosignatures by "
+        "--witness-threshold of them (exit 7 otherwise). Pinned in --out once given",
+    )
+    fetch.add_argument(
+        "--witness-threshold",
+        type=int,
+        metavar="T",
+        help="how many of the --witness-key witnesses must have cosigned (default: all)",
+    )
+    fetch.add_argument(
         "--checkpoint",
         type=input_file("--checkpoint"),
         metavar="FILE",
@@ -520,6 +555,7 @@ def _serve(args: argparse.Namespace) -> int:
         ),
         max_corpus_export_bytes=args.max_corpus_export_bytes,
         log_level=getattr(args, "log_level", DEFAULT_LOG_LEVEL),
+        witnesses=tuple(args.witnesses),
     )
     serve(
         config,
@@ -655,11 +691,22 @@ def _verify_workers(text: str) -> int:
 
 
 def _tenant_fetch(args: argparse.Namespace) -> int:
-    from tenant.fetch import fetch_tenant, load_verifier_key
+    from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM
+    from tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
     from tenant.verify_fetched import load_expectations
 
     # Checked before anything is fetched: a bad file is found without the network.
     expectations = None if args.expected is None else load_expectations(args.expected)
+    witnesses = None
+    if args.witness_keys:
+        keys = tuple(
+            load_verifier_key(value, algorithm=COSIGNATURE_V1_ALGORITHM, what="witness key")
+            for value in args.witness_keys
+        )
+        threshold = len(keys) if args.witness_threshold is None else args.witness_threshold
+        witnesses = WitnessPolicy(keys, threshold)
+    elif args.witness_threshold is not None:
+        raise TenantUsageError("--witness-threshold needs --witness-key")
     report = fetch_tenant(
         server=args.server,
         token=read_token(args.token_file),
@@ -669,6 +716,7 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         last_checkpoint=None if args.checkpoint is None else str(args.checkpoint),
         ca_bundle=args.ca_bundle,
         jobs=args.jobs,
+        witnesses=witnesses,
     )
     print(
         f"verified log of {report.size} entries (was {report.previous_size}); "

@@ -76,6 +76,7 @@ from runner.publish.storage import (
     classify_database_error,
 )
 from runner.publish.tokens import TokenCache, hash_token, token_id
+from runner.publish.witnesses import WitnessSubmitter
 
 MAX_RUN_BODY_BYTES: Final = 4096
 MAX_PAGE: Final = 1000
@@ -256,6 +257,8 @@ class Service:
         self._owns_storage = owns_storage
         self._started = False
         self.receipts: _Receipts | None = None  # of the loop that serves (made on first use)
+        #: Submits new checkpoints to witnesses and keeps the cosigned ones (serve --witness).
+        self.witnesses: WitnessSubmitter | None = None
 
     def start(self) -> None:
         """Check the logs and start sequencing (once; later calls do nothing)."""
@@ -703,6 +706,23 @@ async def get_checkpoint(service: Service, request: Request) -> Response:
     )
 
 
+async def get_cosigned_checkpoint(service: Service, request: Request) -> Response:
+    """The latest checkpoint that witnesses cosigned, with their cosignatures (404 when the
+    service has no witness, or none cosigned this log yet)."""
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    note = None if service.witnesses is None else service.witnesses.cosigned(tenant)
+    if note is None:
+        raise ApiError(
+            404,
+            "no checkpoint of this log has been cosigned by a witness yet",
+            reason="not-cosigned",
+        )
+    return Response(
+        note, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "no-store"}
+    )
+
+
 async def get_entries(service: Service, request: Request) -> Response:
     tenant = request.path_params["tenant"]
     await service.authorize(request, tenant, write=False)
@@ -772,6 +792,11 @@ def log_routes(service: Service) -> list[BaseRoute]:
     base = "/v1/tenants/{tenant}/log"
     return [
         Route(f"{base}/checkpoint", _bound(get_checkpoint, service), methods=["GET"]),
+        Route(
+            f"{base}/checkpoint/cosigned",
+            _bound(get_cosigned_checkpoint, service),
+            methods=["GET"],
+        ),
         Route(f"{base}/entries", _bound(get_entries, service), methods=["GET"]),
         Route(f"{base}/envelopes", _bound(get_entry_envelopes, service), methods=["GET"]),
         Route(f"{base}/proof/inclusion", _bound(get_inclusion, service), methods=["GET"]),

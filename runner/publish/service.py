@@ -51,6 +51,7 @@ from runner.publish.panel import panel_routes
 from runner.publish.ratelimit import Rate, RateLimiter
 from runner.publish.server import PublicationApp, Service, create_app
 from runner.publish.storage import Storage, StorageError, is_postgres_location, open_storage
+from runner.publish.witnesses import WitnessEndpoint, WitnessSubmitter
 from tenant.fsutil import atomic_write_text
 from tenant.http import is_loopback
 
@@ -89,6 +90,7 @@ class ServiceConfig:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     max_corpus_export_bytes: int = DEFAULT_MAX_CORPUS_EXPORT_BYTES
     log_level: str = DEFAULT_LOG_LEVEL  # the log process's, as the command's --log-level
+    witnesses: tuple[WitnessEndpoint, ...] = ()  # each new checkpoint goes to these
 
     def storage_location(self) -> str:
         return self.database or str(self.state_dir / DATABASE_FILE)
@@ -270,6 +272,16 @@ def _serve_on(
     say(f"log verifier key (tenants pin this): {signer.verifier_key.encode()}")
     for tenant, reason in sorted(service.log.refusals().items()):
         say(f"REFUSED log of tenant {tenant}: {reason}")
+    if config.witnesses:
+        service.witnesses = WitnessSubmitter(
+            config.witnesses,
+            tenants=storage.tenants,
+            signed_head=service.log.signed_head,
+            consistency_proof=service.log.consistency_proof,
+        )
+        service.witnesses.start()
+        for witness in config.witnesses:
+            say(f"witness: {witness.url} ({witness.key.name})")
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -305,6 +317,8 @@ def _serve_on(
         with _clean_exit_on_signals(), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(run())
     finally:
+        if service.witnesses is not None:
+            service.witnesses.stop()
         service.stop()  # after a lifespan shutdown this only closes what is still open
     if listener_lost:
         raise ListenerLostError(listener_lost[0])

@@ -82,7 +82,7 @@ def test_verification_fails_closed() -> None:
         verify_signed_checkpoint(note, signer.verifier_key, origin="log/t/b")
     # A line with the pinned key's name and ID that fails rejects the note (C2SP signed-note).
     with pytest.raises(
-        CheckpointError, match="^a signature by the pinned key 'log' does not verify$"
+        CheckpointError, match=r"^a signature by the pinned key 'log' does not verify$"
     ):
         verify_signed_checkpoint(
             note.replace("\n3\n", "\n4\n"), signer.verifier_key, origin="log/t/a"

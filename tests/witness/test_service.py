@@ -28,11 +28,17 @@ def witness_command(*args: str) -> list[str]:
 
 
 class Running:
-    def __init__(self, state: Path, log: Log) -> None:
+    """A ``witness serve`` process following ``log_key`` (by default a fresh test log's)."""
+
+    def __init__(self, state: Path, log: Log, name: str = NAME, log_key: str | None = None) -> None:
         self.state = state
         self.log = log
+        self.name = name
+        self.log_key = log_key or log.signer.verifier_key.encode()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        #: The witness's verifier key as `witness serve` printed it.
+        self.key_text = ""
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
@@ -40,11 +46,11 @@ class Running:
             witness_command(
                 "serve",
                 "--name",
-                NAME,
+                self.name,
                 "--state-dir",
                 str(self.state),
                 "--log",
-                self.log.signer.verifier_key.encode(),
+                self.log_key,
                 "--port",
                 str(self.port),
             ),
@@ -55,7 +61,9 @@ class Running:
             text=True,
         )
         assert self.process.stdout is not None
-        assert self.process.stdout.readline().startswith(f"witness {NAME}+")
+        first = self.process.stdout.readline()
+        assert first.startswith(f"witness {self.name}+")
+        self.key_text = first.split()[1]
         assert self.process.stdout.readline() == f"listening on {self.url}\n"
 
     def kill(self) -> None:
@@ -67,11 +75,10 @@ class Running:
         return requests.post(f"{self.url}/add-checkpoint", data=body, timeout=10)
 
 
-@pytest.fixture
-def witness(tmp_path: Path) -> Iterator[Running]:
-    state = tmp_path / "witness"
+def make_key(state: Path, name: str = NAME) -> VerifierKey:
+    """``witness key``: the witness's key made in ``state``, and its verifier key."""
     made = subprocess.run(
-        witness_command("key", "--name", NAME, "--state-dir", str(state)),
+        witness_command("key", "--name", name, "--state-dir", str(state)),
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -79,8 +86,15 @@ def witness(tmp_path: Path) -> Iterator[Running]:
         check=True,
     )
     key = VerifierKey.parse(made.stdout.strip(), algorithm=COSIGNATURE_V1_ALGORITHM)
-    assert key.name == NAME
+    assert key.name == name
     assert (state / "witness-key.pem").stat().st_mode & 0o777 == 0o600
+    return key
+
+
+@pytest.fixture
+def witness(tmp_path: Path) -> Iterator[Running]:
+    state = tmp_path / "witness"
+    key = make_key(state)
     running = Running(state, Log())
     running.key = key  # type: ignore[attr-defined]
     running.start()

@@ -1,0 +1,139 @@
+"""The publication service with two witnesses, every part a real process on loopback:
+checkpoints gather cosignatures, `tenant fetch --witness-threshold 2` accepts them, a witness
+killed with -9 stops neither publishing nor its own state, and a fetch that lacks the required
+cosignatures exits 7 naming the witness."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from attestation.transparency.checkpoint import VerifierKey
+from attestation.transparency.cosignature import verify_cosignatures
+from runner.cli import main as runner_main
+from runner.publish.checkpoint import CheckpointSigner
+from runner.publish.client import publish_envelope
+from tests.publish.conftest import LOG_NAME, Deployment, ServeProcess, make_envelope
+from tests.witness.logs import Log
+from tests.witness.test_service import Running, make_key
+
+TAMPERING = 7
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[Deployment, list[Running], list[VerifierKey]]]:
+    with Deployment(tmp_path) as deployment:
+        signer = CheckpointSigner.load_or_create(
+            LOG_NAME, tmp_path / "state" / "log-signing-key.pem", create=True
+        )
+        witnesses: list[Running] = []
+        keys: list[VerifierKey] = []
+        try:
+            for n in (1, 2):
+                state = tmp_path / f"witness-{n}"
+                keys.append(make_key(state, f"witness.test/w{n}"))
+                running = Running(
+                    state, Log(), name=f"witness.test/w{n}", log_key=signer.verifier_key.encode()
+                )
+                running.start()
+                witnesses.append(running)
+            yield deployment, witnesses, keys
+        finally:
+            for running in witnesses:
+                if running.process is not None and running.process.poll() is None:
+                    running.kill()
+
+
+def publish(server: ServeProcess, deployment: Deployment, *run_ids: str) -> None:
+    for run_id in run_ids:
+        outcome = publish_envelope(
+            server.url,
+            make_envelope("acme", run_id),
+            tenant="acme",
+            run_id=run_id,
+            token=deployment.operator,
+        )
+        assert outcome.status == "created"
+
+
+def cosigned(
+    server: ServeProcess, deployment: Deployment, size: int, keys: list[VerifierKey]
+) -> str:
+    """Wait for the service's cosigned checkpoint of ``size`` with cosignatures by ``keys``."""
+    deadline = time.monotonic() + 20
+    while True:
+        answer = requests.get(
+            f"{server.url}/v1/tenants/acme/log/checkpoint/cosigned",
+            headers={"Authorization": f"Bearer {deployment.reader}"},
+            timeout=5,
+        )
+        if answer.status_code == 200 and answer.text.split("\n")[1] == str(size):
+            found = {c.witness.name for c in verify_cosignatures(answer.text, keys)}
+            if found == {key.name for key in keys}:
+                return answer.text
+        assert time.monotonic() < deadline, f"not cosigned at size {size}: {answer.text}"
+        time.sleep(0.1)
+
+
+def fetch(tmp_path: Path, server: ServeProcess, deployment: Deployment, *extra: str) -> int:
+    token = tmp_path / "reader.token"
+    token.write_text(deployment.reader + "\n")
+    key = (tmp_path / "state" / "log-key.pub").read_text().strip()
+    return runner_main(
+        [
+            "tenant", "fetch", "--server", server.url, "--token-file", str(token),
+            "--tenant", "acme", "--out", str(tmp_path / "store"), "--log-key", key, *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_a_witnessed_log_end_to_end(
+    tmp_path: Path,
+    setup: tuple[Deployment, list[Running], list[VerifierKey]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deployment, witnesses, keys = setup
+    options = [item for w in witnesses for item in ("--witness", f"{w.url} {w.key_text}")]
+    server = deployment.serve(*options)
+    publish(server, deployment, "run-1", "run-2", "run-3")
+    cosigned(server, deployment, 3, keys)
+    pins = [item for key in keys for item in ("--witness-key", key.encode())]
+    assert fetch(tmp_path, server, deployment, *pins, "--witness-threshold", "2") == 0
+    assert "verified log of 3 entries (was 0)" in capsys.readouterr().out
+    assert (tmp_path / "store" / "witnesses.json").is_file()
+
+    # A witness killed with -9: publishing goes on, the other witness still cosigns.
+    witnesses[1].kill()
+    publish(server, deployment, "run-4", "run-5")
+    cosigned(server, deployment, 5, keys[:1])
+    # The pinned witnesses (witnesses.json) are required without the options.
+    assert fetch(tmp_path, server, deployment) == TAMPERING
+    assert (
+        "checkpoint has 1 valid witness cosignature(s), 2 required; none from: witness.test/w2"
+        in capsys.readouterr().err
+    )
+    # Restarted with its state, it cosigns the extension of what it cosigned before.
+    witnesses[1].start()
+    publish(server, deployment, "run-6")
+    cosigned(server, deployment, 6, keys)
+    assert fetch(tmp_path, server, deployment) == 0
+    assert "verified log of 6 entries (was 3)" in capsys.readouterr().out
+
+
+def test_a_service_without_cosigned_checkpoints_fails_a_witnessed_fetch(
+    tmp_path: Path,
+    setup: tuple[Deployment, list[Running], list[VerifierKey]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deployment, _witnesses, keys = setup
+    server = deployment.serve()  # configured with no witness
+    publish(server, deployment, "run-1")
+    assert fetch(tmp_path, server, deployment, "--witness-key", keys[0].encode()) == TAMPERING
+    assert (
+        "the service has no checkpoint cosigned by witnesses (1 required; none from: "
+        "witness.test/w1)" in capsys.readouterr().err
+    )
