@@ -200,6 +200,33 @@ CONTRACT: Final = Contract(
             see=(Reference(doc="publishing.md", anchor="tenant-fetch", label="tenant fetch"),),
         ),
         Row(
+            id="witnessed-publication",
+            claim="One history for every tenant fetcher",
+            statement="the log a tenant fetches is the one the witnesses it pins saw: no split "
+            "view, and no history before its first fetch that they did not see",
+            artifact="the latest cosigned checkpoint (`GET .../log/checkpoint/cosigned`): the "
+            "log's C2SP checkpoint with C2SP `cosignature/v1` lines by witnesses that each "
+            "cosign only a checkpoint whose consistency proof extends the last one they "
+            "cosigned (`attested-replay witness serve`, C2SP tlog-witness)",
+            commands=(
+                (
+                    "attested-replay tenant fetch ... --witness-key W1 --witness-key W2 "
+                    "--witness-threshold 2"
+                ),
+            ),
+            command_note="exit 7 when fewer than the threshold of pinned witnesses cosigned, "
+            "naming them; the witness keys are pinned in DIR once given",
+            who=(Party.TENANT,),
+            who_detail="tenant, with the witnesses' keys pinned out of band",
+            assurance=Assurance.TAMPER_EVIDENT,
+            assumption="At least one of the T witnesses is honest and independent of the "
+            "operator (a witness the operator runs adds nothing). A split view then needs "
+            "every one of them to collude; what they cosign is the history from the log's "
+            "first entry, so a tenant's first fetch is covered too.",
+            hosted=Availability.YES,
+            see=(Reference(doc="witness.md", label="witnesses"),),
+        ),
+        Row(
             id="publish-receipt",
             claim="Publish receipt",
             statement="this envelope was in the log at index i when it was published",
@@ -255,22 +282,13 @@ CONTRACT: Final = Contract(
             revisit="a tenant disputes recorded labels in a way a replay cannot settle",
         ),
         NotVerifiable(
-            id="split-views",
-            title="Log history before a tenant's first fetch, and split views",
-            detail="The operator holds the log key; a tenant that never kept a checkpoint, or "
-            "that the operator showed a consistent alternative log from the start, detects "
-            "nothing. Checkpoints accept extra signatures (C2SP cosignatures) and the trust "
-            "panel lists them, but no independent witness is deployed.",
-            revisit="a witness operated by another party cosigns checkpoints, or a tenant asks "
-            "to publish its checkpoints",
-        ),
-        NotVerifiable(
             id="log-replacement",
             title="Wholesale log replacement after key loss or compromise",
             detail="A new key or a new log shows up as a refusal (exit 9 for a changed key, "
             "exit 7 for a log that does not extend the kept checkpoint), which is detection, "
             "not prevention.",
-            revisit="a witness cosigns checkpoints (as above)",
+            revisit="tenants pin witnesses (`tenant fetch --witness-key`): a replaced log then "
+            "lacks their cosignatures, but the tenant still learns of it only as a refusal",
         ),
         NotVerifiable(
             id="availability",
@@ -406,7 +424,8 @@ CONTRACT: Final = Contract(
         Comparison(
             aspect="Cannot close",
             self_host="ground truth, live decisions",
-            hosted="the same, plus split views and pre-first-fetch history until a witness exists",
+            hosted="the same, plus split views and pre-first-fetch history unless it pins "
+            "independent witnesses",
         ),
     ),
     comparison_note=(

@@ -66,6 +66,7 @@ def test_contract_covers_what_the_issue_and_the_seed_ask_for() -> None:
         "published-numbers",
         "envelope-identity",
         "publication-integrity",
+        "witnessed-publication",
         "publish-receipt",
         "commitment-scope",
     ]
