@@ -42,6 +42,7 @@ from attestation.transparency.checkpoint import (
     verify_signed_checkpoint,
 )
 from attestation.transparency.merkle import EMPTY_ROOT, leaf_hash
+from attestation.transparency.tiles import TILE_HEIGHT, TILE_WIDTH
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.heads import HeadJournal, SignedHead, divergence
 from runner.publish.merkle import MerkleTree
@@ -171,6 +172,8 @@ class Log(Protocol):
     def inclusion_proof(self, tenant: str, index: int, size: int) -> list[bytes]: ...
 
     def consistency_proof(self, tenant: str, old_size: int, new_size: int) -> list[bytes]: ...
+
+    def tile(self, tenant: str, level: int, index: int, width: int) -> list[bytes]: ...
 
 
 class PublicationLog:
@@ -424,6 +427,20 @@ class PublicationLog:
             if not 0 <= old_size <= new_size <= head.size:
                 raise ProofRangeError(head.size)
             return tree.consistency_proof(old_size, new_size)
+
+    def tile(self, tenant: str, level: int, index: int, width: int) -> list[bytes]:
+        """The C2SP tlog-tiles hash tile ``level``/``index`` of ``width`` hashes, of the tree
+        the signed head signs.
+
+        Raises:
+        ProofRangeError: unless the signed head's tree holds ``width`` hashes in that tile."""
+        with self.view(tenant) as (tree, head):
+            try:
+                return tree.complete_subtrees(
+                    TILE_HEIGHT * level, TILE_WIDTH * index, width, head.size
+                )
+            except ValueError as exc:
+                raise ProofRangeError(head.size) from exc
 
     # -- catching up and the guard ---------------------------------------------------------
 

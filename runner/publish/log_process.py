@@ -378,6 +378,10 @@ class LogProcess:
         proof: list[bytes] = self._wait("consistency", tenant, old_size, new_size)
         return proof
 
+    def tile(self, tenant: str, level: int, index: int, width: int) -> list[bytes]:
+        hashes: list[bytes] = self._wait("tile", tenant, level, index, width)
+        return hashes
+
     # -- the wire --------------------------------------------------------------------------
 
     def _wait(self, kind: str, *arguments: object) -> Any:  # noqa: ANN401 - the child's answer
@@ -505,6 +509,8 @@ def _read(publication_log: PublicationLog, kind: str, arguments: tuple[Any, ...]
         return publication_log.signed_head(*arguments)
     if kind == "inclusion":
         return publication_log.inclusion_proof(*arguments)
+    if kind == "tile":
+        return publication_log.tile(*arguments)
     return publication_log.consistency_proof(*arguments)
 
 
@@ -522,7 +528,7 @@ def _serve_requests(channel: _Channel, publication_log: PublicationLog) -> None:
                 elif kind == "submit":
                     numbers.append(message[1])
                     requests.append(message[2])
-                elif kind in ("head", "inclusion", "consistency"):
+                elif kind in ("head", "inclusion", "consistency", "tile"):
                     read = reads.submit(_read, publication_log, kind, message[2:])
                     read.add_done_callback(functools.partial(_send_answer, channel, message[1]))
                 else:

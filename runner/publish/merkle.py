@@ -64,6 +64,18 @@ class MerkleTree:
     def leaf_hash_at(self, index: int) -> bytes:
         return self._levels[0][index]
 
+    def complete_subtrees(self, height: int, start: int, count: int, size: int) -> list[bytes]:
+        """The hashes of the complete subtrees of ``2**height`` leaves number ``start`` to
+        ``start + count - 1`` within the first ``size`` leaves (a C2SP tlog-tiles tile), or
+        ValueError when the tree of ``size`` has fewer."""
+        self._check_size(size)
+        if start < 0 or count < 1 or start + count > size >> height:
+            raise ValueError(
+                f"subtrees {start}..{start + count - 1} of height {height} are not all complete "
+                f"in a tree of {size}"
+            )
+        return self._levels[height][start : start + count]
+
     def _subtree(self, start: int, end: int) -> bytes:
         """MTH(D[start:end]) where ``start`` is aligned as the RFC 6962 recursion guarantees."""
         n = end - start

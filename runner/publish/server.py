@@ -53,6 +53,12 @@ from attestation.contracts import (
 from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.transparency.entries import LogEntry
+from attestation.transparency.tiles import (
+    TILE_WIDTH,
+    TilePathError,
+    encode_bundle,
+    parse_tile_path,
+)
 from runner.publish.bundles import read_bundle
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.guard import QuietLog
@@ -788,9 +794,43 @@ async def get_consistency(service: Service, request: Request) -> Response:
     return json_response({"from": old_size, "to": new_size, "hashes": _b64(proof)})
 
 
+async def get_tile(service: Service, request: Request) -> Response:
+    """A C2SP tlog-tiles hash tile or entry bundle of the tree the signed head signs (404 for
+    one that tree does not hold in full at that width); the log's checkpoint is
+    ``tlog/checkpoint``."""
+    tenant = request.path_params["tenant"]
+    await service.authorize(request, tenant, write=False)
+    try:
+        address = parse_tile_path(request.path_params["path"])
+    except TilePathError as exc:
+        raise ApiError(404, str(exc), reason="not-found") from exc
+
+    def read() -> bytes:
+        if address.level is not None:
+            try:
+                hashes = service.log.tile(tenant, address.level, address.index, address.width)
+            except ProofRangeError as exc:
+                raise not_found() from exc
+            return b"".join(hashes)
+        start = TILE_WIDTH * address.index
+        if start + address.width > service.log.signed_head(tenant).size:
+            raise not_found()
+        return encode_bundle(service.storage.log_entries(tenant, start, start + address.width))
+
+    return Response(
+        await asyncio.to_thread(read),
+        media_type="application/octet-stream",
+        # A full tile never changes; a partial one is replaced by a wider one as the log grows.
+        headers={"Cache-Control": "no-store" if address.width < TILE_WIDTH else "max-age=3600"},
+    )
+
+
 def log_routes(service: Service) -> list[BaseRoute]:
     base = "/v1/tenants/{tenant}/log"
+    tiles = "/v1/tenants/{tenant}/tlog"
     return [
+        Route(f"{tiles}/checkpoint", _bound(get_checkpoint, service), methods=["GET"]),
+        Route(tiles + "/tile/{path:path}", _bound(get_tile, service), methods=["GET"]),
         Route(f"{base}/checkpoint", _bound(get_checkpoint, service), methods=["GET"]),
         Route(
             f"{base}/checkpoint/cosigned",

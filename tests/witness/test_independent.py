@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.transparency.checkpoint import tenant_log_origin
+from runner.publish.client import publish_envelope
 from runner.witness.cosigner import Cosigner
 from runner.witness.server import Witness
 from runner.witness.store import WitnessStore
-from tests.publish.conftest import running_in_ci
+from tests.publish.conftest import LOG_NAME, Deployment, make_envelope, running_in_ci
 from tests.witness.logs import Log
 
 SOURCE = Path(__file__).resolve().parent / "gocheck"
@@ -132,3 +134,48 @@ def test_it_refuses_what_ours_refuses(tmp_path: Path) -> None:
 
 def _third_key() -> str:
     return Cosigner("witness.test/w3", Ed25519PrivateKey.generate()).verifier_key.encode()
+
+
+def test_an_independent_implementation_proves_entries_from_the_served_tiles(
+    tmp_path: Path,
+) -> None:
+    """golang.org/x/mod/sumdb/tlog reads the service's tlog-tiles (checkpoint, hash tiles of
+    levels 0 and 1, full and partial, an entry bundle) and proves entries with them alone."""
+    binary = gocheck()
+    with Deployment(tmp_path) as deployment:
+        server = deployment.serve()
+        for number in range(300):  # a full tile, a partial one, and a level-1 hash
+            run_id = f"run-{number}"
+            publish_envelope(
+                server.url,
+                make_envelope("acme", run_id),
+                tenant="acme",
+                run_id=run_id,
+                token=deployment.operator,
+            )
+        key = (tmp_path / "state" / "log-key.pub").read_text().strip()
+        request = {
+            "logKey": key,
+            "origin": tenant_log_origin(LOG_NAME, "acme"),
+            "tilesURL": f"{server.url}/v1/tenants/acme/tlog",
+            "token": deployment.reader,
+        }
+        for index in (0, 255, 256, 299):
+            done = subprocess.run(
+                [str(binary)],
+                input=json.dumps({**request, "tileIndex": index}),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.stdout.strip() == "ok", (index, done.stdout)
+        beyond = subprocess.run(
+            [str(binary)],
+            input=json.dumps({**request, "tileIndex": 300}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert beyond.stdout.startswith("proof from tiles:")
