@@ -84,6 +84,7 @@ from runner.pipeline.envelope import envelope_document_bytes
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.merkle import MerkleTree
+from runner.publish.service import DEFAULT_LOG_NAME, SIGNING_KEY_FILE
 from runner.publish.storage import (
     WHOLE_RUN,
     EntryRow,
@@ -97,6 +98,8 @@ from runner.publish.tokens import create_token
 from tenant.http import HttpClient, RetryPolicy
 
 LEVELS = (1, 8, 32)
+#: How the benchmark starts ``attested-replay`` (the checkout's, whatever is installed).
+RUNNER = (sys.executable, "-m", "runner")
 
 
 def genuine_envelope(scratch: Path) -> bytes:
@@ -169,18 +172,56 @@ def wake_up_cost(data: bytes) -> None:
     )
 
 
-def start_server(state: Path, database: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_witnesses(
+    count: int, state: Path, scratch: Path
+) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+    """``count`` witness processes following the service's log key (made here, before the
+    service starts); their ``serve --witness`` values."""
+    if not count:
+        return [], []
+    key_file = state / SIGNING_KEY_FILE
+    signer = CheckpointSigner.load_or_create(DEFAULT_LOG_NAME, key_file, create=True)
+    processes: list[subprocess.Popen[bytes]] = []
+    options: list[str] = []
+    for number in range(count):
+        home = scratch / f"witness-{number}"
+        name = f"bench.witness/w{number}"
+        made = subprocess.run(
+            [*RUNNER, "witness", "key", "--name", name, "--state-dir", str(home)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        port = free_port()
+        with (scratch / f"witness-{number}.log").open("wb") as sink:
+            processes.append(
+                subprocess.Popen(
+                    [
+                        *RUNNER, "--log-level", "warning", "witness", "serve", "--name", name,
+                        "--state-dir", str(home), "--log", signer.verifier_key.encode(),
+                        "--port", str(port),
+                    ],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
+            )  # fmt: skip
+        options.append(f"http://127.0.0.1:{port} {made.stdout.strip()}")
+    return processes, options
+
+
+def start_server(
+    state: Path, database: str, log: Path, witnesses: list[str]
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "runner",
+                *RUNNER,
                 "--log-level",
                 "warning",
                 "serve",
                 *("--port", str(port), "--state-dir", str(state), "--db", database),
+                *(item for witness in witnesses for item in ("--witness", witness)),
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -342,7 +383,10 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
     )
     print(f"raw single-connection rate: {raw:,.0f} envelopes/s ({args.raw} envelopes)")
     wake_up_cost(floor_payloads[0])
-    process, url = start_server(state, database, scratch / "serve.log")
+    witnesses, options = start_witnesses(args.witnesses, state, scratch)
+    if witnesses:
+        print(f"witnesses: {len(witnesses)} (serve --witness), each a process of its own")
+    process, url = start_server(state, database, scratch / "serve.log", options)
     try:
         print("== publish: one PUT per envelope, receipts checked (loopback, real client)")
         print(
@@ -376,6 +420,9 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
     finally:
         process.terminate()
         process.wait()
+        for witness in witnesses:
+            witness.terminate()
+            witness.wait()
 
 
 def _prepared_puts(url: str, token: str, payloads: list[bytes]) -> list[bytes]:
@@ -535,6 +582,12 @@ def main() -> None:
         type=int,
         default=8,
         help="processes of the service-alone measurement (0: skip it)",
+    )
+    parser.add_argument(
+        "--witnesses",
+        type=int,
+        default=0,
+        help="witness processes the service submits every checkpoint to (serve --witness)",
     )
     parser.add_argument(
         "--threads",
