@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.commands.parsing import add_actions, add_command, input_dir
-from runner.errors import UsageError
+from runner.commands.parsing import add_actions, add_command, input_dir, output_dir
 from runner.exit_codes import Family
 from runner.image.debian import DEFAULT_MIRROR
 
@@ -41,11 +40,16 @@ def register(subparsers: Subparsers) -> None:
         family=Family.REFERENCE,
     )
     build.add_argument(
-        "--out", required=True, metavar="DIR", help="the new layout directory (must not exist)"
+        "--out",
+        required=True,
+        type=output_dir("--out", create=True, empty=True),
+        metavar="DIR",
+        help="the layout directory (new or empty), written once the build succeeded",
     )
     _add_source_and_mirror(build)
     build.add_argument(
         "--debian-cache",
+        type=output_dir("--debian-cache", create=True),
         metavar="DIR",
         help="keep the checked Debian root here, one per lock file, and reuse it (no cache: "
         "debootstrap every time)",
@@ -85,23 +89,25 @@ def _add_source_and_mirror(parser: argparse.ArgumentParser) -> None:
         help="the project's source tree (pyproject.toml, image/*.lock)",
     )
     parser.add_argument(
-        "--mirror", default=DEFAULT_MIRROR, metavar="URL", help="Debian mirror for debootstrap"
+        "--mirror",
+        type=_mirror,
+        default=DEFAULT_MIRROR,
+        metavar="URL",
+        help="Debian mirror for debootstrap (http://, https:// or file:///)",
     )
 
 
-def _out_dir(text: str) -> Path:
-    out = Path(text)
-    if not out.parent.is_dir():
-        raise UsageError(f"--out {text}: its parent directory does not exist")
-    return out
+def _mirror(text: str) -> str:
+    if not text.startswith(("http://", "https://", "file:///")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http://, https:// or file:/// URL")
+    return text
 
 
 def handle_build(args: argparse.Namespace) -> int:
     from runner.image.build import build_image
 
-    out = _out_dir(args.out)
-    cache = Path(args.debian_cache) if args.debian_cache else None
-    result = build_image(args.source, out, mirror=args.mirror, cache=cache)
+    out: Path = args.out
+    result = build_image(args.source, out, mirror=args.mirror, cache=args.debian_cache)
     origin = "cached" if result.debian_from_cache else "debootstrapped"
     print(f"image layout {out} (Debian root {origin})", file=sys.stderr)
     print(result.digest)

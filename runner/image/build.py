@@ -232,8 +232,8 @@ def build_image(
     """Build the image of ``source`` as an OCI layout in the new directory ``out``."""
     lock, lock_text = _checked_source(source)
     debian.check_tools()
-    if out.exists():
-        raise UsageError(f"--out {out}: already exists (the build writes a new directory)")
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: is not empty; give a new or empty directory")
     with tempfile.TemporaryDirectory(prefix="attested-replay-image-", dir=work_parent) as name:
         work = Path(name)
         root = work / "root"
@@ -255,6 +255,8 @@ def build_image(
             source_date_epoch=lock.source_date_epoch,
             ref_name=_labels(source)["org.opencontainers.image.version"],
         )
+        if out.exists():
+            out.rmdir()  # empty (checked above): the finished layout takes its place
         shutil.move(staging, out)
     return BuildResult(digest=digest, layout=out, debian_from_cache=from_cache)
 

@@ -195,3 +195,16 @@ def test_image_build_without_root_is_a_usage_error(
     assert main(["image", "build", "--source", str(REPO), "--out", str(out)]) == 9
     assert capsys.readouterr().err == "error: image build runs debootstrap, which needs root\n"
     assert not out.exists()
+
+
+def test_a_mirror_that_is_not_a_url_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "layout"
+    args = ["image", "build", "--out", str(out), "--mirror=--foreign"]
+    assert main(args) == 9
+    assert capsys.readouterr().err == (
+        "error: --mirror: '--foreign' is not an http://, https:// or file:/// URL\n"
+    )
+    assert main(["image", "build", "--out", str(tmp_path / "no" / "layout")]) == 9
+    assert "does not exist" in capsys.readouterr().err
