@@ -110,16 +110,18 @@ def _copy_tree(origin: Path, target: Path) -> None:
 def debian_root(
     root: Path, lock: debian.DebianLock, lock_text: str, *, mirror: str, cache: Path | None
 ) -> bool:
-    """The stripped, lock-checked Debian root at ``root``; True when it came from ``cache``
-    (one directory per lock file's sha256, so a changed lock never reuses a root)."""
-    key = hashlib.sha256(lock_text.encode()).hexdigest()
+    """The stripped, lock-checked Debian root at ``root``; True when it came from ``cache``:
+    one directory per lock file and version of :mod:`runner.image.debian` (the code that checks
+    and strips the root), so a changed lock or a changed strip never reuses a root."""
+    code = Path(debian.__file__).read_bytes()
+    key = hashlib.sha256(lock_text.encode() + b"\0" + code).hexdigest()
     cached = cache / key if cache is not None else None
     if cached is not None and cached.is_dir():
         _copy_tree(cached, root)
         return True
     debian.debootstrap(root, lock, mirror=mirror)
     debian.check_against_lock(root, lock)
-    debian.strip(root)
+    debian.strip(root, lock)
     if cached is not None:
         partial = cached.with_name(key + ".partial")
         shutil.rmtree(partial, ignore_errors=True)

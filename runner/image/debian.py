@@ -11,6 +11,7 @@ The root is then stripped of what differs between two runs or is not part of the
 apt caches and lists, logs, ldconfig's aux-cache (it records file times of this build), the
 device nodes debootstrap made, the host's hostname and resolv.conf (left empty: the runtime
 mounts its own), and every ``.pyc`` (the image runs ``python -B`` and carries no bytecode).
+apt's sources.list names the default mirror, whichever mirror the build used.
 """
 
 from __future__ import annotations
@@ -232,8 +233,12 @@ def check_against_lock(root: Path, lock: DebianLock) -> None:
             )
 
 
-def strip(root: Path) -> None:
+def strip(root: Path, lock: DebianLock) -> None:
     """Remove what is not part of the image (see the module docstring)."""
+    # debootstrap writes the mirror it used; the image names the default whatever --mirror was.
+    sources = root / "etc/apt/sources.list"
+    sources.write_text(f"deb {DEFAULT_MIRROR} {lock.suite} main\n", encoding="ascii")
+    sources.chmod(0o644)
     for relative in _EMPTIED:
         directory = root / relative
         for child in directory.iterdir() if directory.is_dir() else ():

@@ -1,6 +1,6 @@
 """Builds of the replay image (``attested-replay image build``), once per session.
 
-They need root, debootstrap, runc, Debian's archive and PyPI: without root or the tools the
+They need root, debootstrap, runc, skopeo, Debian's archive and PyPI: without root or the tools the
 tests skip, and fail when ``CI`` is set (``.ci/image.sh`` installs the tools). Two builds
 from two copies of the source tree: the first may take its Debian root from the cache
 (``ATTESTED_REPLAY_IMAGE_CACHE``, default: a directory of this session), the second always
@@ -23,12 +23,13 @@ from tests.publish.conftest import running_in_ci
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_VARIABLE = "ATTESTED_REPLAY_IMAGE_CACHE"
+SKOPEO = "/usr/bin/skopeo"
 
 
 def require_image_tools() -> None:
     problems = [
         f"{tool} is not installed"
-        for tool in ("debootstrap", "runc")
+        for tool in ("debootstrap", "runc", "skopeo")
         if shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin") is None
     ]
     if os.geteuid() != 0:
@@ -65,7 +66,8 @@ class Build:
     debian_from_cache: bool
 
 
-#: build(name, cache, edit=None): copy the source, apply ``edit`` to the copy, build it.
+#: build(name, cache, edit=None, mirror=DEFAULT_MIRROR): copy the source, apply ``edit`` to
+#: the copy, build it.
 BuildFunction = Callable[..., Build]
 
 
@@ -79,14 +81,19 @@ def image_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def build(tmp_path_factory: pytest.TempPathFactory) -> BuildFunction:
     """Copy the source and build it; ``cache``: the Debian root cache, None for none."""
 
-    def run(name: str, cache: Path | None, edit: Callable[[Path], None] | None = None) -> Build:
+    def run(
+        name: str,
+        cache: Path | None,
+        edit: Callable[[Path], None] | None = None,
+        mirror: str = DEFAULT_MIRROR,
+    ) -> Build:
         require_image_tools()
         base = tmp_path_factory.mktemp(name)
         source = copy_source(base / "source")
         if edit is not None:
             edit(source)
         layout = base / "layout"
-        result = build_image(source, layout, mirror=DEFAULT_MIRROR, cache=cache)
+        result = build_image(source, layout, mirror=mirror, cache=cache)
         return Build(source, layout, result.digest, result.debian_from_cache)
 
     return run
@@ -95,3 +102,10 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> BuildFunction:
 @pytest.fixture(scope="session")
 def first_build(build: BuildFunction, image_cache: Path) -> Build:
     return build("first", image_cache)
+
+
+@pytest.fixture(scope="session")
+def second_build(build: BuildFunction) -> Build:
+    """No cache: a debootstrap of its own, from the same mirror spelled another way (the
+    mirror's URL is not part of the image)."""
+    return build("second", None, mirror=DEFAULT_MIRROR + "/")

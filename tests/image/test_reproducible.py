@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from runner.cli import main as runner_main
 from runner.image.layout import LAYER_MEDIA_TYPE, manifest_digest
-from tests.image.conftest import Build, BuildFunction
+from tests.image.conftest import SKOPEO, Build, BuildFunction
 
 pytestmark = pytest.mark.slow
 
@@ -44,9 +45,9 @@ def _entries(layer: Path) -> dict[str, tuple[object, ...]]:
 
 
 def test_two_separate_builds_give_one_digest(
-    first_build: Build, build: BuildFunction, capsys: pytest.CaptureFixture[str]
+    first_build: Build, second_build: Build, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    second = build("second", None)  # no cache: a debootstrap of its own
+    second = second_build
     assert second.debian_from_cache is False
     assert second.digest == first_build.digest
     assert sorted(p.name for p in (second.layout / "blobs" / "sha256").iterdir()) == sorted(
@@ -91,6 +92,31 @@ def test_layer_entries_are_sorted_numeric_and_clamped(first_build: Build) -> Non
     config = json.loads(_blob(first_build.layout, config_ref["digest"]).read_bytes())
     epoch = 1747699200  # image/debian.lock's source-date-epoch
     assert config["created"] == "2025-05-20T00:00:00Z"
+    # What the Job (runner/k8s/job.py) and its agent policy pin, written out.
+    assert config["config"] == {
+        "User": "65532:65532",
+        "Entrypoint": ["/opt/attested-replay/bin/python", "-I", "-B", "-u", "-m", "runner", "run"],
+        "Env": [
+            "PATH=/opt/attested-replay/bin:/usr/local/bin:/usr/bin:/bin",
+            "LANG=C.UTF-8",
+            "HOME=/tmp",
+            "TMPDIR=/tmp",
+            "XDG_CACHE_HOME=/tmp/.cache",
+            "ATTESTED_REPLAY_STATE_DIR=/tmp/attested-replay",
+        ],
+        "WorkingDir": "/replay/out",
+        "Labels": {
+            "org.opencontainers.image.title": "attested-replay",
+            "org.opencontainers.image.description": (
+                "Backtest replays bound into AMD SEV-SNP attestation reports, verifiable "
+                "offline by tenants."
+            ),
+            "org.opencontainers.image.licenses": "Apache-2.0",
+            "org.opencontainers.image.version": "0.1.0",
+            "org.opencontainers.image.base.name": "debian:bookworm (debootstrap, image/debian.lock)",
+        },
+    }
+    assert (config["architecture"], config["os"]) == ("amd64", "linux")
     with tarfile.open(_layer(first_build)) as layer:
         members = layer.getmembers()
     names = [member.name for member in members]
@@ -99,3 +125,45 @@ def test_layer_entries_are_sorted_numeric_and_clamped(first_build: Build) -> Non
     assert max(member.mtime for member in members) == epoch
     assert not [m.name for m in members if m.isfile() and m.mode & 0o6000]
     assert not [m.name for m in members if not (m.isfile() or m.isdir() or m.issym() or m.islnk())]
+
+
+def test_the_tenant_pins_the_operators_digest_with_its_rebuild(
+    first_build: Build, second_build: Build, tmp_path: Path
+) -> None:
+    """The operator built ``first_build`` and runs it; the tenant rebuilt ``second_build`` and
+    pins measurement, HOST_DATA and image digest, refusing any other image."""
+    image = f"registry.example/attested-replay@{first_build.digest}"
+    measurement = "ab" * 48
+    job = [
+        "--run-id", "run-7", "--corpus-checksum", "sha256:" + "cd" * 32, "--tenant", "acme",
+        "--overlay", "snp", "--corpus-source", "https://corpora.example/acme/run-7.tar.gz",
+        "--image-layout", str(second_build.layout), "--measurement", measurement,
+    ]  # fmt: skip
+    expected = tmp_path / "expected.json"
+    assert runner_main(["expected", *job, "--image", image, "--out", str(expected)]) == 0
+    document = json.loads(expected.read_text(encoding="utf-8"))
+    assert document["imageDigest"] == first_build.digest
+    assert document["measurements"] == [measurement]
+    assert len(document["hostData"]) == 1
+    other = "registry.example/attested-replay@sha256:" + "ef" * 32
+    assert runner_main(["expected", *job, "--image", other, "--out", str(expected)]) == 9
+
+
+def test_skopeo_reads_the_layout_and_copies_it_keeping_the_digest(
+    first_build: Build, tmp_path: Path
+) -> None:
+    """Another OCI implementation (skopeo, what docs/image.md pushes with) reads the layout,
+    and copying it with --preserve-digests keeps the digest the Job pins."""
+    inspect = subprocess.run(
+        [SKOPEO, "inspect", f"oci:{first_build.layout}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert inspect.returncode == 0, inspect.stderr
+    assert json.loads(inspect.stdout)["Digest"] == first_build.digest
+    copy = tmp_path / "copy"
+    result = subprocess.run(
+        [SKOPEO, "copy", "--preserve-digests", f"oci:{first_build.layout}", f"oci:{copy}:pushed"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert manifest_digest(copy) == first_build.digest
