@@ -34,6 +34,7 @@ from runner.image import debian
 from runner.image.layout import ImageConfig, write_layout
 from runner.image.wheels import unpack_wheels
 from runner.k8s.job import OUT_DIR, RUN_AS_UID, RUNNER_COMMAND, RUNNER_ENV
+from tenant.fsutil import atomic_write_text
 
 DEBIAN_LOCK: Final = "image/debian.lock"
 PYTHON_LOCK: Final = "image/python.lock"
@@ -272,5 +273,5 @@ def write_debian_lock(source: Path, *, mirror: str, work_parent: Path | None = N
         root = Path(name) / "root"
         debian.debootstrap(root, lock, mirror=mirror)
         text = debian.lock_of(root, lock).render()
-    (source / DEBIAN_LOCK).write_text(text, encoding="utf-8")
+    atomic_write_text(source / DEBIAN_LOCK, text)
     return text
