@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "runner.commands.expected",
     "runner.commands.simulate",
     "runner.commands.evidence",
+    "runner.commands.image",
     "runner.commands.k8s",
     "runner.commands.publish",
     "runner.commands.witness",

@@ -16,6 +16,11 @@ class InputError(RunnerError):
     """Invalid input data: a corpus, a score file, an expected-values file, a manifest."""
 
 
+class ImageBuildError(InputError):
+    """The replay image's inputs differ from its lock files (a package version or hash the
+    mirror or index serves), or a step of the build failed on them."""
+
+
 class ChecksumMismatchError(InputError):
     """The corpus checksum differs from the one the operator expected."""
 

@@ -93,7 +93,13 @@ FAMILY_EXIT_CODES: Final[Mapping[Family, tuple[tuple[int, str], ...]]] = Mapping
         ),
         Family.REFERENCE: (
             (0, "success"),
-            (1, "invalid input content: a report, a certificate, a policy or config file"),
+            (
+                1,
+                (
+                    "invalid input content: a report, a certificate, a policy or config file; "
+                    "an image build whose inputs differ from its lock files"
+                ),
+            ),
             (3, "no VCEK: AMD KDS failed or refused, or its VCEK did not verify"),
             (9, _USAGE),
         ),

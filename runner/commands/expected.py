@@ -14,7 +14,7 @@ from attestation.contracts import explain_problem, format_sha256
 from attestation.envelope.expected import ExpectedValues
 from attestation.errors import AttestationError
 from attestation.verify.policy import load_policy
-from runner.commands.job_params import add_job_arguments, replay_spec
+from runner.commands.job_params import add_job_arguments, check_image_layout, replay_spec
 from runner.commands.parsing import (
     add_command,
     add_state_dir_argument,
@@ -226,6 +226,8 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
     document["corpusChecksum"] = checksum
     if args.image is not None:
         document.update(_pinned_by_the_job(args, checksum, document))
+    if args.image_layout is not None:  # a rebuilt image: pin its digest (docs/image.md)
+        document["imageDigest"] = check_image_layout(args.image_layout, args.image_digest)
     return _validate(document, args)
 
 

@@ -8,9 +8,12 @@ the HOST_DATA a tenant pins come from one function of one set of parameters.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from attestation.contracts import MAX_SHARD_COUNT
+from runner.commands.parsing import input_dir
 from runner.errors import UsageError
+from runner.image.layout import manifest_digest
 from runner.k8s.job import OVERLAYS, CorpusSource, CorpusUrl, CorpusVolume, ReplaySpec
 
 DEFAULT_NAMESPACE = "attested-replay"
@@ -35,6 +38,13 @@ def add_job_arguments(
         required=required,
         metavar="IMAGE",
         help="runner image, registry.host/repository@sha256:<64 hex>",
+    )
+    parser.add_argument(
+        "--image-layout",
+        type=input_dir("--image-layout"),
+        metavar="DIR",
+        help="OCI layout from `image build` (yours or a rebuild from the tagged source): "
+        "refuse an --image not pinned to its digest (docs/image.md)",
     )
     parser.add_argument(
         "--overlay",
@@ -83,9 +93,23 @@ def corpus_source(args: argparse.Namespace, *, flag: str = "--corpus") -> Corpus
     raise UsageError(f"{flag} {text!r}: give an https:// URL, or a path with --corpus-claim")
 
 
+def check_image_layout(layout: Path, pinned: str | None) -> str:
+    """The image digest of ``layout`` (``image build``'s OCI layout), which must be ``pinned``
+    when a digest is pinned already (by --image or --image-digest)."""
+    digest = manifest_digest(layout)
+    if pinned is not None and pinned != digest:
+        raise UsageError(
+            f"--image-layout {layout} is image {digest}, but the image pinned is {pinned}: "
+            "that image was not built from this source"
+        )
+    return digest
+
+
 def replay_spec(args: argparse.Namespace, *, checksum: str, flag: str = "--corpus") -> ReplaySpec:
     """The ReplaySpec of these options. ``submit`` adds its own fields (namespace, cpu,
     deadlines ...) with ``dataclasses.replace``; none of them changes the pod's init-data."""
+    if args.image_layout is not None:
+        check_image_layout(args.image_layout, args.image.rpartition("@")[2])
     return ReplaySpec(
         tenant=args.tenant,
         run_id=args.run_id,

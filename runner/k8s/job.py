@@ -68,16 +68,17 @@ ENDORSEMENT_KEY: Final = "endorsement.pem"
 DEFAULT_ACTIVE_DEADLINE_SECONDS: Final = 7200
 #: An unprivileged, numeric UID so runAsNonRoot can be checked without reading the image.
 RUN_AS_UID: Final = 65532
-#: The replay container's process (the Dockerfile's ENTRYPOINT is this plus ``run``): the
-#: image's interpreter in isolated mode. ``-I`` makes it ignore every ``PYTHON*`` variable and
-#: the user site directory, and keeps the working directory (``/replay/out``, which the process
-#: writes) off ``sys.path``, so nothing in the pod's environment or volumes can load code before
-#: ours; the agent policy pins these arguments with the rest. ``-B`` and ``-u`` do what
-#: ``PYTHONDONTWRITEBYTECODE`` and ``PYTHONUNBUFFERED`` did before ``-I`` made them inert: no
-#: ``.pyc`` writes on the read-only root, and the log reaches the kubelet line by line.
+#: The replay container's process (the image's entrypoint is this plus ``run``:
+#: :func:`runner.image.build.image_config`): the image's interpreter in isolated mode. ``-I``
+#: makes it ignore every ``PYTHON*`` variable and the user site directory, and keeps the working
+#: directory (``/replay/out``, which the process writes) off ``sys.path``, so nothing in the
+#: pod's environment or volumes can load code before ours; the agent policy pins these arguments
+#: with the rest. ``-B`` and ``-u`` do what ``PYTHONDONTWRITEBYTECODE`` and ``PYTHONUNBUFFERED``
+#: did before ``-I`` made them inert: no ``.pyc`` writes on the read-only root, and the log
+#: reaches the kubelet line by line.
 RUNNER_COMMAND: Final = ("/opt/attested-replay/bin/python", "-I", "-B", "-u", "-m", "runner")
-#: The runner image's whole environment (the Dockerfile's final stage sets exactly these). The
-#: pod sets each one too, so the container's environment is this list whatever the image says,
+#: The runner image's whole environment (``image build`` writes exactly these into its config).
+#: The pod sets each one too, so the container's environment is this list whatever the image says,
 #: and the agent policy pins it: a variable the host adds (PYTHONPATH, HTTPS_PROXY, LD_PRELOAD
 #: ...) is refused. No ``PYTHON*`` variable: the isolated interpreter would ignore it.
 RUNNER_ENV: Final = (

@@ -258,11 +258,16 @@ CONTRACT: Final = Contract(
             assumption="For the code and inputs in force: another corpus, evaluation plan, "
             "scoring code or guest image gives another digest. `imageDigest` is only the "
             "operator's statement (a guest cannot read its own image digest); the image is "
-            "enforced through init-data's image policy, i.e. HOST_DATA. They pin nothing "
+            "enforced through init-data's image policy, i.e. HOST_DATA, and the tenant ties "
+            "that digest to source by rebuilding the image from the tagged source "
+            "(`attested-replay image build`) and comparing. They pin nothing "
             "outside the guest: the host, other tenants' jobs, or when the replay ran (the "
             "report carries no trusted time: the tenant pins a nonce of its own choosing, "
             "`submit --nonce N` and `expected --nonce N`, for freshness).",
             hosted=Availability.YES,
+            see=(
+                Reference(doc="image.md", anchor="the-tenants-path", label="rebuilding the image"),
+            ),
         ),
     ),
     not_verifiable=(

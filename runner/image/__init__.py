@@ -1,0 +1,1 @@
+"""The replay image, built reproducibly without a container engine (docs/image.md)."""
