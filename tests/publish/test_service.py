@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_DEPTH
 from attestation.transparency.checkpoint import verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
@@ -444,3 +444,24 @@ def test_the_envelope_put_reads_the_first_of_a_repeated_header_and_answers_json(
     assert headers["etag"] == f'"{_digest(data)}"'
     assert headers["content-length"] == str(len(body))
     assert json.loads(body)["logIndex"] == 0
+
+
+def test_an_envelope_nested_too_deeply_is_refused_before_the_log(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    """A result nested 900 deep parses, but no verifier could canonicalize it: it is refused
+    (422) before the log, so no tenant ever holds an envelope it cannot judge."""
+    operator = service.token("acme")
+    document = json.loads(envelope_for("acme", "run-deep", 1))
+    document["result"] = "DEEP"
+    deep = json.dumps(document).replace('"DEEP"', '{"a":' * 900 + "1" + "}" * 900).encode()
+    refused = _put(service, "acme", deep, token=operator)
+    assert refused.status_code == 422
+    assert refused.json() == {
+        "error": (
+            f"not a valid envelope: envelope nests arrays and objects deeper than "
+            f"{MAX_ENVELOPE_JSON_DEPTH} levels (refused before parsing)"
+        ),
+        "reason": "invalid-envelope",
+    }
+    assert service.storage.log_size("acme") == 0
