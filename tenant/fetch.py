@@ -71,6 +71,7 @@ from tenant.http import (
     check_url,
 )
 from tenant.logged_shards import check_logged_shards
+from tenant.unjudged import load_unjudged, record_unjudged
 
 log = structlog.get_logger("attested-replay.tenant")
 
@@ -245,9 +246,14 @@ def fetch_tenant(
     retry: RetryPolicy | None = None,
     ca_bundle: Path | None = None,
     jobs: int = DEFAULT_JOBS,
+    to_judge: bool = False,
 ) -> FetchReport:
     """Fetch and verify everything the log gained since the kept (or given) checkpoint,
     with up to ``jobs`` requests at once (see :func:`_store_envelopes`).
+
+    ``to_judge``: the caller verifies the new envelopes next (``--expected``): their log
+    positions are listed in :data:`~tenant.unjudged.UNJUDGED_FILE` before the index and the
+    checkpoint advance, and leave it only with a verdict (:mod:`tenant.unjudged`).
 
     Raises:
         TamperingError: the log, a checkpoint or an envelope was tampered with (the first
@@ -279,6 +285,8 @@ def fetch_tenant(
         (position for position, _ in entries),
         lambda digest: _envelope_path(out_dir, digest).read_bytes(),
     )
+    if to_judge and entries:
+        record_unjudged(out_dir, [*load_unjudged(out_dir), *(position for position, _ in entries)])
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
