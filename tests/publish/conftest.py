@@ -382,7 +382,7 @@ def serve_process(
             try:
                 requests.get(f"{running.url}{ready}", timeout=1)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or busy
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"serve did not start: {running.output()}") from None
                 time.sleep(0.05)
