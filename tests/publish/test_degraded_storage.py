@@ -10,11 +10,14 @@ size=...``, grown with ``remount``) and a read-only bind mount, so these tests n
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -309,6 +312,27 @@ def _get(url: str, path: str, token: str, **params: int) -> requests.Response:
     )
 
 
+def _child_of(pid: int) -> int:
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            if f"\nPPid:\t{pid}\n" in status.read_text():
+                return int(status.parent.name)
+    raise AssertionError(f"process {pid} has no child")
+
+
+def _wait_gone(pid: int) -> None:
+    """Until ``pid`` is gone or dead (a zombie waiting for its parent to reap it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                return
+        except OSError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} is still running")
+
+
 @contextmanager
 def _killed_on_tmpfs(tmp_path: Path, published: int) -> Iterator[tuple[Path, str, str]]:
     """A tmpfs holding a default ``serve`` deployment (state directory, SQLite with FULL
@@ -322,8 +346,14 @@ def _killed_on_tmpfs(tmp_path: Path, published: int) -> Iterator[tuple[Path, str
         with serve_process(str(database), state, log_dir=tmp_path) as server:
             for seed in range(published):
                 assert _publish(server.url, operator, seed, tmp_path / "spool") == seed
+            # Both processes die at once, as in an OOM kill or a power loss: the log process
+            # is stopped first, since a log process that saw serve's socket close before the
+            # kernel's SIGKILL (PR_SET_PDEATHSIG) reached it would close its store cleanly.
+            child = _child_of(server.process.pid)
+            os.kill(child, signal.SIGSTOP)
             server.process.kill()
             server.process.wait()
+            _wait_gone(child)
         wal = Path(f"{database}-wal")
         assert wal.stat().st_size > 0  # the commits nobody merged into the database file
         yield mount_point, operator, reader
