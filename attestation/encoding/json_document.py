@@ -36,7 +36,6 @@ from __future__ import annotations
 import codecs
 import json
 import math
-import re
 from typing import Final, TypeVar
 
 import orjson
@@ -199,7 +198,6 @@ def json_items_over(data: bytes, limit: int) -> int | None:
     return items if items > limit else None
 
 
-_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
 
 
@@ -210,11 +208,19 @@ def json_nests_deeper(data: bytes, limit: int) -> bool:
     interpreter's recursion limit inside the parser or, worse, parse and then fail in
     whatever walks it recursively (the canonicalizer). Exact for valid JSON; a document it
     misjudges because it is not JSON is refused by the parser.
+
+    Every step but the last runs in C (a 14 KB envelope: about 10 us): with the escaped
+    backslashes and then the escaped quotes removed, every quote left opens or closes a
+    string (outside strings JSON has no backslash), so every other piece between quotes is
+    outside strings; the brackets there are the structure.
     """
-    if data.count(b"[") + data.count(b"{") <= limit:
+    every = data.translate(None, _NOT_BRACKET)
+    if every.count(b"[") + every.count(b"{") <= limit:
         return False  # not even that many openers, inside strings or not: no deeper nesting
+    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(unescaped.split(b'"')[::2]).translate(None, _NOT_BRACKET)
     depth = 0
-    for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKET):
+    for byte in brackets:
         if byte in b"[{":
             depth += 1
             if depth > limit:
