@@ -420,14 +420,16 @@ def test_an_envelope_the_verifier_fails_on_stays_unjudged_until_judged(
     )
 
 
-def test_a_900_deep_envelope_in_the_log_fails_every_fetch(
+def test_a_900_deep_envelope_in_the_log_is_judged_not_verified(
     service: Any,
     genuine: dict[str, Path],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A genuine envelope whose result nests 900 deep, logged as an older service would have
-    (injected into the log past today's 422): no fetch passes it, and none advances past it."""
+    (injected into the log past today's 422): the fetch keeps it (the log proves it was
+    published) and judges it NOT VERIFIED, malformed (exit 4), where it used to stop at
+    "internal error" (exit 9) after advancing, and pass silently on the next fetch."""
     _publish(service, tmp_path, "run-a", genuine["run-a"].read_bytes())
     document = json.loads(genuine["run-b"].read_text())
     document["result"] = "DEEP"
@@ -438,11 +440,23 @@ def test_a_900_deep_envelope_in_the_log_fails_every_fetch(
     service.app_service.log.submit(request).result(timeout=10)
     expected = str(genuine["expected"])
     capsys.readouterr()
-    for attempt in range(3):
-        assert _fetch(service, tmp_path, "--expected", expected) == 7, attempt
-        assert capsys.readouterr().err.endswith(
-            f"envelope {digest} is not a valid envelope: envelope nests arrays and objects "
-            f"deeper than {MAX_ENVELOPE_JSON_DEPTH} levels (refused before parsing)\n"
-        )
-        assert not (tmp_path / "store" / "checkpoint").exists()
-        assert not (tmp_path / "store" / "index.json").exists()
+    assert _fetch(service, tmp_path, "--expected", expected) == 4
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[1].startswith(f"run run-a (log index 0): {SIMULATED}")
+    assert lines[2:] == [
+        "run run-b (log index 1): NOT VERIFIED: malformed (exit 1)",
+        (
+            "    FAILED envelope.parse [malformed]: envelope nests arrays and objects deeper "
+            f"than {MAX_ENVELOPE_JSON_DEPTH} levels (refused before parsing)"
+        ),
+        f"1 of 2 new envelope(s) verified against --expected {expected}",
+    ]
+    assert "Traceback" not in captured.err
+    assert _unjudged(tmp_path) is None  # every envelope has its verdict
+    assert (tmp_path / "store" / "envelopes" / f"sha256-{digest[7:]}.json").read_bytes() == deep
+    # It was judged: the next fetch has nothing new to judge.
+    assert _fetch(service, tmp_path, "--expected", expected) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"0 of 0 new envelope(s) verified against --expected {expected}"
+    )
