@@ -18,6 +18,7 @@ can both be logged, and ``tenant fetch`` still reports them (exit 7).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from attestation.envelope.merged import AnyEnvelope, MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
@@ -29,7 +30,7 @@ class _Shape:
     """What part of its run an envelope is: ``kind`` and, but for an unsharded envelope,
     the run's shard count."""
 
-    kind: str  # "unsharded", "shard", "merged"
+    kind: Literal["unsharded", "shard", "merged"]
     count: int | None
     index: int | None = None
 
