@@ -32,7 +32,7 @@ from runner.errors import InputError, PublishError, UsageError, VerificationFail
 from runner.exit_codes import Family
 from runner.extras import extra_required
 from runner.log import DEFAULT_LOG_LEVEL
-from tenant.errors import TenantUsageError
+from tenant.errors import TenantInputError, TenantUsageError
 from tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
 from tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
 from tenant.http import HttpClient, read_token
@@ -723,11 +723,17 @@ def _verify_new(
     many did not verify, how many were verified, and the positions still without a verdict
     (kept listed)."""
     from tenant.fetch import load_index
-    from tenant.unjudged import load_unjudged, record_unjudged
+    from tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
     from tenant.verify_fetched import default_workers, verify_fetched
 
     index = load_index(report.out_dir / "index.json")
     pending = load_unjudged(report.out_dir)
+    unknown = [position for position in pending if str(position) not in index]
+    if unknown:
+        raise TenantInputError(
+            f"{report.out_dir / UNJUDGED_FILE} lists log index "
+            f"{', '.join(map(str, unknown))}, which {report.out_dir / 'index.json'} does not hold"
+        )
     earlier = [position for position in pending if position < report.previous_size]
     if earlier:
         print(
