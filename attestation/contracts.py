@@ -22,6 +22,8 @@ Limits (bytes; each refused before it is parsed or while it is read)
                                                      ``collect``, the publisher
     :data:`MAX_ENVELOPE_JSON_ITEMS`      100,000     JSON values in an envelope (counted
                                                      before parsing: memory stays < 10x size)
+    :data:`MAX_ENVELOPE_JSON_DEPTH`      64 levels   nesting of arrays and objects in an
+                                                     envelope (checked before parsing)
     :data:`MAX_EXPECTED_BYTES`           1 MiB       the tenant's expected-values file
     :data:`MAX_POLICY_BYTES`             1 MiB       a raw-mode policy file
     :data:`MAX_REPORT_FILE_BYTES`        64 KiB      a raw report file (the report is 1184)
@@ -182,6 +184,12 @@ MAX_ENVELOPE_BYTES: Final = 16 * 1024 * 1024
 #: holds a few thousand (<= 10 arms x 5 runs x 12 metrics, <= 12 marks); 100,000 keeps the
 #: parsed envelope within 10x the largest envelope's size whatever its values are.
 MAX_ENVELOPE_JSON_ITEMS: Final = 100_000
+#: How deep arrays and objects may nest in one envelope (checked before parsing, by the
+#: publication service, the publishing client and the verifier alike). A merged envelope's
+#: deepest value is about a dozen levels down; the canonicalizer (recursive, two frames per
+#: object) and Python's parsers reach the interpreter's recursion limit from about 490 levels,
+#: so 64 is well inside what every reader of an envelope handles.
+MAX_ENVELOPE_JSON_DEPTH: Final = 64
 MAX_EXPECTED_BYTES: Final = 1024 * 1024
 MAX_POLICY_BYTES: Final = 1024 * 1024
 MAX_REPORT_FILE_BYTES: Final = 64 * 1024

@@ -56,6 +56,11 @@ class ListenerLostError(RunnerError):
     accepting a connection."""
 
 
+class LogProcessStartError(UsageError):
+    """``serve`` could not start its log process (the interpreter cannot be executed by the
+    service's user, no memory or process slot for it): a startup error, exit 9, naming why."""
+
+
 class LogProcessExitedError(RunnerError):
     """``serve``'s log process (``runner.publish.log_process``) exited on its own: ``serve``
     stops (exit 9) so that its supervisor starts it again; until then publishing answers 503."""

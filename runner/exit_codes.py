@@ -119,7 +119,7 @@ FAMILY_EXIT_CODES: Final[Mapping[Family, tuple[tuple[int, str], ...]]] = Mapping
         Family.PUBLICATION: (
             (0, "success"),
             (1, "invalid input content: an envelope, a spool entry, a kept checkpoint"),
-            (4, "tenant fetch --expected: a fetched envelope did not verify"),
+            (4, "tenant fetch: a fetched envelope did not verify, or has no verdict yet"),
             (6, "publication failed (the envelope stays spooled) or the service is unreachable"),
             (7, "tampering: the log or a checkpoint shows removed or rewritten entries"),
             (9, _USAGE + "; a port already in use"),

@@ -77,6 +77,7 @@ from tenant.http import (
     check_url,
 )
 from tenant.logged_shards import check_logged_shards
+from tenant.unjudged import load_unjudged, record_unjudged
 
 log = structlog.get_logger("attested-replay.tenant")
 
@@ -301,6 +302,7 @@ def fetch_tenant(
     ca_bundle: Path | None = None,
     jobs: int = DEFAULT_JOBS,
     witnesses: WitnessPolicy | None = None,
+    to_judge: bool = False,
 ) -> FetchReport:
     """Fetch and verify everything the log gained since the kept (or given) checkpoint,
     with up to ``jobs`` requests at once (see :func:`_store_envelopes`).
@@ -308,6 +310,10 @@ def fetch_tenant(
     With ``witnesses`` (or witnesses pinned in ``out_dir`` by an earlier fetch), the new
     checkpoint is the latest one the service has cosigned, and it must carry valid
     cosignatures by at least the threshold of the pinned witness keys.
+
+    ``to_judge``: the caller verifies the new envelopes next (``--expected``): their log
+    positions are listed in :data:`~tenant.unjudged.UNJUDGED_FILE` before the index and the
+    checkpoint advance, and leave it only with a verdict (:mod:`tenant.unjudged`).
 
     Raises:
         TamperingError: the log, a checkpoint or an envelope was tampered with (the first
@@ -342,6 +348,8 @@ def fetch_tenant(
         (position for position, _ in entries),
         lambda digest: _envelope_path(out_dir, digest).read_bytes(),
     )
+    if to_judge and entries:
+        record_unjudged(out_dir, [*load_unjudged(out_dir), *(position for position, _ in entries)])
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
@@ -778,13 +786,21 @@ def _gone(digest: str, position: int) -> TamperingError:
 
 
 def _check_envelope(data: bytes, entry: LogEntry, position: int, tenant: str) -> int | None:
-    """The envelope's shard index (None for a whole or merged run) once it matches its entry."""
+    """The envelope's shard index (None for a whole or merged run) once it matches its entry.
+
+    Bytes that are no valid envelope but are the ones the entry names (an envelope an older
+    service logged beyond today's bounds, say) are kept as the entry's whole run: the log
+    proves the operator published them, and ``--expected`` judges them (NOT VERIFIED,
+    malformed), where refusing them as tampering would stop every later fetch at them."""
     if sha256_digest(data) != entry.envelope:
         raise TamperingError(f"envelope {entry.envelope} (entry {position}) has other bytes")
     try:
         envelope = parse_any_envelope(data)
     except MalformedError as exc:
-        raise TamperingError(f"envelope {entry.envelope} is not a valid envelope: {exc}") from exc
+        log.warning(
+            "invalid_envelope_logged", digest=entry.envelope, position=position, reason=str(exc)
+        )
+        return None
     if envelope.tenant != tenant or envelope.run_id != entry.run_id:
         raise TamperingError(f"envelope {entry.envelope} does not match its log entry {position}")
     return shard_index(envelope)

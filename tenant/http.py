@@ -72,7 +72,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
 from urllib3.util.wait import wait_for_read
 
-from attestation.encoding.json_document import parse_strict_json
+from attestation.encoding.json_document import json_nests_deeper, parse_strict_json
 from attestation.errors import MalformedError
 from attestation.files import read_regular
 from tenant.errors import ServiceUnavailableError, TenantError, TenantUsageError
@@ -249,29 +249,6 @@ class HttpEnvironment:
     def describe(self) -> str:
         ignored = ", ".join(self.ignored) if self.ignored else "none set"
         return f"CA bundle {self.ca_bundle} ({self.ca_bundle_source}); ignored: {ignored}"
-
-
-_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def json_nests_deeper(data: bytes, limit: int) -> bool:
-    """Whether arrays and objects in ``data`` nest deeper than ``limit`` (strings skipped).
-
-    Linear, and checked before parsing: a deeply nested answer would otherwise reach the
-    interpreter's recursion limit inside the parser.
-    """
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False  # not even that many openers, inside strings or not: no deeper nesting
-    depth = 0
-    for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKET):
-        if byte in b"[{":
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
 
 
 @functools.lru_cache(maxsize=256)

@@ -34,7 +34,8 @@ from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.envelope.model import ShardPosition
 from attestation.envelope.verification import verify_envelope
-from attestation.errors import MalformedError
+from attestation.errors import FailureClass, MalformedError
+from attestation.exit_codes import EXIT_CODES
 from attestation.files import FileTooLargeError, read_regular
 from tenant.errors import TenantInputError, TenantUsageError, VerificationWorkerError
 
@@ -44,6 +45,9 @@ _SOME_RUN_ID: Final = "run"
 POOL_BATCH: Final = 16
 #: The most worker processes (``tenant fetch --verify-workers``).
 MAX_WORKERS: Final = 64
+#: ``verify-attested-run``'s code for "could not decide" (usage, IO, internal): what an
+#: envelope without a verdict is reported with.
+UNJUDGED_EXIT_CODE: Final = EXIT_CODES[FailureClass.USAGE]
 
 
 def default_workers() -> int:
@@ -65,6 +69,9 @@ class FetchedVerdict:
     exit_code: int
     #: The verdict line, then one line per failed check (``VerificationResult.summary``).
     summary: str
+    #: False when the verifier failed before giving a verdict (``ok`` is then False too): the
+    #: envelope stays listed as unjudged (:mod:`tenant.unjudged`).
+    judged: bool = True
 
     def label(self) -> str:
         """``run R`` or ``run R shard I of N``, then the log index."""
@@ -175,7 +182,24 @@ def verify_batch(
         except OSError as exc:
             raise TenantUsageError(f"{path}: {exc.strerror or exc}") from exc
         shard = _bound_shard(data)
-        result = verify_envelope(data, expectations_for(document, run_id), now=now, shard=shard)
+        try:
+            result = verify_envelope(data, expectations_for(document, run_id), now=now, shard=shard)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - no verdict is recorded as such, never a pass
+            verdicts.append(
+                FetchedVerdict(
+                    position,
+                    digest,
+                    run_id,
+                    shard,
+                    ok=False,
+                    exit_code=UNJUDGED_EXIT_CODE,
+                    summary=f"NO VERDICT: the verifier failed: {type(exc).__name__}: {exc}\n",
+                    judged=False,
+                )
+            )
+            continue
         verdicts.append(
             FetchedVerdict(
                 position, digest, run_id, shard, result.ok, result.exit_code, result.summary()

@@ -26,9 +26,20 @@ class CanonicalizationError(MalformedError):
 
 
 def canonicalize(value: object) -> bytes:
-    """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value."""
+    """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value.
+
+    The walk is recursive: a value nested deeper than the interpreter's recursion limit allows
+    (about 490 levels of objects) has no canonical form here and is refused as malformed, never
+    left to escape as a ``RecursionError``. Envelopes never get that deep: their nesting is
+    bounded before parsing (``MAX_ENVELOPE_JSON_DEPTH`` in :mod:`attestation.contracts`).
+    """
     parts: list[str] = []
-    _write(value, parts)
+    try:
+        _write(value, parts)
+    except RecursionError:
+        raise CanonicalizationError(
+            "value nests too deeply to canonicalize (the interpreter's recursion limit)"
+        ) from None
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError as exc:

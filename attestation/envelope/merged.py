@@ -29,8 +29,6 @@ from attestation.contracts import (
 )
 from attestation.encoding.json_document import (
     json_item_bound,
-    json_items_over,
-    parse_strict_json,
     validate_document,
 )
 from attestation.envelope.binding import result_digest
@@ -39,6 +37,7 @@ from attestation.envelope.model import (
     ENVELOPE_KIND,
     Envelope,
     Workload,
+    load_envelope_object,
     validate_parsed_envelope,
 )
 from attestation.errors import MalformedError
@@ -101,25 +100,13 @@ def shard_index(envelope: AnyEnvelope) -> int | None:
 
 def parse_any_envelope(data: bytes) -> AnyEnvelope:
     """An envelope of either kind from its JSON bytes, as strictly as :func:`parse_envelope`
-    (at most :data:`MAX_ENVELOPE_BYTES` and :data:`MAX_ENVELOPE_JSON_ITEMS`, counted before
-    parsing; strict JSON; camelCase keys only); ``kind`` decides.
+    (:func:`~attestation.envelope.model.load_envelope_object`: size, values and nesting
+    bounded before parsing; strict JSON; camelCase keys only); ``kind`` decides.
 
     Raises:
         MalformedError: naming what is wrong.
     """
-    if len(data) > MAX_ENVELOPE_BYTES:
-        raise MalformedError(
-            f"envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
-        )
-    items = json_items_over(data, MAX_ENVELOPE_JSON_ITEMS)
-    if items is not None:
-        raise MalformedError(
-            f"envelope holds up to {items} JSON values, over the limit of "
-            f"{MAX_ENVELOPE_JSON_ITEMS} (refused before parsing)"
-        )
-    document = parse_strict_json(data, what="envelope")
-    if not isinstance(document, dict):
-        raise MalformedError("envelope must be a JSON object")
+    document = load_envelope_object(data)
     kind = document.get("kind")
     if kind == MERGED_ENVELOPE_KIND:
         return validate_document(document, MergedEnvelope, what="merged envelope")

@@ -16,6 +16,7 @@ from pydantic import Field, JsonValue, StringConstraints, field_validator, model
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
+    MAX_ENVELOPE_JSON_DEPTH,
     MAX_ENVELOPE_JSON_ITEMS,
     MAX_SHARD_COUNT,
     Hex32,
@@ -134,10 +135,25 @@ def parse_envelope(data: bytes) -> Envelope:
     Raises:
         MalformedError: naming what is wrong.
     """
-    document = load_json_object(
-        data, what="envelope", limit=MAX_ENVELOPE_BYTES, max_items=MAX_ENVELOPE_JSON_ITEMS
+    return validate_parsed_envelope(load_envelope_object(data), what="envelope")
+
+
+def load_envelope_object(data: bytes) -> dict[str, object]:
+    """An envelope's bytes as a JSON object, within the envelope's bounds, each checked
+    before parsing: :data:`MAX_ENVELOPE_BYTES`, :data:`MAX_ENVELOPE_JSON_ITEMS` and
+    :data:`MAX_ENVELOPE_JSON_DEPTH`. The one gate every reader of an envelope passes (the
+    verifier, the publication service and the publishing client) before anything else.
+
+    Raises:
+        MalformedError: naming the bound or the JSON problem.
+    """
+    return load_json_object(
+        data,
+        what="envelope",
+        limit=MAX_ENVELOPE_BYTES,
+        max_items=MAX_ENVELOPE_JSON_ITEMS,
+        max_depth=MAX_ENVELOPE_JSON_DEPTH,
     )
-    return validate_parsed_envelope(document, what="envelope")
 
 
 def validate_parsed_envelope(document: dict[str, object], *, what: str) -> Envelope:

@@ -70,7 +70,58 @@ def verify_envelope(
     check unless the caller asks for exactly that ``shard`` (the operator's checks of one
     shard); a tenant verifies the merged envelope of all shards, whose every shard gets the
     checks of an envelope (see :mod:`attestation.envelope.merged_verification`).
+
+    An exception the checks did not foresee (a bug, or an input no bound anticipated) is a
+    verdict too: the failed check ``envelope.judged``, class malformed (exit 1), naming the
+    exception. The envelope is then NOT VERIFIED, never left without a verdict; only a
+    ``MemoryError`` (the tenant's machine, not the envelope) propagates.
     """
+    try:
+        return _verify_envelope(
+            envelope_bytes,
+            expected,
+            now=now,
+            trust=trust,
+            crl=crl,
+            shard=shard,
+            verifier=verifier,
+        )
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every input gets a verdict, never a traceback
+        return unjudged_result(exc)
+
+
+#: The check that fails when verification itself raised (see :func:`unjudged_result`).
+JUDGED_CHECK = "envelope.judged"
+
+
+def unjudged_result(exc: BaseException) -> VerificationResult:
+    """The verdict on an envelope whose verification raised ``exc``: malformed (class 1),
+    since the verifier could not read it as an envelope it can judge. Fails closed."""
+    detail = str(exc)[:300]
+    return VerificationResult.from_checks(
+        [
+            Check.failed(
+                JUDGED_CHECK,
+                _MALFORMED,
+                f"the verifier could not judge this envelope: {type(exc).__name__}"
+                + (f": {detail}" if detail else ""),
+            )
+        ]
+    )
+
+
+def _verify_envelope(
+    envelope_bytes: bytes,
+    expected: ExpectedValues,
+    *,
+    now: datetime,
+    trust: TrustStore | None,
+    crl: bytes | None,
+    shard: ShardPosition | None,
+    verifier: Verifier | None,
+) -> VerificationResult:
     try:
         envelope = parse_any_envelope(envelope_bytes)
     except MalformedError as exc:

@@ -32,7 +32,7 @@ from runner.errors import InputError, PublishError, UsageError, VerificationFail
 from runner.exit_codes import Family
 from runner.extras import extra_required
 from runner.log import DEFAULT_LOG_LEVEL
-from tenant.errors import TenantUsageError
+from tenant.errors import TenantInputError, TenantUsageError
 from tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
 from tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
 from tenant.http import HttpClient, read_token
@@ -693,6 +693,7 @@ def _verify_workers(text: str) -> int:
 def _tenant_fetch(args: argparse.Namespace) -> int:
     from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM
     from tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
+    from tenant.unjudged import load_unjudged
     from tenant.verify_fetched import load_expectations
 
     # Checked before anything is fetched: a bad file is found without the network.
@@ -717,12 +718,16 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
         ca_bundle=args.ca_bundle,
         jobs=args.jobs,
         witnesses=witnesses,
+        to_judge=expectations is not None,
     )
     print(
         f"verified log of {report.size} entries (was {report.previous_size}); "
         f"{len(report.new_envelopes)} new envelope(s) in {report.out_dir / 'envelopes'}"
     )
-    failed = 0 if expectations is None else _verify_new(args, report, expectations)
+    if expectations is None:
+        failed, verified, unjudged = 0, 0, load_unjudged(args.out)
+    else:
+        failed, verified, unjudged = _verify_new(args, report, expectations)
     if args.corpus:
         from runner.corpus.checksum import compute_checksum
         from tenant.corpus_fetch import fetch_corpus_exports
@@ -742,9 +747,16 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
                 f"checksum {export.manifest.corpus_checksum} (checked) -> {export.path}"
             )
         print(f"{len(exports)} new corpus export(s) in {args.out / 'corpora'}")
+    if unjudged:
+        raise VerificationFailedError(
+            f"{len(unjudged)} fetched envelope(s) have no verdict yet (log index "
+            f"{', '.join(map(str, unjudged))}): every `tenant fetch --expected` verifies them "
+            "again and fails until each has one",
+            verifier_exit_code=9,
+        )
     if failed:
         raise VerificationFailedError(
-            f"{failed} of {len(report.new_envelopes)} new envelope(s) did not verify against "
+            f"{failed} of {verified} new envelope(s) did not verify against "
             f"--expected {args.expected}",
             verifier_exit_code=4,
         )
@@ -753,16 +765,32 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
 
 def _verify_new(
     args: argparse.Namespace, report: FetchReport, expectations: Mapping[str, object]
-) -> int:
-    """Verify the envelopes this fetch added (log order); print a verdict line for each and
-    return how many did not verify."""
+) -> tuple[int, int, list[int]]:
+    """Verify the envelopes without a verdict (this fetch's, and any an earlier fetch left
+    unjudged: :mod:`tenant.unjudged`) in log order; print a verdict line for each; return how
+    many did not verify, how many were verified, and the positions still without a verdict
+    (kept listed)."""
     from tenant.fetch import load_index
+    from tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
     from tenant.verify_fetched import default_workers, verify_fetched
 
     index = load_index(report.out_dir / "index.json")
+    pending = load_unjudged(report.out_dir)
+    unknown = [position for position in pending if str(position) not in index]
+    if unknown:
+        raise TenantInputError(
+            f"{report.out_dir / UNJUDGED_FILE} lists log index "
+            f"{', '.join(map(str, unknown))}, which {report.out_dir / 'index.json'} does not hold"
+        )
+    earlier = [position for position in pending if position < report.previous_size]
+    if earlier:
+        print(
+            f"{len(earlier)} envelope(s) fetched earlier have no verdict yet "
+            f"(log index {', '.join(map(str, earlier))}): verifying them again"
+        )
     entries = [
         (position, index[str(position)]["digest"], index[str(position)]["runId"])
-        for position in range(report.previous_size, report.size)
+        for position in pending
     ]
     verdicts = verify_fetched(
         report.out_dir / "envelopes",
@@ -771,14 +799,18 @@ def _verify_new(
         now=datetime.now(UTC),
         workers=args.verify_workers or default_workers(),
     )
+    unjudged = [verdict.position for verdict in verdicts if not verdict.judged]
+    record_unjudged(report.out_dir, unjudged)
     for verdict in verdicts:
         lines = verdict.summary.rstrip("\n").split("\n")
         print(f"{verdict.label()}: {lines[0]}")
         for line in lines[1:]:
             print(f"  {line}")
     failed = sum(not verdict.ok for verdict in verdicts)
+    what = "envelope(s)" if earlier else "new envelope(s)"
     print(
-        f"{len(verdicts) - failed} of {len(verdicts)} new envelope(s) verified against "
+        f"{len(verdicts) - failed} of {len(verdicts)} {what} verified against "
         f"--expected {args.expected}"
+        + (f" ({len(unjudged)} without a verdict)" if unjudged else "")
     )
-    return failed
+    return failed, len(verdicts), unjudged

@@ -58,6 +58,7 @@ import structlog
 
 from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.transparency.checkpoint import CheckpointError
+from runner.errors import LogProcessStartError
 from runner.log import configure_logging
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.heads import HeadJournal, SignedHead
@@ -309,6 +310,12 @@ class LogProcess:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )
+        except OSError as exc:
+            ours.close()
+            raise LogProcessStartError(
+                f"cannot start the publication log's process ({sys.executable} -m {__name__}): "
+                f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+            ) from exc
         finally:
             theirs.close()
         channel = self._channel = _Channel(ours)

@@ -50,7 +50,7 @@ from attestation.contracts import (
     is_sha256_digest,
     is_tenant_id,
 )
-from attestation.envelope.merged import parse_any_envelope, shard_index
+from attestation.envelope.merged import AnyEnvelope, parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.tiles import (
@@ -71,6 +71,7 @@ from runner.publish.log import (
     Receipt,
 )
 from runner.publish.ratelimit import RateLimiter
+from runner.publish.shard_sets import shard_set_conflict
 from runner.publish.storage import (
     WHOLE_RUN,
     DigestCollisionError,
@@ -399,6 +400,12 @@ def envelope_part(data: bytes, tenant: str) -> tuple[str, str]:
     """The run ID and run part an envelope's bytes stand for (422 when they are no envelope
     of ``tenant``): a shard envelope is its shard's part, an unsharded or merged envelope
     the whole run's."""
+    envelope = _tenant_envelope(data, tenant)
+    return envelope.run_id, _part(envelope)
+
+
+def _tenant_envelope(data: bytes, tenant: str) -> AnyEnvelope:
+    """The envelope of ``tenant`` in ``data`` (422 when it is none)."""
     try:
         envelope = parse_any_envelope(data)
     except MalformedError as exc:
@@ -409,8 +416,12 @@ def envelope_part(data: bytes, tenant: str) -> tuple[str, str]:
             f"envelope tenant {envelope.tenant!r} is not {tenant!r}",
             reason="invalid-envelope",
         )
+    return envelope
+
+
+def _part(envelope: AnyEnvelope) -> str:
     shard = shard_index(envelope)
-    return envelope.run_id, WHOLE_RUN if shard is None else str(shard)
+    return WHOLE_RUN if shard is None else str(shard)
 
 
 def _receipt_json(receipt: Receipt, digest: str, run_id: str, part: str) -> dict[str, Any]:
@@ -513,7 +524,13 @@ async def publish(service: Service, request: BodyRequest, tenant: str, digest: s
         raise ApiError(
             422, f"body digest {body_digest} does not match the path", reason="digest-mismatch"
         )
-    run_id, part = envelope_part(body, tenant)
+    envelope = _tenant_envelope(body, tenant)
+    run_id, part = envelope.run_id, _part(envelope)
+    conflict = await asyncio.to_thread(
+        shard_set_conflict, service.storage, tenant, envelope, digest
+    )
+    if conflict is not None:
+        raise ApiError(409, f"{conflict}; it was not logged", reason="shard-set-conflict")
     entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
     receipt = await _integrate(service, AppendRequest(tenant, digest, body, run_id, part, entry))
     log.info(

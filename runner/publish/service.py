@@ -244,7 +244,10 @@ def _serve_on(
         sys.stderr.flush()
         log.warning("plain_http_on_network", host=host, port=bound_port)
     cap = connection_cap(config.limits, raise_open_file_limit())
-    storage, signer = open_service(config)
+    try:
+        storage, signer = open_service(config)
+    except StorageError as exc:  # a startup error with its reason, never a traceback
+        raise UsageError(f"cannot open the database: {exc}") from exc
     lost: list[str] = []
     servers: list[uvicorn.Server] = []
 

@@ -436,6 +436,34 @@ def _filesystem_is_read_only(path: Path) -> bool:
         return False
 
 
+def _unmerged_wal(database: Path) -> bool:
+    """Whether ``database`` (on a read-only filesystem) has commits in a non-empty ``-wal``
+    file, which SQLite can read there only through an existing ``-shm`` file.
+
+    Raises:
+        StorageUnavailableError: a non-empty WAL without its ``-shm`` file: refused, never
+            read without those commits.
+    """
+    wal = Path(f"{database}-wal")
+    try:
+        size = wal.stat().st_size
+    except FileNotFoundError:
+        return False
+    if size == 0:
+        return False
+    if not Path(f"{database}-shm").exists():
+        raise StorageUnavailableError(
+            f"the SQLite store {database} is on a read-only filesystem and its write-ahead log "
+            f"{wal} holds {size} bytes of commits not yet merged into the database (the last "
+            f"writer stopped uncleanly), but its {database.name}-shm file is missing, without "
+            "which SQLite cannot read the log on a read-only filesystem. Nothing is lost: "
+            "remount the directory read-write and start serve once (or run `sqlite3 "
+            f"{database} 'PRAGMA wal_checkpoint(TRUNCATE)'`) to merge it, then stop it and "
+            "remount read-only"
+        )
+    return True
+
+
 def _readonly(exc: sqlite3.Error) -> bool:
     return (getattr(exc, "sqlite_errorname", "") or "").startswith("SQLITE_READONLY")
 
@@ -466,8 +494,15 @@ def _has_current_schema(connection: sqlite3.Connection) -> bool:
 class SqliteStorage(_StoreReads):
     """One SQLite file in WAL mode; ``BEGIN IMMEDIATE`` serializes writers across processes.
 
-    On a read-only filesystem the file is opened immutable and read-only: reads are served,
-    writes fail as unavailable.
+    On a read-only filesystem the file is opened read-only: reads are served, writes fail as
+    unavailable. Immutable (no locks, no WAL) after a clean stop, which leaves the WAL empty
+    or gone; after an unclean one (SIGKILL, OOM, power loss, a kernel remount-ro after an I/O
+    error) the last commits are only in the ``-wal`` file, so the database is opened
+    read-only *with* its WAL, which SQLite reads through the existing ``-shm`` file (a
+    private copy of its index when the file cannot be written; sqlite.org/wal.html, "Read-Only
+    Databases", 3.22.0 and later). Without the ``-shm`` that cannot be done on a read-only
+    filesystem, and :meth:`initialize` refuses to start, naming the WAL and how to merge it:
+    opening immutable would silently drop those commits.
     """
 
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
@@ -478,6 +513,8 @@ class SqliteStorage(_StoreReads):
         # NORMAL survives process crashes only; a throughput knob for disposable stores.
         self._synchronous = synchronous
         self.read_only = False
+        #: Read-only and immutable: no unmerged WAL (see the class docstring).
+        self._immutable = False
         # Writers of this process queue here instead of in SQLite's busy handler, which sleeps
         # in steps of up to 100 ms; BEGIN IMMEDIATE still serializes other processes.
         self._write_lock = threading.Lock()
@@ -491,7 +528,8 @@ class SqliteStorage(_StoreReads):
         # quietly opening it read-only and the connection failing every later write for good.
         uri = f"{self.path.resolve().as_uri()}?mode={mode}"
         if self.read_only:
-            uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
+            immutable = "&immutable=1" if self._immutable else ""
+            uri = f"{self.path.resolve().as_uri()}?mode=ro{immutable}"
         connection = sqlite3.connect(
             uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False
         )
@@ -553,6 +591,7 @@ class SqliteStorage(_StoreReads):
     def initialize(self) -> None:
         if self.path.exists() and _filesystem_is_read_only(self.path.parent):
             self.read_only = True
+            self._immutable = not _unmerged_wal(self.path)
             with self._connect() as db:
                 db.execute("SELECT count(*) FROM signed_heads").fetchone()
             return

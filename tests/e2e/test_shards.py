@@ -374,14 +374,16 @@ def test_shards_and_their_merge_are_published_fetched_and_verified(
         # the pods publish their shards, the operator the merged envelope (run ID from it)
         for envelope in [*sharded.shards, sharded.merged]:
             assert publish(envelope) == 0, capsys.readouterr().err
-        # a second envelope for shard 1 of the run (a genuine one, of another split) is refused
+        # a second envelope for shard 1 of the run (a genuine one, of another split) is refused:
+        # it contradicts the run's shard set before it could replace shard 1
         other = tmp_path / "other-split.json"
         other.write_text(json.dumps(other_shards["other-split"]))
         assert publish(other) == 6
         error = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("error: "))
         assert (
-            "envelope upload answered HTTP 409: shard 1 of run 'run-e2e-1' already points to "
-            f"{sha256_digest(sharded.shards[1].read_bytes())}; this envelope was not logged"
+            "envelope upload answered HTTP 409: run 'run-e2e-1' has a merged envelope of 3 "
+            f"shards ({sha256_digest(sharded.merged.read_bytes())}) logged; this envelope is "
+            "shard 1 of 2; it was not logged"
         ) in error
         assert storage.run_shards("acme", RUN_ID) == [0, 1, 2]
 

@@ -10,11 +10,14 @@ size=...``, grown with ``remount``) and a read-only bind mount, so these tests n
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,10 +49,12 @@ from tests.publish.conftest import (
     LOG_NAME,
     ServeProcess,
     application_name,
+    free_port,
     make_envelope,
     postgres_schema,
     running_in_ci,
     running_service,
+    serve_command,
     serve_process,
     state_dir_for,
 )
@@ -296,3 +301,122 @@ def test_database_driver_faults_are_classified() -> None:
         assert isinstance(classify_database_error(unavailable), StorageUnavailableError)
     assert classify_database_error(psycopg.errors.UniqueViolation("dup")) is None
     assert classify_database_error(ValueError("bug")) is None
+
+
+def _get(url: str, path: str, token: str, **params: int) -> requests.Response:
+    return requests.get(
+        f"{url}/v1/tenants/acme{path}",
+        params=params,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+
+
+def _child_of(pid: int) -> int:
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            if f"\nPPid:\t{pid}\n" in status.read_text():
+                return int(status.parent.name)
+    raise AssertionError(f"process {pid} has no child")
+
+
+def _wait_gone(pid: int) -> None:
+    """Until ``pid`` is gone or dead (a zombie waiting for its parent to reap it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                return
+        except OSError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} is still running")
+
+
+@contextmanager
+def _killed_on_tmpfs(tmp_path: Path, published: int) -> Iterator[tuple[Path, str, str]]:
+    """A tmpfs holding a default ``serve`` deployment (state directory, SQLite with FULL
+    synchronous) into which ``published`` envelopes were published before ``serve`` was
+    killed with SIGKILL: the last commits are in the WAL only. Unmounted afterwards."""
+    mount_point = Path(tempfile.mkdtemp(prefix="attested-replay-killed-"))
+    with _mounted(mount_point, "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs"):
+        state = mount_point / "state"
+        state.mkdir(mode=0o700)
+        database, operator, reader = _deployment(state)
+        with serve_process(str(database), state, log_dir=tmp_path) as server:
+            for seed in range(published):
+                assert _publish(server.url, operator, seed, tmp_path / "spool") == seed
+            # Both processes die at once, as in an OOM kill or a power loss: the log process
+            # is stopped first, since a log process that saw serve's socket close before the
+            # kernel's SIGKILL (PR_SET_PDEATHSIG) reached it would close its store cleanly.
+            child = _child_of(server.process.pid)
+            os.kill(child, signal.SIGSTOP)
+            server.process.kill()
+            server.process.wait()
+            _wait_gone(child)
+        wal = Path(f"{database}-wal")
+        assert wal.stat().st_size > 0  # the commits nobody merged into the database file
+        yield mount_point, operator, reader
+
+
+def test_after_kill_9_a_read_only_remount_serves_every_committed_entry(
+    tmp_path: Path,
+) -> None:
+    """The kernel remounts a filesystem read-only after an I/O error, or an administrator
+    does, after serve was killed: the last commits are only in the WAL. They are served,
+    never taken for lost entries."""
+    _need_root()
+    with _killed_on_tmpfs(tmp_path, 5) as (mount_point, operator, reader):
+        subprocess.run(["mount", "-o", "remount,ro", str(mount_point)], check=True)
+        state = mount_point / "state"
+        with serve_process(str(state / "publish.sqlite3"), state, log_dir=tmp_path) as server:
+            output = server.output()
+            assert "(read-only)" in output
+            assert "REFUSED" not in output
+            key = VerifierKey.parse(
+                requests.get(f"{server.url}/v1/log/public-key", timeout=30).text
+            )
+            note = _get(server.url, "/log/checkpoint", reader)
+            assert note.status_code == 200
+            head = verify_signed_checkpoint(note.text, key, origin=ORIGIN)
+            assert head.size == 5
+            for index in range(5):
+                proof = _get(server.url, "/log/proof/inclusion", reader, index=index, size=5)
+                assert proof.status_code == 200, proof.text
+                assert proof.json()["logIndex"] == index
+            health = requests.get(f"{server.url}/v1/health", timeout=30)
+            assert (health.status_code, health.json()) == (200, {"status": "ok"})
+            refused = _put(server.url, operator, make_envelope("acme", "run-9", 9))
+            assert (refused.status_code, refused.json()["reason"]) == (503, "storage-unavailable")
+            assert server.stop() == 0
+
+
+def test_after_kill_9_a_wal_without_its_shm_refuses_to_start_naming_it(tmp_path: Path) -> None:
+    """Without the -shm file SQLite cannot read the WAL on a read-only filesystem: serve
+    refuses to start, says the commits are in the WAL and how to merge them (exit 9)."""
+    _need_root()
+    with _killed_on_tmpfs(tmp_path, 3) as (mount_point, _operator, _reader):
+        state = mount_point / "state"
+        database = state / "publish.sqlite3"
+        Path(f"{database}-shm").unlink()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount_point)], check=True)
+        done = subprocess.run(
+            serve_command(str(database), state, free_port()),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 9, done.stderr
+        size = Path(f"{database}-wal").stat().st_size
+        assert done.stderr.endswith(
+            f"error: cannot open the database: the SQLite store {database} is on a read-only "
+            f"filesystem and its write-ahead log {database}-wal holds {size} bytes of commits "
+            "not yet merged into the database (the last writer stopped uncleanly), but its "
+            "publish.sqlite3-shm file is missing, without which SQLite cannot read the log on "
+            "a read-only filesystem. Nothing is lost: remount the directory read-write and "
+            f"start serve once (or run `sqlite3 {database} 'PRAGMA "
+            "wal_checkpoint(TRUNCATE)'`) to merge it, then stop it and remount read-only\n"
+        )
+        assert "Traceback" not in done.stderr
+        assert "entries were lost" not in done.stderr

@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 
 from attestation.cli import main as verify_main
+from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
+from attestation.envelope.verification import verify_envelope
+from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.evidence.simulated import simulated_amd_dir
 from runner.exit_codes import exit_code_for
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.storage import SqliteStorage
+from runner.publish.log import AppendRequest
+from runner.publish.storage import WHOLE_RUN, SqliteStorage
 from simulated_amd import SimulatedAmd
 from simulated_amd import state as simulated_state
 from tenant import verify_fetched as verify_fetched_module
@@ -334,3 +338,125 @@ def test_verify_workers_out_of_range_is_a_usage_error(
     )
     with pytest.raises(TenantUsageError, match=r"^--verify-workers 0: must be between 1 and 64$"):
         verify_fetched(tmp_path, [], {}, now=datetime.now(UTC), workers=0)
+
+
+# -- no envelope passes without a verdict ----------------------------------------------------
+
+
+def _unjudged(tmp_path: Path) -> list[int] | None:
+    path = tmp_path / "store" / "unjudged.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_an_envelope_the_verifier_fails_on_stays_unjudged_until_judged(
+    service: Any,
+    genuine: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The verifier fails on the middle envelope of a batch: the others get their verdicts,
+    the middle one is listed as unjudged, and every later fetch verifies it again and fails
+    (exit 4) until it has a verdict; then the next fetch is clean."""
+    expected = str(genuine["expected"])
+    for run_id in ("run-a", "run-b", "run-s"):
+        _publish(service, tmp_path, run_id, genuine[run_id].read_bytes())
+    middle = "sha256:" + hashlib.sha256(genuine["run-b"].read_bytes()).hexdigest()
+    genuine_verify = verify_envelope
+
+    def fails_on_the_middle(data: bytes, *args: Any, **kwargs: Any) -> Any:
+        if "sha256:" + hashlib.sha256(data).hexdigest() == middle:
+            raise RuntimeError("verifier bug")
+        return genuine_verify(data, *args, **kwargs)
+
+    monkeypatch.setattr(verify_fetched_module, "verify_envelope", fails_on_the_middle)
+    capsys.readouterr()
+    for attempt in range(2):
+        argv = ("--expected", expected, "--verify-workers", "1")
+        assert _fetch(service, tmp_path, *argv) == 4, attempt
+        captured = capsys.readouterr()
+        lines = captured.out.splitlines()
+        no_verdict = "run run-b (log index 1): NO VERDICT: the verifier failed: RuntimeError: "
+        if attempt == 0:
+            assert lines[1].startswith(f"run run-a (log index 0): {SIMULATED}")
+            assert lines[2] == f"{no_verdict}verifier bug"
+            assert lines[3].startswith(f"run run-s shard 1 of 2 (log index 2): {SIMULATED}")
+            assert lines[4] == (
+                f"2 of 3 new envelope(s) verified against --expected {expected} "
+                "(1 without a verdict)"
+            )
+        else:
+            assert lines[1:] == [
+                (
+                    "1 envelope(s) fetched earlier have no verdict yet (log index 1): "
+                    "verifying them again"
+                ),
+                f"{no_verdict}verifier bug",
+                f"0 of 1 envelope(s) verified against --expected {expected} (1 without a verdict)",
+            ]
+        assert captured.err.endswith(
+            "error: 1 fetched envelope(s) have no verdict yet (log index 1): every "
+            "`tenant fetch --expected` verifies them again and fails until each has one\n"
+        )
+        assert _unjudged(tmp_path) == [1]
+        # The log itself was fetched and proven: the checkpoint advanced, the index holds all.
+        assert sorted(json.loads((tmp_path / "store" / "index.json").read_text())) == [
+            "0",
+            "1",
+            "2",
+        ]
+    # Without --expected nothing is judged, and the fetch still fails naming what is pending.
+    assert _fetch(service, tmp_path) == 4
+    assert "1 fetched envelope(s) have no verdict yet (log index 1)" in capsys.readouterr().err
+    monkeypatch.setattr(verify_fetched_module, "verify_envelope", genuine_verify)
+    assert _fetch(service, tmp_path, "--expected", expected) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith(f"run run-b (log index 1): {SIMULATED}")
+    assert lines[3] == f"1 of 1 envelope(s) verified against --expected {expected}"
+    assert _unjudged(tmp_path) is None
+    assert _fetch(service, tmp_path, "--expected", expected) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"0 of 0 new envelope(s) verified against --expected {expected}"
+    )
+
+
+def test_a_900_deep_envelope_in_the_log_is_judged_not_verified(
+    service: Any,
+    genuine: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A genuine envelope whose result nests 900 deep, logged as an older service would have
+    (injected into the log past today's 422): the fetch keeps it (the log proves it was
+    published) and judges it NOT VERIFIED, malformed (exit 4), where it used to stop at
+    "internal error" (exit 9) after advancing, and pass silently on the next fetch."""
+    _publish(service, tmp_path, "run-a", genuine["run-a"].read_bytes())
+    document = json.loads(genuine["run-b"].read_text())
+    document["result"] = "DEEP"
+    deep = json.dumps(document).replace('"DEEP"', '{"a":' * 900 + "1" + "}" * 900).encode()
+    digest = "sha256:" + hashlib.sha256(deep).hexdigest()
+    entry = LogEntry(tenant="acme", run_id="run-b", envelope=digest).to_bytes()
+    request = AppendRequest("acme", digest, deep, "run-b", WHOLE_RUN, entry)
+    service.app_service.log.submit(request).result(timeout=10)
+    expected = str(genuine["expected"])
+    capsys.readouterr()
+    assert _fetch(service, tmp_path, "--expected", expected) == 4
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[1].startswith(f"run run-a (log index 0): {SIMULATED}")
+    assert lines[2:] == [
+        "run run-b (log index 1): NOT VERIFIED: malformed (exit 1)",
+        (
+            "    FAILED envelope.parse [malformed]: envelope nests arrays and objects deeper "
+            f"than {MAX_ENVELOPE_JSON_DEPTH} levels (refused before parsing)"
+        ),
+        f"1 of 2 new envelope(s) verified against --expected {expected}",
+    ]
+    assert "Traceback" not in captured.err
+    assert _unjudged(tmp_path) is None  # every envelope has its verdict
+    assert (tmp_path / "store" / "envelopes" / f"sha256-{digest[7:]}.json").read_bytes() == deep
+    # It was judged: the next fetch has nothing new to judge.
+    assert _fetch(service, tmp_path, "--expected", expected) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"0 of 0 new envelope(s) verified against --expected {expected}"
+    )

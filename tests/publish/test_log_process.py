@@ -24,6 +24,8 @@ import pytest
 from attestation.transparency.checkpoint import CheckpointError, verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+from runner.errors import LogProcessStartError
+from runner.exit_codes import exit_code_for
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.heads import JOURNAL_FILE, JournalError
 from runner.publish.log import (
@@ -50,7 +52,13 @@ from runner.publish.storage import (
     StorageFullError,
     StorageUnavailableError,
 )
-from tests.publish.conftest import LOG_NAME, make_envelope, serve_process, sha256_name
+from tests.publish.conftest import (
+    LOG_NAME,
+    make_envelope,
+    serve_command,
+    serve_process,
+    sha256_name,
+)
 from tests.publish.test_fork_guard import _sql
 
 TENANT = "acme"
@@ -412,3 +420,49 @@ def test_submitting_never_waits_for_a_child_that_reads_nothing(running: LogProce
 def test_an_answer_to_no_pending_call_is_a_protocol_error(spec: LogProcessSpec) -> None:
     with pytest.raises(_ProtocolError, match="an answer to no pending call"):
         LogProcess(spec)._dispatch(("results", [(7, True, None)]))
+
+
+def _not_executable(tmp_path: Path) -> Path:
+    """An interpreter path the service's user cannot execute (no execute bit: even root's
+    exec needs one)."""
+    path = tmp_path / "bin" / "python3"
+    path.parent.mkdir()
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o644)
+    return path
+
+
+def test_a_log_process_that_cannot_start_is_a_startup_error(
+    spec: LogProcessSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interpreter = _not_executable(tmp_path)
+    monkeypatch.setattr(sys, "executable", str(interpreter))
+    with pytest.raises(LogProcessStartError) as caught:
+        LogProcess(spec).start()
+    assert str(caught.value) == (
+        f"cannot start the publication log's process ({interpreter} -m "
+        f"runner.publish.log_process): Permission denied: {interpreter}"
+    )
+    assert exit_code_for(caught.value) == 9
+
+
+def test_serve_whose_log_process_cannot_start_exits_9_naming_why(tmp_path: Path) -> None:
+    """``serve`` in a real process whose interpreter path, as its log process would use it,
+    is not executable: exit 9 with the reason, no traceback."""
+    interpreter = _not_executable(tmp_path)
+    argv = serve_command(str(tmp_path / "publish.sqlite3"), tmp_path / "state", 0)[3:]
+    script = (
+        "import sys\n"
+        f"sys.executable = {str(interpreter)!r}\n"
+        "from runner.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 9, done.stderr
+    assert done.stderr.endswith(
+        f"error: cannot start the publication log's process ({interpreter} -m "
+        f"runner.publish.log_process): Permission denied: {interpreter}\n"
+    )
+    assert "Traceback" not in done.stderr

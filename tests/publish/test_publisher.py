@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
 from runner.cli import main
 from runner.errors import InputError, PublishError, UsageError
+from runner.exit_codes import exit_code_for
 from runner.publish.client import flush_spool, publish_envelope
 from runner.publish.spool import Spool, default_spool_dir
 from tenant import http as tenant_http
@@ -389,3 +391,24 @@ def test_cli_publish_prints_receipt(
         main([*argv[:-2], "--spool-dir", str(tmp_path / "spool"), "--tenant", "globex"]) == 1
     )  # InputError
     assert main(["publish", "--target", service.url]) == 9
+
+
+def test_an_envelope_nested_too_deeply_is_refused_before_spooling(
+    tmp_path: Path, envelope_for: Callable[..., bytes]
+) -> None:
+    """The publisher applies the envelope bounds every verifier applies: a result nested
+    900 deep is invalid input (exit 1), never spooled or sent."""
+    document = json.loads(envelope_for("acme", "run-1", 1))
+    document["result"] = "DEEP"
+    deep = json.dumps(document).replace('"DEEP"', '{"a":' * 900 + "1" + "}" * 900).encode()
+    spool = tmp_path / "spool"
+    with pytest.raises(InputError) as caught:
+        publish_envelope(
+            "dir://x", deep, tenant="acme", run_id="run-1", token=None, spool_dir=spool
+        )
+    assert str(caught.value) == (
+        "not a valid attestation envelope: envelope nests arrays and objects deeper than "
+        f"{MAX_ENVELOPE_JSON_DEPTH} levels (refused before parsing)"
+    )
+    assert exit_code_for(caught.value) == 1
+    assert not spool.exists()

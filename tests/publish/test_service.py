@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_DEPTH
 from attestation.transparency.checkpoint import verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
@@ -444,3 +444,82 @@ def test_the_envelope_put_reads_the_first_of_a_repeated_header_and_answers_json(
     assert headers["etag"] == f'"{_digest(data)}"'
     assert headers["content-length"] == str(len(body))
     assert json.loads(body)["logIndex"] == 0
+
+
+def test_an_envelope_nested_too_deeply_is_refused_before_the_log(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    """A result nested 900 deep parses, but no verifier could canonicalize it: it is refused
+    (422) before the log, so no tenant ever holds an envelope it cannot judge."""
+    operator = service.token("acme")
+    document = json.loads(envelope_for("acme", "run-deep", 1))
+    document["result"] = "DEEP"
+    deep = json.dumps(document).replace('"DEEP"', '{"a":' * 900 + "1" + "}" * 900).encode()
+    refused = _put(service, "acme", deep, token=operator)
+    assert refused.status_code == 422
+    assert refused.json() == {
+        "error": (
+            f"not a valid envelope: envelope nests arrays and objects deeper than "
+            f"{MAX_ENVELOPE_JSON_DEPTH} levels (refused before parsing)"
+        ),
+        "reason": "invalid-envelope",
+    }
+    assert service.storage.log_size("acme") == 0
+
+
+def _refused_shard_set(answer: requests.Response, message: str) -> None:
+    assert answer.status_code == 409, answer.text
+    assert answer.json() == {
+        "error": f"{message}; it was not logged",
+        "reason": "shard-set-conflict",
+    }
+
+
+def test_a_shard_of_another_count_is_refused_before_the_log(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    operator = service.token("acme")
+    first = envelope_for("acme", "run-s", 0, shard=(0, 3))
+    assert _put(service, "acme", first, token=operator).status_code == 201
+    _refused_shard_set(
+        _put(service, "acme", envelope_for("acme", "run-s", 1, shard=(1, 2)), token=operator),
+        "run 'run-s' has shard 0 of 3 logged; this envelope is shard 1 of 2",
+    )
+    _refused_shard_set(
+        _put(service, "acme", envelope_for("acme", "run-s", 5), token=operator),
+        "run 'run-s' has shard envelopes (shards 0) logged; this envelope is an unsharded envelope",
+    )
+    other_count = [envelope_for("acme", "run-s", n, shard=(n, 2)) for n in range(2)]
+    _refused_shard_set(
+        _put(service, "acme", make_merged_envelope("acme", "run-s", other_count), token=operator),
+        "run 'run-s' has shard 0 of 3 logged; this envelope is a merged envelope of 2 shards",
+    )
+    assert service.storage.log_size("acme") == 1
+    # The same shard again is still idempotent, and the set's own shards are welcome.
+    assert _put(service, "acme", first, token=operator).status_code == 412
+    second = envelope_for("acme", "run-s", 1, shard=(1, 3))
+    assert _put(service, "acme", second, token=operator).status_code == 201
+
+
+def test_a_shard_beside_a_whole_run_envelope_is_refused(
+    service: Any, envelope_for: EnvelopeFor
+) -> None:
+    operator = service.token("acme")
+    unsharded = envelope_for("acme", "run-1", 1)
+    assert _put(service, "acme", unsharded, token=operator).status_code == 201
+    _refused_shard_set(
+        _put(service, "acme", envelope_for("acme", "run-1", 2, shard=(0, 2)), token=operator),
+        f"run 'run-1' has an unsharded envelope ({_digest(unsharded)}) logged; this envelope "
+        "is shard 0 of 2",
+    )
+    shards = [envelope_for("acme", "run-m", n, shard=(n, 2)) for n in range(2)]
+    merged = make_merged_envelope("acme", "run-m", shards)
+    assert _put(service, "acme", merged, token=operator).status_code == 201  # merged first
+    _refused_shard_set(
+        _put(service, "acme", envelope_for("acme", "run-m", 7, shard=(2, 3)), token=operator),
+        f"run 'run-m' has a merged envelope of 2 shards ({_digest(merged)}) logged; this "
+        "envelope is shard 2 of 3",
+    )
+    for data in shards:  # its own shards, logged after it, are accepted
+        assert _put(service, "acme", data, token=operator).status_code == 201
+    assert service.storage.log_size("acme") == 4

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from attestation.encoding.json_document import json_nests_deeper
 from tenant.errors import TenantUsageError
 from tenant.http import (
     TRUST_VARIABLES,
@@ -31,7 +32,6 @@ from tenant.http import (
     Limits,
     RetryAfterTooLongError,
     RetryPolicy,
-    json_nests_deeper,
 )
 from tests import hostile_server as hs
 

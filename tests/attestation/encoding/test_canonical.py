@@ -11,6 +11,7 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
 from attestation.encoding.canonical import CanonicalizationError, canonicalize, format_number
 from attestation.errors import MalformedError
 
@@ -187,3 +188,44 @@ def test_long_strings_agree_with_the_rfc8785_package(text: str) -> None:
 def test_a_long_string_with_a_lone_surrogate_is_refused() -> None:
     with pytest.raises(CanonicalizationError, match="lone surrogate"):
         canonicalize("A" * 5000 + "\ud800")
+
+
+# -- nesting: every depth an envelope may have, and a refusal (not a crash) beyond ----------
+
+
+def _nest(depth: int, kinds: list[bool], leaf: object, keys: list[str]) -> object:
+    """``leaf`` inside ``depth`` arrays and objects (``kinds[i]``: object at level i), each
+    level also holding a sibling scalar so that key order and separators matter."""
+    value = leaf
+    for level in reversed(range(depth)):
+        key = keys[level % len(keys)]
+        value = {key: value, "~": level} if kinds[level % len(kinds)] else [level, value]
+    return value
+
+
+@given(
+    depth=st.integers(min_value=1, max_value=MAX_ENVELOPE_JSON_DEPTH),
+    kinds=st.lists(st.booleans(), min_size=1, max_size=8),
+    keys=st.lists(st.text(max_size=4), min_size=1, max_size=4),
+    leaf=_json_scalars,
+)
+def test_agrees_with_rfc8785_at_every_depth_up_to_the_envelope_limit(
+    depth: int, kinds: list[bool], keys: list[str], leaf: object
+) -> None:
+    value = _nest(depth, kinds, leaf, keys)
+    assert canonicalize(value) == rfc8785.dumps(value)  # type: ignore[arg-type]  # JSON by construction
+
+
+def test_every_depth_up_to_the_envelope_limit_canonicalizes() -> None:
+    """Exhaustive over depth (the property test samples it): objects and arrays alternating."""
+    for depth in range(1, MAX_ENVELOPE_JSON_DEPTH + 1):
+        value = _nest(depth, [True, False], "x", ["k"])
+        assert canonicalize(value) == rfc8785.dumps(value)  # type: ignore[arg-type]
+
+
+def test_nesting_past_the_recursion_limit_is_malformed_not_a_crash() -> None:
+    value: object = 1
+    for _ in range(5000):
+        value = {"a": value}
+    with pytest.raises(CanonicalizationError, match="nests too deeply to canonicalize"):
+        canonicalize(value)

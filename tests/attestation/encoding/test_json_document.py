@@ -17,6 +17,7 @@ from attestation.encoding.json_document import (
     C_PATH_MAX_BYTES,
     json_item_bound,
     json_items_over,
+    json_nests_deeper,
     parse_json_with_hooks,
     parse_strict_json,
 )
@@ -320,3 +321,34 @@ def test_a_document_with_spaced_separators_is_not_parsed_twice(
     compact_with_spaces_in_a_string = b'{"note":"a, b: c"}'
     assert parse_strict_json(compact_with_spaces_in_a_string, what="x") == {"note": "a, b: c"}
     assert python_parses[2:] == [compact_with_spaces_in_a_string]  # read as exactly, in Python
+
+
+# -- nesting depth, counted before parsing ---------------------------------------------------
+
+_tricky_text = st.text(alphabet='[]{}"\\\\abn/\u00e9', max_size=6)
+_nested = st.recursive(
+    st.none() | st.integers() | _tricky_text,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(_tricky_text, children, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@given(_nested, st.sampled_from([None, 2]), st.booleans())
+def test_json_nests_deeper_is_exact_for_valid_json(
+    value: object, indent: int | None, ascii_only: bool
+) -> None:
+    """Brackets, quotes and backslashes inside strings (escaped or not) never count."""
+    data = json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode()
+    depth = _depth(value)
+    for limit in range(max(0, depth - 2), depth + 2):
+        assert json_nests_deeper(data, limit) is (depth > limit)

@@ -19,8 +19,9 @@ from cryptography.hazmat.primitives import serialization
 from attestation import cli
 from attestation.abi.product import ProductLine
 from attestation.abi.report import parse_report
-from attestation.contracts import MAX_ENVELOPE_BYTES
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_DEPTH
 from attestation.endorsement.trust import AmdRole, TrustStore, fingerprint
+from attestation.envelope import verification
 from attestation.envelope.binding import report_data_for, result_digest
 from attestation.envelope.expected import ExpectedValues, load_expected
 from attestation.envelope.model import (
@@ -34,7 +35,7 @@ from attestation.envelope.model import (
     ShardPosition,
     Workload,
 )
-from attestation.envelope.verification import platform_of_chain, verify_envelope
+from attestation.envelope.verification import JUDGED_CHECK, platform_of_chain, verify_envelope
 from attestation.errors import FailureClass
 from attestation.verify.checks import VerificationResult
 from simulated_amd import SimulatedAmd
@@ -648,3 +649,79 @@ def test_docs_name_every_check(sim: SimulatedAmd) -> None:
     names = [check.name for check in result.checks]
     assert len(names) == 36  # 2 envelope + 22 raw-report + 3 binding + 9 expectation
     assert [name for name in names if f"`{name}`" not in docs] == []
+
+
+# -- nesting: bounded before parsing, and every envelope gets a verdict ----------------------
+
+
+def deep_envelope_bytes(sim: SimulatedAmd, depth: int) -> bytes:
+    """A genuine envelope whose result nests ``depth`` objects deep: the binding signs the
+    digest of its canonical form (``{"a":`` * depth, written as text: one key per object is
+    already in canonical order), as an operator running an older version could have logged."""
+    canonical = '{"a":' * depth + "1" + "}" * depth
+    digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    envelope = sim_envelope(sim, binding=make_binding(result_digest=digest))
+    envelope["result"] = "DEEP-RESULT"
+    return json.dumps(envelope).replace('"DEEP-RESULT"', canonical).encode()
+
+
+@pytest.mark.parametrize("depth", [MAX_ENVELOPE_JSON_DEPTH, 900])
+def test_an_envelope_nested_deeper_than_the_limit_is_malformed(
+    sim: SimulatedAmd, depth: int
+) -> None:
+    """The result adds ``depth`` levels to the envelope's own one: the limit's depth is already
+    one over it. 900 levels used to reach the canonicalizer's recursion limit (exit 9)."""
+    result = verify(deep_envelope_bytes(sim, depth), pinned(sim))
+    assert result.exit_code == 1
+    assert result.checks[0].name == "envelope.parse"
+    assert result.checks[0].detail == (
+        f"envelope nests arrays and objects deeper than {MAX_ENVELOPE_JSON_DEPTH} levels "
+        "(refused before parsing)"
+    )
+    assert all(check.ok is None for check in result.checks[1:])
+
+
+def test_an_envelope_at_the_depth_limit_verifies(sim: SimulatedAmd) -> None:
+    """The envelope object itself is level 1: a result of limit - 1 levels is the deepest."""
+    result = verify(deep_envelope_bytes(sim, MAX_ENVELOPE_JSON_DEPTH - 1), pinned(sim))
+    assert result.exit_code == 0
+
+
+def test_cli_exits_1_for_a_900_deep_envelope(
+    sim: SimulatedAmd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "e.json").write_bytes(deep_envelope_bytes(sim, 900))
+    values = {"runId": RUN_ID, "corpusChecksum": CORPUS, "simulatedRoots": [sim.root_fingerprint]}
+    (tmp_path / "x.json").write_text(json.dumps(values))
+    argv = ["--envelope", str(tmp_path / "e.json"), "--expected", str(tmp_path / "x.json")]
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == "NOT VERIFIED: malformed (exit 1)"
+    assert "Traceback" not in captured.err
+
+
+def test_an_unexpected_exception_is_a_malformed_verdict(
+    sim: SimulatedAmd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug or an input no bound foresaw is NOT VERIFIED (class 1), never a traceback."""
+
+    def broken(*_: object) -> str:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(verification, "report_data_for", broken)
+    result = verify(sim_envelope(sim), pinned(sim))
+    assert result.exit_code == 1
+    assert [(c.name, c.ok, c.detail) for c in result.checks] == [
+        (JUDGED_CHECK, False, "the verifier could not judge this envelope: KeyError: 'surprise'")
+    ]
+
+
+def test_a_memory_error_is_not_a_verdict(
+    sim: SimulatedAmd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def exhausted(*_: object) -> str:
+        raise MemoryError
+
+    monkeypatch.setattr(verification, "report_data_for", exhausted)
+    with pytest.raises(MemoryError):
+        verify(sim_envelope(sim), pinned(sim))
