@@ -25,7 +25,7 @@ from runner.commands.parsing import (
 )
 from runner.errors import InputError, UsageError
 from runner.exit_codes import Family
-from runner.k8s.job import build_replay
+from runner.k8s.job import build_replay, require_verifiable
 from runner.pipeline.replay import CorpusDigests, corpus_digests
 from runner.workload import current_workload
 from tenant.corpus_export import ExportError, read_export
@@ -207,6 +207,7 @@ def _pinned_by_the_job(
     ]
     if missing:
         raise UsageError(f"--image pins the replay Job's HOST_DATA: also give {', '.join(missing)}")
+    require_verifiable(args.overlay)
     if "hostData" in document:
         raise UsageError("give either --host-data or the replay Job's parameters (--image ...)")
     spec = replay_spec(args, checksum=checksum, flag="--corpus-source")
