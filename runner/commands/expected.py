@@ -207,7 +207,6 @@ def _pinned_by_the_job(
     ]
     if missing:
         raise UsageError(f"--image pins the replay Job's HOST_DATA: also give {', '.join(missing)}")
-    require_verifiable(args.overlay)
     if "hostData" in document:
         raise UsageError("give either --host-data or the replay Job's parameters (--image ...)")
     spec = replay_spec(args, checksum=checksum, flag="--corpus-source")
@@ -276,6 +275,8 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         document["simulatedRoots"] = roots
     checksum = args.corpus_checksum or _PENDING_CHECKSUM
     # Every option is checked before any work (reading the corpus can take long).
+    if args.overlay is not None:
+        require_verifiable(args.overlay)
     _require_pins(_validate({**document, "corpusChecksum": checksum}, args), args)
     if args.corpus is not None:
         digests = _corpus_digests(args.corpus)
