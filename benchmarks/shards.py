@@ -225,13 +225,14 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
         name = f"merged-{count}.json" if task == "verify-merged" else f"shard-{count}-0.json"
         data = (work / name).read_bytes()
         parsed = parse_any_envelope(data)
-        checksum = (
-            parsed.binding.corpus_checksum
-            if isinstance(parsed, Envelope)
-            else parsed.corpus_checksum
-        )
+        bound = parsed.binding if isinstance(parsed, Envelope) else parsed
         expected = ExpectedValues.model_validate(
-            {"runId": RUN_ID, "corpusChecksum": checksum, "simulatedRoots": [root]}
+            {
+                "runId": RUN_ID,
+                "corpusChecksum": bound.corpus_checksum,
+                "evaluationDigest": bound.evaluation_digest,
+                "simulatedRoots": [root],
+            }
         )
         shard = ShardPosition(index=0, count=count) if task == "verify-shard" else None
         start = time.process_time()

@@ -65,7 +65,9 @@ def expectation_checks(binding: Binding, expected: ExpectedValues) -> list[Check
     ]
     checks = []
     for name, key, wanted, actual in comparisons:
-        if wanted is None:
+        if wanted is None and key == "evaluationDigest":
+            checks.append(_unpinned_evaluation(actual, accepted=expected.accept_any_evaluation))
+        elif wanted is None:
             checks.append(Check.passed(name, _EXPECTATION, f"{key} not pinned by the tenant"))
         elif wanted == actual:
             checks.append(Check.passed(name, _EXPECTATION, f"{key} {actual}"))
@@ -75,6 +77,33 @@ def expectation_checks(binding: Binding, expected: ExpectedValues) -> list[Check
                 Check.failed(name, _EXPECTATION, f"{key} is {shown}, the tenant expected {wanted}")
             )
     return checks
+
+
+#: How a tenant pins the evaluation (the refusal names it).
+PIN_EVALUATION_HINT: Final = (
+    "`attested-replay expected --corpus DIR|ARCHIVE` pins the digest of the approved corpus' "
+    "plan, marks and run records"
+)
+
+
+def _unpinned_evaluation(actual: str | None, *, accepted: bool) -> Check:
+    """``expectation.evaluation-digest`` when the tenant pinned none: refused, unless the
+    tenant gave it up explicitly (and the verdict says what was not pinned)."""
+    name = "expectation.evaluation-digest"
+    if accepted:
+        return Check.passed(
+            name,
+            _EXPECTATION,
+            f"evaluationDigest {actual} not pinned (acceptAnyEvaluation: the predictions, marks "
+            "and plan this run scored are the operator's)",
+        )
+    return Check.failed(
+        name,
+        _EXPECTATION,
+        f"evaluationDigest {actual} is not pinned: the predictions (runs.jsonl), marks and plan "
+        f"this run scored could be any the operator chose; {PIN_EVALUATION_HINT} "
+        "(acceptAnyEvaluation: true gives this up)",
+    )
 
 
 def shard_check(

@@ -2,7 +2,9 @@
 
 camelCase JSON, one flat object. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
 ``workloadDigest``, ``resultDigest``, ``evaluationDigest``, ``imageDigest`` and ``nonce`` are
-checked when present (a binding without ``imageDigest`` or ``nonce`` then fails); ``shardCount``
+checked when present (a binding without ``imageDigest`` or ``nonce`` then fails);
+``evaluationDigest`` is required unless ``acceptAnyEvaluation`` is true (without it the
+predictions and marks the run scored are the operator's choice); ``shardCount``
 pins into how many shards the run was split (1: an unsharded run; a merged envelope of N shards
 has N); every key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too
 (``{}``-style secure defaults otherwise): in Python they are ``expected.policy``, a
@@ -60,6 +62,9 @@ class ExpectedValues(WireModel):
     #: Into how many shards the run was split (1 = unsharded); any count when absent.
     shard_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)] | None = None
     simulated_roots: tuple[Sha256Digest, ...] = ()
+    #: The explicit opt-out of pinning ``evaluationDigest``: the run's predictions, marks and
+    #: plan are then whatever the operator fed it (the verdict says so).
+    accept_any_evaluation: Annotated[bool, Field(strict=True)] = False
     #: The platform and workload policy (flat on the wire, see the class docstring).
     policy: Policy = Field(default_factory=Policy)
 

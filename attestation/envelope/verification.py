@@ -232,7 +232,7 @@ def _verify_parsed(
         verifier = known.verifier
     if verifier is None:
         store = _with_pinned_simulated_root(base, certificates, expected)
-        verifier = Verifier(store, policy=expected.policy, crl=crl)
+        verifier = Verifier(store, policy=expected.policy, crl=crl, workload_claim=True)
         if chains is not None:
             chains[text] = _Chain(certificates, verifier)
     raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)

@@ -17,7 +17,11 @@ minimumFirmware             none         "major.minor.build": CURRENT *and* COMM
                                          firmware versions must be >= it
 allowedProducts             any          ["Milan", "Genoa", "Turin"]
 allowedSigners              both         ["vcek", "vlek"]
-measurements                not checked  allowed MEASUREMENT values (96 hex chars)
+measurements                not checked  allowed MEASUREMENT values (96 hex chars); on AMD
+                                         hardware required when any other workload key is
+                                         pinned, or in envelope mode (see below)
+acceptAnyMeasurement        false        the explicit opt-out of that requirement: any guest
+                                         firmware, kernel, initrd and command line accepted
 hostData                    not checked  allowed HOST_DATA values (64 hex chars)
 idKeyDigests                not checked  allowed ID_KEY_DIGEST values (96 hex chars)
 authorKeyDigests            not checked  allowed AUTHOR_KEY_DIGEST values (96 hex chars)
@@ -36,6 +40,14 @@ product line::
 With the keyed shape, a report of a product line that is not listed fails (fail closed:
 restrict ``allowedProducts`` or list the product). Components are compared one by one,
 never as a single integer.
+
+MEASUREMENT is the digest of what the guest booted (firmware, kernel, initrd, command line: the
+Kata agent that enforces the policy HOST_DATA names). HOST_DATA alone proves nothing on
+hardware: Kata's stock confidential guest image can be booted with a genuine HOST_DATA value and
+no init-data, and nothing in it compares the two. So on AMD hardware (not a simulated root)
+``workload.measurement`` fails when ``measurements`` is absent and either another workload key
+is pinned or the caller verifies a workload claim (an envelope), unless ``acceptAnyMeasurement``
+says the tenant gives that up; the verdict then says so.
 """
 
 from __future__ import annotations
@@ -109,6 +121,8 @@ class Policy(WireModel):
     #: None: AUTHOR_KEY_DIGEST is not checked.
     author_key_digests: tuple[Hex48, ...] | None = None
     reject_unknown_platform_info: Flag = False
+    #: The opt-out of pinning MEASUREMENT on hardware (see the module docstring).
+    accept_any_measurement: Flag = False
 
     @field_validator(
         "measurements", "host_data", "id_key_digests", "author_key_digests", mode="before"
@@ -137,12 +151,14 @@ class Policy(WireModel):
         return (major, minor, build)
 
 
-#: The crypto-only policy: accepts any authentic report (for tests and diagnostics).
+#: The crypto-only policy: accepts any authentic report, whatever guest booted (for the
+#: operator's own checks, tests and diagnostics; the platform policy is the tenant's).
 CRYPTO_ONLY: Final = Policy(
     allow_debug=True,
     allow_migration_agent=True,
     allowed_vmpl=(0, 1, 2, 3),
     allow_provisional_firmware=True,
+    accept_any_measurement=True,
 )
 
 
@@ -165,11 +181,15 @@ def evaluate_policy(
     *,
     product: ProductLine,
     signer: SignerKind,
+    hardware: bool = False,
+    workload_claim: bool = False,
 ) -> list[Check]:
     """Every policy check for an authentic report, each with its outcome (all violations).
 
     ``product`` and ``signer`` are the verified product line and signer kind (for a v2 report
-    the product line comes from the certificate).
+    the product line comes from the certificate). ``hardware``: the report chains to AMD's
+    roots (not a simulated one); ``workload_claim``: the verdict is about a workload (an
+    envelope), so MEASUREMENT must be pinned on hardware even if nothing else is.
     """
     checks = [
         _debug(report, policy),
@@ -182,7 +202,11 @@ def evaluate_policy(
         _signers(policy.allowed_signers, signer),
         _platform_info(report.platform_info, policy.reject_unknown_platform_info),
     ]
-    checks.extend(_workload_identity(report, policy))
+    if _measurement_unpinned(policy, hardware=hardware, workload_claim=workload_claim):
+        checks.append(_unpinned_measurement(report.measurement))
+        checks.extend(_workload_identity(report, policy)[1:])
+    else:
+        checks.extend(_workload_identity(report, policy))
     return checks
 
 
@@ -345,6 +369,38 @@ _NOT_CHECKED: Final = tuple(
 
 _NOTHING_PINNED: Final = (None, None, None, None)
 
+#: How a tenant gets the value to pin (the refusal names it).
+PIN_MEASUREMENT_HINT: Final = (
+    "pin the launch digest of the guest you trust: `attested-replay measure` computes it, "
+    "`attested-replay expected --measurement` (or the measurements key) pins it"
+)
+
+
+def _measurement_unpinned(policy: Policy, *, hardware: bool, workload_claim: bool) -> bool:
+    """Whether MEASUREMENT is missing where the verdict needs it (module docstring)."""
+    if not hardware or policy.measurements is not None or policy.accept_any_measurement:
+        return False
+    others = (policy.host_data, policy.id_key_digests, policy.author_key_digests)
+    return workload_claim or any(pinned is not None for pinned in others)
+
+
+def _unpinned_measurement(measurement: bytes) -> Check:
+    return Check.failed(
+        "workload.measurement",
+        _WORKLOAD,
+        f"MEASUREMENT {measurement.hex()} is not pinned (measurements absent) on AMD hardware: "
+        "any guest could have produced this report, Kata's stock image with the genuine "
+        f"HOST_DATA too; {PIN_MEASUREMENT_HINT} (acceptAnyMeasurement: true gives this up)",
+    )
+
+
+_ANY_MEASUREMENT: Final = Check.passed(
+    "workload.measurement",
+    _WORKLOAD,
+    "MEASUREMENT not checked (acceptAnyMeasurement: any guest firmware, kernel, initrd and "
+    "command line accepted)",
+)
+
 
 def _workload_identity(report: AttestationReport, policy: Policy) -> Sequence[Check]:
     allowed_sets = (
@@ -353,14 +409,16 @@ def _workload_identity(report: AttestationReport, policy: Policy) -> Sequence[Ch
         policy.id_key_digests,
         policy.author_key_digests,
     )
-    if allowed_sets == _NOTHING_PINNED:
+    if allowed_sets == _NOTHING_PINNED and not policy.accept_any_measurement:
         return _NOT_CHECKED
     values = (report.measurement, report.host_data, report.id_key_digest, report.author_key_digest)
     checks = []
     for (name, field, key), not_checked, value, allowed in zip(
         _WORKLOAD_ROWS, _NOT_CHECKED, values, allowed_sets, strict=True
     ):
-        if allowed is None:
+        if allowed is None and key == "measurements" and policy.accept_any_measurement:
+            checks.append(_ANY_MEASUREMENT)
+        elif allowed is None:
             checks.append(not_checked)
         elif _one_of(value, allowed):
             checks.append(Check.passed(name, _WORKLOAD, f"{field} {value.hex()} in {key}"))

@@ -132,8 +132,12 @@ class Verifier:
         policy: Policy,
         crl: bytes | None = None,
         cache_size: int = 64,
+        workload_claim: bool = False,
     ) -> None:
+        """``workload_claim``: the verdicts are about a workload (envelope mode), so a hardware
+        report needs its MEASUREMENT pinned (:mod:`attestation.verify.policy`)."""
         self._trust = trust
+        self._workload_claim = workload_claim
         self._policy = policy
         self._crl = crl
         self._cache_size = cache_size
@@ -277,7 +281,14 @@ class Verifier:
             # would read the wrong bytes.
             return _skip_rest(out, len(LATER_STAGES) - 2, "the product lines disagree")
         out.checks.extend(
-            evaluate_policy(report, self.policy, product=out.product_line, signer=signer)
+            evaluate_policy(
+                report,
+                self.policy,
+                product=out.product_line,
+                signer=signer,
+                hardware=not out.chain.simulated,
+                workload_claim=self._workload_claim,
+            )
         )
         return out
 

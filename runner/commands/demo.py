@@ -21,6 +21,7 @@ from runner.errors import UsageError, VerificationFailedError
 from runner.evidence.simulated import load_or_create_simulated_amd
 from runner.exit_codes import Family
 from runner.pipeline import RunRequest, run
+from runner.pipeline.replay import CorpusDigests, corpus_digests
 from runner.workload import current_workload
 from tenant.fsutil import atomic_write_text
 
@@ -77,13 +78,15 @@ def handle(args: argparse.Namespace) -> int:
                 state_dir=args.state_dir,
             )
         )
+        # What `expected --corpus` pins: computed from the corpus, not read from the run.
+        pins = corpus_digests(corpus_dir)
     outcome = result.outcome
     _say(f"   {outcome.case_count} cases, corpus checksum {outcome.corpus_checksum}")
     _say(f"   result digest {outcome.result_digest}")
     _say(f"   envelope {result.envelope_path} ({result.envelope_digest})")
 
     root = load_or_create_simulated_amd(args.state_dir).root_fingerprint
-    expected = _expected(outcome.corpus_checksum, simulated_roots=(root,))
+    expected = _expected(pins, simulated_roots=(root,))
     expected_path = out_dir / "expected.json"
     _write_json(expected_path, expected.to_json_dict())
     _say(f"2. the tenant's expectations: {expected_path} (simulated root {root} pinned)")
@@ -99,7 +102,7 @@ def handle(args: argparse.Namespace) -> int:
     tampered_code = _verify(tampered_path, tampered_bytes, expected, expected_path)
 
     unpinned_path = out_dir / "expected-without-simulated-root.json"
-    unpinned = _expected(outcome.corpus_checksum, simulated_roots=())
+    unpinned = _expected(pins, simulated_roots=())
     _write_json(unpinned_path, unpinned.to_json_dict())
     _say("5. verify-attested-run on the genuine envelope without pinning the simulated root:")
     unpinned_code = _verify(result.envelope_path, result.envelope_bytes, unpinned, unpinned_path)
@@ -115,12 +118,14 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _expected(corpus_checksum: str, *, simulated_roots: tuple[str, ...]) -> ExpectedValues:
-    """What the demo's tenant expects: its run, corpus and workload (this installation)."""
+def _expected(pins: CorpusDigests, *, simulated_roots: tuple[str, ...]) -> ExpectedValues:
+    """What the demo's tenant expects: its run, corpus (cases, plan, marks and run records)
+    and workload (this installation)."""
     return ExpectedValues(
         run_id=DEMO_RUN_ID,
         tenant=DEMO_TENANT,
-        corpus_checksum=corpus_checksum,
+        corpus_checksum=pins.corpus_checksum,
+        evaluation_digest=pins.evaluation_digest,
         workload_digest=current_workload().digest,
         simulated_roots=simulated_roots,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -18,15 +19,16 @@ from runner.commands.job_params import add_job_arguments, check_image_layout, re
 from runner.commands.parsing import (
     add_command,
     add_state_dir_argument,
-    input_dir,
     input_file,
+    input_file_or_dir,
     output_file,
 )
 from runner.errors import InputError, UsageError
 from runner.exit_codes import Family
-from runner.k8s.job import build_replay
-from runner.pipeline.replay import compute_checksum
+from runner.k8s.job import build_replay, require_verifiable
+from runner.pipeline.replay import CorpusDigests, corpus_digests
 from runner.workload import current_workload
+from tenant.corpus_export import ExportError, read_export
 from tenant.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
@@ -34,11 +36,29 @@ if TYPE_CHECKING:
 
 
 DESCRIPTION = """\
-The tenant states what a genuine envelope for its run must say: run ID and corpus checksum
-(required); optionally tenant, workload, result and evaluation digests, image digest, the
-verification policy (--policy, merged key by key), allowed MEASUREMENT and HOST_DATA values and
-the simulated roots it accepts. verify-attested-run --expected reads the file
+The tenant states what a genuine envelope for its run must say: run ID, corpus checksum and
+evaluation digest (--corpus DIR|ARCHIVE, the approved corpus or its export, pins both: cases,
+plan, marks and run records); the launch MEASUREMENT values it allows (--measurement, from
+`attested-replay measure`; required unless the file accepts only simulated evidence);
+optionally tenant, workload and result digests, image digest, the verification policy
+(--policy, merged key by key), HOST_DATA values (or the replay Job's parameters) and the
+simulated roots it accepts. Leaving a pin out takes an --accept-any-... option, and the
+verdict then says what was not pinned. verify-attested-run --expected reads the file
 (docs/envelope.md lists every key)."""
+
+#: Why a hardware file needs MEASUREMENT, and how to get it (``expected`` refuses without).
+MEASUREMENT_REQUIRED: Final = (
+    "a hardware expected-values file must pin the launch MEASUREMENT: without it any guest "
+    "(Kata's stock image with the genuine HOST_DATA too) passes; compute it with "
+    "`attested-replay measure` and give it with --measurement (repeatable: one per node size "
+    "or vCPU type), or give --accept-any-measurement to give that up"
+)
+#: Why the evaluation digest is needed, and how to get it.
+EVALUATION_REQUIRED: Final = (
+    "--corpus-checksum pins the cases only: give --evaluation-digest too, or --corpus "
+    "DIR|ARCHIVE (pins both, with the plan, marks and run records), or "
+    "--accept-any-evaluation to accept any predictions and marks"
+)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -53,9 +73,10 @@ def register(subparsers: Subparsers) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--corpus",
-        type=input_dir("--corpus"),
-        metavar="DIR",
-        help="compute the expected corpus checksum from this corpus directory",
+        type=input_file_or_dir("--corpus"),
+        metavar="DIR|ARCHIVE",
+        help="pin the corpus checksum and evaluation digest of this approved corpus (a "
+        "directory, or its export from `corpus export`)",
     )
     source.add_argument(
         "--corpus-checksum", metavar="sha256:HEX", help="the expected corpus checksum"
@@ -68,6 +89,12 @@ def register(subparsers: Subparsers) -> None:
         "--evaluation-digest",
         metavar="sha256:HEX",
         help="the evaluation digest (plan, marks, runs) the envelope must bind",
+    )
+    parser.add_argument(
+        "--accept-any-evaluation",
+        action="store_true",
+        help="pin no evaluation digest: accept whatever predictions, marks and plan the "
+        "operator scored (the verdict says so)",
     )
     parser.add_argument(
         "--image-digest",
@@ -110,7 +137,14 @@ def register(subparsers: Subparsers) -> None:
         action="append",
         default=[],
         metavar="HEX",
-        help="an allowed launch MEASUREMENT (96 hex digits); repeatable",
+        help="an allowed launch MEASUREMENT (96 hex digits, from `attested-replay measure`); "
+        "repeatable, one per node size or vCPU type",
+    )
+    parser.add_argument(
+        "--accept-any-measurement",
+        action="store_true",
+        help="pin no MEASUREMENT on hardware: accept any guest firmware, kernel and agent (the "
+        "verdict says so)",
     )
     parser.add_argument(
         "--host-data",
@@ -141,7 +175,21 @@ def handle(args: argparse.Namespace) -> int:
     expected = build_expected(args)
     atomic_write_text(args.out, json.dumps(expected.to_json_dict(), indent=2) + "\n")
     print(f"wrote {args.out} (run {expected.run_id}, corpus {expected.corpus_checksum})")
+    for what in unpinned(expected):
+        print(f"not pinned: {what}")
     return 0
+
+
+def unpinned(expected: ExpectedValues) -> list[str]:
+    """What the file gives up, in the tenant's words (printed after writing it)."""
+    given_up = []
+    if expected.policy.measurements is None and expected.policy.accept_any_measurement:
+        given_up.append("MEASUREMENT (--accept-any-measurement): any guest is accepted")
+    if expected.evaluation_digest is None:
+        given_up.append(
+            "the evaluation digest (--accept-any-evaluation): any predictions, marks and plan"
+        )
+    return given_up
 
 
 def _pinned_by_the_job(
@@ -179,6 +227,8 @@ _OPTION_OF_KEY: Final = MappingProxyType(
         "imageDigest": "--image-digest",
         "workloadDigest": "--workload-digest",
         "measurements": "--measurement",
+        "acceptAnyMeasurement": "--accept-any-measurement",
+        "acceptAnyEvaluation": "--accept-any-evaluation",
         "hostData": "--host-data",
         "simulatedRoots": "--simulated-root",
         "shardCount": "--shards",
@@ -210,6 +260,10 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
     document.update({key: value for key, value in optional.items() if value is not None})
     if args.measurement:
         document["measurements"] = [value.lower() for value in args.measurement]
+    if args.accept_any_measurement:
+        document["acceptAnyMeasurement"] = True
+    if args.accept_any_evaluation:
+        document["acceptAnyEvaluation"] = True
     if args.host_data:
         document["hostData"] = [value.lower() for value in args.host_data]
     roots = list(args.simulated_root)
@@ -220,15 +274,66 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
     if roots:
         document["simulatedRoots"] = roots
     checksum = args.corpus_checksum or _PENDING_CHECKSUM
-    _validate({**document, "corpusChecksum": checksum}, args)  # every option, before any work
+    # Every option is checked before any work (reading the corpus can take long).
+    if args.overlay is not None:
+        require_verifiable(args.overlay)
+    _require_pins(_validate({**document, "corpusChecksum": checksum}, args), args)
     if args.corpus is not None:
-        checksum = compute_checksum(args.corpus)
+        digests = _corpus_digests(args.corpus)
+        checksum = digests.corpus_checksum
+        if document.setdefault("evaluationDigest", digests.evaluation_digest) != (
+            digests.evaluation_digest
+        ):
+            raise InputError(
+                f"--evaluation-digest {document['evaluationDigest']} is not the evaluation "
+                f"digest of --corpus {args.corpus} ({digests.evaluation_digest})"
+            )
     document["corpusChecksum"] = checksum
     if args.image is not None:
         document.update(_pinned_by_the_job(args, checksum, document))
     if args.image_layout is not None:  # a rebuilt image: pin its digest (docs/image.md)
         document["imageDigest"] = check_image_layout(args.image_layout, args.image_digest)
     return _validate(document, args)
+
+
+def _require_pins(expected: ExpectedValues, args: argparse.Namespace) -> None:
+    """Refuse a file that would accept a run the tenant did not ask for, unless the tenant
+    gave that pin up by name: MEASUREMENT for hardware (a file without simulated roots
+    accepts only AMD hardware), the evaluation digest for every run."""
+    if (
+        not expected.simulated_roots
+        and expected.policy.measurements is None
+        and not expected.policy.accept_any_measurement
+    ):
+        raise UsageError(MEASUREMENT_REQUIRED)
+    if (
+        args.corpus is None
+        and expected.evaluation_digest is None
+        and not args.accept_any_evaluation
+    ):
+        raise UsageError(EVALUATION_REQUIRED)
+
+
+def _corpus_digests(corpus: Path) -> CorpusDigests:
+    """The checksum and evaluation digest of a corpus directory or export archive (an export
+    is checked against its manifest)."""
+    if corpus.is_dir():
+        return corpus_digests(corpus)
+    with tempfile.TemporaryDirectory(prefix="attested-replay-expected-") as workdir:
+        try:
+            with corpus.open("rb") as archive:
+                manifest = read_export(archive, Path(workdir))
+        except OSError as exc:
+            raise UsageError(f"--corpus {corpus}: cannot read it: {exc.strerror or exc}") from exc
+        except ExportError as exc:
+            raise InputError(f"--corpus {corpus}: {exc}") from exc
+        digests = corpus_digests(Path(workdir))
+    if digests.corpus_checksum != manifest.corpus_checksum:
+        raise InputError(
+            f"--corpus {corpus}: its manifest says corpus checksum {manifest.corpus_checksum}, "
+            f"its files have {digests.corpus_checksum}"
+        )
+    return digests
 
 
 def _policy_keys(path: Path) -> dict[str, Any]:

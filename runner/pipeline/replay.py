@@ -7,7 +7,9 @@ builds the report from those partials. Shard ``I`` of ``N`` scores only the case
 whole of ``cases.jsonl`` (the corpus checksum) and every run's header and entry count; with
 a runs index beside the corpus (``runner.corpus.runs_index``) it decodes, checks and hashes
 only its own blocks of each run and takes the other leaves of the evaluation digest from
-the index, without one it does all of that for every entry.
+the index, without one (or when told not to use it: a tenant's reproduction) it does all of
+that for every entry. ``corpus_digests`` is what a tenant pins: the checksum and the
+evaluation digest, every leaf hashed.
 
 Memory does not grow with the corpus: the case pass keeps one byte per case (its label's
 code, ``runner.corpus.case_labels``), run records are read in bounded pieces
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
@@ -61,6 +64,7 @@ __all__ = [
     "Progress",
     "ReplayOutcome",
     "compute_checksum",
+    "corpus_digests",
     "index_corpus",
     "replay_corpus",
     "write_runs_index",
@@ -82,10 +86,18 @@ class ReplayOutcome(BaseModel):
 
 
 def replay_corpus(
-    corpus_dir: Path, *, progress: Progress | None = None, shard: ShardPosition | None = None
+    corpus_dir: Path,
+    *,
+    progress: Progress | None = None,
+    shard: ShardPosition | None = None,
+    use_runs_index: bool = True,
 ) -> ReplayOutcome:
     """Validate the corpus in ``corpus_dir``, checksum it and score every run (or, for
     ``shard``, that shard's cases of every run).
+
+    A shard reads the other shards' leaves from ``runs.index.json`` when there is one, unless
+    ``use_runs_index`` is false (a tenant's reproduction: it hashes every leaf itself and never
+    reads an index from the operator's directory).
 
     ``progress(done, total)`` counts the cases read from cases.jsonl (total None, not known
     yet), then the case results scored, counted on from there (total = cases * (1 + runs)).
@@ -101,7 +113,11 @@ def replay_corpus(
         else range(*shard_range(shard.index, shard.count, case_count))
     )
     # A shard with a runs index hashes its own blocks only; an unsharded replay hashes all.
-    index = read_runs_index(corpus_dir, evaluation, case_count) if shard is not None else None
+    index = (
+        read_runs_index(corpus_dir, evaluation, case_count)
+        if shard is not None and use_runs_index
+        else None
+    )
     reader = RunReader(
         corpus_dir,
         evaluation,
@@ -190,13 +206,31 @@ def _checked_cases(
     return evaluation, scan, labels
 
 
-def index_corpus(corpus_dir: Path) -> BuiltIndex:
-    """The runs index of a corpus (``runner.corpus.runs_index``), after every check of a
-    replay but the scoring: a corpus a replay refuses gets no index.
+@dataclass(frozen=True, slots=True)
+class CorpusDigests:
+    """What a replay of a corpus binds about its inputs: the cases' checksum and the digest of
+    the evaluation (plan, marks and every leaf of the run records)."""
+
+    corpus_checksum: str
+    evaluation_digest: str
+
+
+def corpus_digests(corpus_dir: Path) -> CorpusDigests:
+    """The corpus checksum and evaluation digest a replay of ``corpus_dir`` binds (what a
+    tenant pins), after every check of a replay but the scoring.
 
     Raises:
-        CorpusError: the corpus is invalid, or its index would exceed the index's size cap.
+        CorpusError: the corpus is invalid.
     """
+    scan, evaluation_digest, _ = _every_leaf(corpus_dir)
+    return CorpusDigests(scan.checksum, evaluation_digest)
+
+
+def _every_leaf(
+    corpus_dir: Path,
+) -> tuple[CaseScan, str, dict[tuple[str, int], tuple[bytes, ...]]]:
+    """A replay's checks but the scoring, each run's leaves hashed from runs.jsonl: the case
+    scan, the evaluation digest and the leaves by (arm, run index)."""
     evaluation, scan, labels = _checked_cases(corpus_dir, None)
     reader = RunReader(
         corpus_dir,
@@ -213,11 +247,22 @@ def index_corpus(corpus_dir: Path) -> BuiltIndex:
         for read in reader.runs(IgnoreCases)
     }
     _check_complete(runs, evaluation)
+    return scan, reader.evaluation_digest, runs
+
+
+def index_corpus(corpus_dir: Path) -> BuiltIndex:
+    """The runs index of a corpus (``runner.corpus.runs_index``), after every check of a
+    replay but the scoring: a corpus a replay refuses gets no index.
+
+    Raises:
+        CorpusError: the corpus is invalid, or its index would exceed the index's size cap.
+    """
+    scan, evaluation_digest, runs = _every_leaf(corpus_dir)
     return BuiltIndex(
         data=encode_runs_index(scan.case_count, runs),
         runs=len(runs),
         blocks=evaluation_block_count(scan.case_count),
-        evaluation_digest=reader.evaluation_digest,
+        evaluation_digest=evaluation_digest,
     )
 
 

@@ -3,7 +3,8 @@
 :func:`reproduce` reads an envelope as strictly as the verifier, checks the corpus checksum
 against the envelope's binding before any scoring, then scores the corpus with
 :func:`runner.pipeline.replay.replay_corpus` -- the function ``run`` calls, not a copy -- and
-compares the evaluation and result digests with the binding's.
+compares the evaluation and result digests with the binding's. Every leaf of the evaluation
+is hashed from the run records here, a shard's too: ``runs.index.json`` is never read.
 
 Nothing of the envelope's SEV-SNP evidence is used or checked: this answers "do these numbers
 follow from this corpus under this scoring code?", which holds whoever ran the replay and on
@@ -204,7 +205,9 @@ def _reproduce_from(envelope: _Claim, corpus_dir: Path, source: str) -> Reproduc
             ),
         )
     try:
-        outcome = replay_corpus(corpus_dir, shard=binding.shard)
+        # Every leaf hashed here: an index in the operator's directory is never read (a stale
+        # one beside altered run records would stand for the records the run scored).
+        outcome = replay_corpus(corpus_dir, shard=binding.shard, use_runs_index=False)
     except CorpusError as exc:
         return _failed(envelope, FailureClass.MALFORMED, f"{source} does not replay: {exc}")
     return _compare(envelope, outcome, corpus, code)

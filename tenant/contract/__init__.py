@@ -10,6 +10,7 @@ from tenant.contract.data import CONTRACT, CONTRACT_VERSION
 from tenant.contract.model import (
     Assurance,
     Availability,
+    ChainLink,
     Comparison,
     Contract,
     NotVerifiable,
@@ -26,6 +27,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "Assurance",
     "Availability",
+    "ChainLink",
     "Comparison",
     "Contract",
     "NotVerifiable",

@@ -12,6 +12,7 @@ from typing import Final
 from tenant.contract.model import (
     Assurance,
     Availability,
+    ChainLink,
     Comparison,
     Contract,
     NotVerifiable,
@@ -25,6 +26,66 @@ from tenant.contract.model import (
 CONTRACT_VERSION: Final = "1"
 
 _VERIFY = "verify-attested-run --envelope E --expected X"
+
+#: The chain a tenant pins, link by link: each pinned link vouches for the next.
+TENANT_CHECKLIST: Final = (
+    ChainLink(
+        link="launch measurement: the guest's firmware, kernel, root filesystem (its dm-verity "
+        "root hash is on the command line) and command line, hence the Kata agent",
+        pin="`measurements`: `attested-replay measure` on the release's guest files "
+        "(operator.md section 11.1), then `expected --measurement`, one value per node size "
+        "or vCPU type",
+        proves="the report comes from the guest the tenant trusts, whose agent enforces the "
+        "init-data policy and whose default policy refuses everything without it",
+        without="any guest: Kata's stock image booted with the genuine HOST_DATA and no "
+        "init-data lets the operator run its own command; `verify-attested-run` refuses a "
+        "hardware file without it (exit 6) unless `acceptAnyMeasurement` is set",
+    ),
+    ChainLink(
+        link="HOST_DATA: the init-data (agent policy, attestation-agent and CDH configuration)",
+        pin="`hostData`: `expected --image ... --overlay snp --corpus-source ...`, from the "
+        "run parameters `submit` is given",
+        proves="the agent admitted only this Job's replay container, with these arguments, "
+        "and the CDH admits only the pinned image",
+        without="the operator chooses the policy: any container, command or exec in the guest",
+    ),
+    ChainLink(
+        link="image digest",
+        pin="`imageDigest` (from `--image`; the CDH policy in HOST_DATA admits only it)",
+        proves="the container that ran is this image, byte for byte",
+        without="any image the policy admits; with `hostData` pinned, still the pinned one",
+    ),
+    ChainLink(
+        link="source: the code that image was built from",
+        pin="rebuild the image from the source and compare digests; `workloadDigest` "
+        "(`expected --this-workload`) pins the code digest the run reports",
+        proves="the scoring code is the published source",
+        without="the tenant trusts whoever built the image",
+    ),
+    ChainLink(
+        link="corpus: the cases and their labels",
+        pin="`corpusChecksum`: `expected --corpus DIR|ARCHIVE` (the approved corpus or its export)",
+        proves="the run scored exactly these cases",
+        without="another corpus",
+    ),
+    ChainLink(
+        link="evaluation: plan, marks and the run records (predictions)",
+        pin="`evaluationDigest`: `expected --corpus DIR|ARCHIVE` pins it with the checksum",
+        proves="the predictions scored and the pass marks applied are the approved ones",
+        without="edited predictions or lowered marks give a genuine envelope with another "
+        "result; `verify-attested-run` refuses a file without it (exit 8) unless "
+        "`acceptAnyEvaluation` is set",
+    ),
+    ChainLink(
+        link="result",
+        pin="the binding's `resultDigest` (checked by `verify-attested-run`); `tenant "
+        "reproduce` recomputes it from the corpus; `resultDigest` pins a value known in "
+        "advance",
+        proves="the numbers are what this code computes from these inputs",
+        without="nothing more is lost once the links above are pinned; reproducing needs no "
+        "hardware at all",
+    ),
+)
 
 CONTRACT: Final = Contract(
     version=CONTRACT_VERSION,
@@ -399,6 +460,7 @@ CONTRACT: Final = Contract(
             "bounded; the report is checked like any other",
         ),
     ),
+    checklist=TENANT_CHECKLIST,
     comparison=(
         Comparison(
             aspect="Verifies",

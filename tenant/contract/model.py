@@ -88,6 +88,15 @@ class Threat(WireModel):
     see: tuple[Reference, ...] = ()
 
 
+class ChainLink(WireModel):
+    """One link of the tenant's checklist, from the hardware to the result."""
+
+    link: Text  # what is pinned, in words
+    pin: Text  # the expected-values key (or step) that pins it, and where its value comes from
+    proves: Text  # what a pinned link proves
+    without: Text  # what is lost when it is not pinned
+
+
 class Comparison(WireModel):
     aspect: Text
     self_host: Text
@@ -104,6 +113,8 @@ class Contract(WireModel):
     #: The operator threat model: why inputs are hostile, and what bounds each.
     threat_model: tuple[Text, ...] = ()
     threats: tuple[Threat, ...] = ()
+    #: The tenant's checklist: every link of the chain, in order (each proves the next).
+    checklist: tuple[ChainLink, ...] = ()
     comparison: tuple[Comparison, ...]
     comparison_note: tuple[Text, ...]
     panel_limits: tuple[Text, ...]

@@ -88,6 +88,22 @@ def render_markdown(contract: Contract) -> str:
                 defence += " (" + ", ".join(_link(reference) for reference in threat.see) + ")"
             threat_cells = (threat.controls, threat.attempts, defence)
             out.append("| " + " | ".join(_cell(cell) for cell in threat_cells) + " |")
+    if contract.checklist:
+        out += [
+            "",
+            "## The tenant's checklist: from the hardware to the result",
+            "",
+            (
+                "Each link is pinned in the expected-values file (or checked by the step named) "
+                "and vouches for the next; a link left unpinned is one the operator chooses."
+            ),
+            "",
+            "| # | link | pin it with | a pinned link proves | without it |",
+            "|---|---|---|---|---|",
+        ]
+        for number, link in enumerate(contract.checklist, start=1):
+            link_cells = (str(number), link.link, link.pin, link.proves, link.without)
+            out.append("| " + " | ".join(_cell(cell) for cell in link_cells) + " |")
     out += ["", "## Not verifiable (and when to revisit)", ""]
     out += [
         f"* **{item.title}.** {item.detail} *Revisit when* {item.revisit}."
@@ -144,6 +160,16 @@ def render_text(contract: Contract) -> str:
                 f"* {plain(threat.controls)}",
                 f"  can try to: {plain(threat.attempts)}",
                 f"  defence:    {plain(threat.defence)}",
+            ]
+        out.append("")
+    if contract.checklist:
+        out += ["The tenant's checklist: from the hardware to the result", "-" * 55]
+        for number, link in enumerate(contract.checklist, start=1):
+            out += [
+                f"{number}. {plain(link.link)}",
+                f"   pin it with: {plain(link.pin)}",
+                f"   proves:      {plain(link.proves)}",
+                f"   without it:  {plain(link.without)}",
             ]
         out.append("")
     out += ["Not verifiable", "--------------"]

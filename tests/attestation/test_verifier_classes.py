@@ -25,7 +25,12 @@ from attestation.endorsement.trust import TrustStore
 from attestation.errors import UntrustedChainError
 from simulated_amd import SimulatedAmd
 from simulated_amd.pki import issue_authority, utc_now
-from tests.attestation.envelope.test_envelope_verify import CORPUS, RUN_ID, sim_envelope
+from tests.attestation.envelope.test_envelope_verify import (
+    CORPUS,
+    EVALUATION,
+    RUN_ID,
+    sim_envelope,
+)
 
 SIMULATED_VERDICT = "VERIFIED (SIMULATED \N{EM DASH} not AMD hardware)"
 RSA_ENCRYPTION_OID = bytes.fromhex("06092a864886f70d010101")  # 1.2.840.113549.1.1.1
@@ -55,6 +60,7 @@ def pinned(simulated_amd: SimulatedAmd) -> dict[str, Any]:
     return {
         "runId": RUN_ID,
         "corpusChecksum": CORPUS,
+        "evaluationDigest": EVALUATION,
         "simulatedRoots": [simulated_amd.root_fingerprint],
     }
 

@@ -127,6 +127,8 @@ def test_submit_passes_the_nonce_to_the_run_and_its_policy(
                 *run,
                 *("--corpus-source", "https://corpora.example/c.tar.gz"),
                 *("--corpus-checksum", CHECKSUM, "--out", str(expected)),
+                # A hardware file pins the launch digest and the evaluation too.
+                *("--evaluation-digest", CHECKSUM, "--measurement", "ab" * 48),
             ]
         )
         == 0

@@ -164,6 +164,9 @@ def test_fully_qualified_images_are_accepted(image: str) -> None:
 
 # -- one source: submit --dry-run, init-data and expected ----------------------------------
 
+#: The pins every hardware expected-values file carries besides HOST_DATA.
+EVALUATION = "sha256:" + "ee" * 32
+MEASUREMENT = "ab" * 48
 RUN = [
     "--run-id",
     "run-7",
@@ -226,6 +229,8 @@ def test_dry_run_init_data_and_expected_agree(
                 CORPUS,
                 "--corpus-checksum",
                 CHECKSUM,
+                # A hardware file pins the launch digest and the evaluation too.
+                *("--evaluation-digest", EVALUATION, "--measurement", MEASUREMENT),
                 "--out",
                 str(expected),
             ]
@@ -293,7 +298,10 @@ def test_expected_refuses_incomplete_or_conflicting_job_parameters(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     out = tmp_path / "expected.json"
-    common = ["expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM, "--image", IMAGE]
+    common = [
+        *("expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM, "--image", IMAGE),
+        *("--evaluation-digest", EVALUATION, "--measurement", MEASUREMENT),
+    ]
     assert main([*common, *args, "--out", str(out)]) == 9
     assert message in capsys.readouterr().err
     assert not out.exists()

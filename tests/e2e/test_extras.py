@@ -114,6 +114,7 @@ def test_the_base_commands_need_no_extra(tmp_path: Path) -> None:
     expected = _cli_without(
         blocked,
         *("expected", "--run-id", "r-1", "--corpus-checksum", "sha256:" + "1" * 64),
+        *("--evaluation-digest", "sha256:" + "2" * 64, "--measurement", "ab" * 48),
         *("--out", str(tmp_path / "expected.json")),
         cwd=tmp_path,
     )

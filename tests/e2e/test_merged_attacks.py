@@ -160,6 +160,8 @@ def expected(sim: SimulatedAmd, **document: Any) -> ExpectedValues:
     base: Document = {
         "runId": RUN_ID,
         "corpusChecksum": outcome(None, 1).corpus_checksum,
+        # What `expected --corpus` pins besides the checksum.
+        "evaluationDigest": outcome(None, 1).evaluation_digest,
         "simulatedRoots": [sim.root_fingerprint],
     }
     base.update(document)
@@ -1004,7 +1006,9 @@ def test_simulated_and_genuine_shards_do_not_merge(
     now = dt.datetime.now(dt.UTC)
     on_hardware = [_on_hardware(hardware, index) for index in range(3)]
     data = json.dumps(merged_of(on_hardware)).encode()
-    assert verify_envelope(data, expected(sim), now=now, trust=trust).exit_code == 0
+    # Hardware evidence needs its launch MEASUREMENT pinned (the simulated shards do not).
+    pins = expected(sim, measurements=[on_hardware[0]["measurement"]])
+    assert verify_envelope(data, pins, now=now, trust=trust).exit_code == 0
     simulated = genuine["shards"]
     mixes = [
         (
@@ -1020,7 +1024,7 @@ def test_simulated_and_genuine_shards_do_not_merge(
     ]
     for shards, where, first in mixes:
         document = json.dumps(assembled(genuine, shards)).encode()
-        verdict = verify_envelope(document, expected(sim), now=now, trust=trust)
+        verdict = verify_envelope(document, pins, now=now, trust=trust)
         assert verdict.exit_code == 7
         assert first_failure(verdict) == (
             "merged.shards",

@@ -66,6 +66,7 @@ def test_run_returns_a_typed_result_that_the_tenant_verifier_accepts(
     expected = ExpectedValues(
         run_id="lib-run-1",
         corpus_checksum=result.outcome.corpus_checksum,
+        evaluation_digest=result.outcome.evaluation_digest,
         tenant="acme",
         result_digest=result.outcome.result_digest,
         simulated_roots=(root,),

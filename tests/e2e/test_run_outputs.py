@@ -319,7 +319,7 @@ def test_progress_is_drawn_on_a_terminal_stderr_and_never_on_stdout(
 @pytest.mark.parametrize(
     ("arguments", "code", "message"),
     [
-        (["--corpus", "{tmp}/nowhere"], 9, "error: --corpus {tmp}/nowhere: no such directory"),
+        (["--corpus", "{tmp}/nowhere"], 9, "error: --corpus {tmp}/nowhere: no such file"),
         (
             ["--corpus-checksum", "sha256:abc"],
             9,

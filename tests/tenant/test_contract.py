@@ -116,3 +116,26 @@ def test_the_operator_threat_model_names_every_input_it_bounds() -> None:
     assert "[HTTP limits](limits.md#http-requests)" in page
     assert "Operator threat model" in render_text(CONTRACT)
     assert (DOCS / "limits.md").read_text(encoding="utf-8").count("\n## HTTP requests\n") == 1
+
+
+def test_the_checklist_is_the_chain_from_hardware_to_result() -> None:
+    """Issue 28: the tenant's checklist, in order, each link naming its pin and what is lost."""
+    links = [link.link.split(":")[0] for link in CONTRACT.checklist]
+    assert links == [
+        "launch measurement",
+        "HOST_DATA",
+        "image digest",
+        "source",
+        "corpus",
+        "evaluation",
+        "result",
+    ]
+    pins = [link.pin for link in CONTRACT.checklist]
+    assert pins[0].startswith("`measurements`: `attested-replay measure`")
+    assert pins[5].startswith("`evaluationDigest`: `expected --corpus DIR|ARCHIVE`")
+    assert "acceptAnyMeasurement" in CONTRACT.checklist[0].without
+    assert "acceptAnyEvaluation" in CONTRACT.checklist[5].without
+    text = render_text(CONTRACT)
+    assert "The tenant's checklist: from the hardware to the result" in text
+    assert "   pin it with: measurements: attested-replay measure" in text
+    assert CONTRACT.to_json_dict()["checklist"][0]["link"] == CONTRACT.checklist[0].link

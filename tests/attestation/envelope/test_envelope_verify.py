@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 
 from attestation import cli
 from attestation.abi.product import ProductLine
-from attestation.abi.report import parse_report
+from attestation.abi.report import AttestationReport, parse_report
 from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_ENVELOPE_JSON_DEPTH
 from attestation.endorsement.trust import AmdRole, TrustStore, fingerprint
 from attestation.envelope import verification
@@ -36,7 +36,7 @@ from attestation.envelope.model import (
     Workload,
 )
 from attestation.envelope.verification import JUDGED_CHECK, platform_of_chain, verify_envelope
-from attestation.errors import FailureClass
+from attestation.errors import FailureClass, MalformedError
 from attestation.verify.checks import VerificationResult
 from simulated_amd import SimulatedAmd
 
@@ -46,6 +46,8 @@ RESULT: dict[str, Any] = {"metrics": {"A1-1": {"recall_points": "91.500"}}, "mar
 RUN_ID = "run-1"
 TENANT = "acme"
 CORPUS = "sha256:" + "a" * 64
+#: The evaluation digest of make_binding().
+EVALUATION = "sha256:" + "b" * 64
 EXPECTATION_CHECKS = [
     "expectation.run-id",
     "expectation.corpus-checksum",
@@ -69,7 +71,7 @@ def make_binding(**changes: Any) -> Binding:
         "run_id": RUN_ID,
         "tenant": TENANT,
         "corpus_checksum": CORPUS,
-        "evaluation_digest": "sha256:" + "b" * 64,
+        "evaluation_digest": EVALUATION,
         "workload": Workload(
             name="attested-replay", version="0.1.0", code_digest="sha256:" + "c" * 64
         ),
@@ -130,7 +132,11 @@ def expected(**document: Any) -> ExpectedValues:
 
 
 def pinned(sim: SimulatedAmd, **document: Any) -> ExpectedValues:
-    return expected(simulatedRoots=[sim.root_fingerprint], **document)
+    """The file a tenant writes for sim_envelope(): the simulated root and, as
+    ``expected --corpus`` pins it, the evaluation digest."""
+    return expected(
+        **{"simulatedRoots": [sim.root_fingerprint], "evaluationDigest": EVALUATION, **document}
+    )
 
 
 def verify(
@@ -346,6 +352,25 @@ def test_platform_of_an_amd_chain_is_sev_snp(sim: SimulatedAmd) -> None:
 def test_real_evidence_must_be_labelled_sev_snp(claim: str, fields_ok: bool) -> None:
     """A real AMD report in an envelope: authentic (checks 1-6 pass), its REPORT_DATA is not
     this binding's (7), and the label check accepts only ``sev-snp``."""
+    envelope, parsed = real_envelope(claim)
+    # The launch digest is pinned (a hardware expected file must pin it), so the workload
+    # stage passes and the verdict is the binding's.
+    result = verify(envelope, expected(measurements=[parsed.measurement.hex()]), now=REAL_NOW)
+    assert result.exit_code == 7
+    checks = by_name(result)
+    assert checks["report.signature"].ok is True
+    assert checks["workload.measurement"].ok is True
+    assert checks["binding.report-data"].ok is False
+    assert checks["binding.envelope-fields"].ok is fields_ok
+    if not fields_ok:
+        assert "platform says 'simulated' but the evidence says 'sev-snp'" in (
+            checks["binding.envelope-fields"].detail
+        )
+
+
+def real_envelope(claim: str = "sev-snp") -> tuple[dict[str, Any], AttestationReport]:
+    """An envelope around a real AMD report (genuine evidence; its REPORT_DATA is not this
+    envelope's binding) and the parsed report."""
     report, pem = real_chain("oak-genoa-v5-report.bin", "oak-genoa-v5-vcek.der", ProductLine.GENOA)
     parsed = parse_report(report)
     binding = make_binding()
@@ -366,16 +391,77 @@ def test_real_evidence_must_be_labelled_sev_snp(claim: str, fields_ok: bool) -> 
         },
         "result": RESULT,
     }
-    result = verify(envelope, expected(), now=REAL_NOW)
-    assert result.exit_code == 7
+    return envelope, parsed
+
+
+# -- the stock-guest attack: genuine HOST_DATA, the operator's own MEASUREMENT -------------------
+
+
+def test_hardware_evidence_against_a_host_data_only_file_fails_workload_identity() -> None:
+    """An operator boots Kata's stock guest with the genuine HOST_DATA and no init-data: the
+    report is genuine AMD evidence with the pinned HOST_DATA and the operator's MEASUREMENT.
+    A file that pins hostData alone is refused (exit 6) before anything else is believed."""
+    envelope, parsed = real_envelope()
+    result = verify(envelope, expected(hostData=[parsed.host_data.hex()]), now=REAL_NOW)
+    assert result.exit_code == 6
     checks = by_name(result)
-    assert checks["report.signature"].ok is True
-    assert checks["binding.report-data"].ok is False
-    assert checks["binding.envelope-fields"].ok is fields_ok
-    if not fields_ok:
-        assert "platform says 'simulated' but the evidence says 'sev-snp'" in (
-            checks["binding.envelope-fields"].detail
-        )
+    assert checks["workload.host-data"].ok is True  # the genuine value: no help on its own
+    measurement = checks["workload.measurement"]
+    assert measurement.ok is False
+    assert measurement.detail.startswith(
+        f"MEASUREMENT {parsed.measurement.hex()} is not pinned (measurements absent) on AMD "
+        "hardware: any guest could have produced this report"
+    )
+    assert "`attested-replay measure`" in measurement.detail
+    assert "`attested-replay expected --measurement`" in measurement.detail
+
+
+def test_hardware_evidence_against_a_file_pinning_nothing_fails_workload_identity() -> None:
+    envelope, _ = real_envelope()
+    result = verify(envelope, expected(), now=REAL_NOW)
+    assert result.exit_code == 6
+    assert result.failed_checks[0].name == "workload.measurement"
+
+
+def test_the_operators_own_measurement_is_not_the_tenants() -> None:
+    envelope, parsed = real_envelope()
+    tenants = "ab" * 48
+    pins = expected(hostData=[parsed.host_data.hex()], measurements=[tenants])
+    result = verify(envelope, pins, now=REAL_NOW)
+    assert result.exit_code == 6
+    assert by_name(result)["workload.measurement"].detail == (
+        f"MEASUREMENT {parsed.measurement.hex()} not in measurements"
+    )
+
+
+def test_several_allowed_measurements_any_one_matches() -> None:
+    envelope, parsed = real_envelope()
+    pins = expected(measurements=["ab" * 48, parsed.measurement.hex()])
+    assert by_name(verify(envelope, pins, now=REAL_NOW))["workload.measurement"].ok is True
+
+
+def test_accept_any_measurement_is_explicit_and_named_in_the_verdict() -> None:
+    envelope, parsed = real_envelope()
+    pins = expected(hostData=[parsed.host_data.hex()], acceptAnyMeasurement=True)
+    result = verify(envelope, pins, now=REAL_NOW)
+    assert result.exit_code == 7  # past the workload stage; this envelope's binding is not real
+    assert by_name(result)["workload.measurement"].detail == (
+        "MEASUREMENT not checked (acceptAnyMeasurement: any guest firmware, kernel, initrd and "
+        "command line accepted)"
+    )
+    with pytest.raises(MalformedError, match="acceptAnyMeasurement"):
+        expected(acceptAnyMeasurement="yes")
+
+
+def test_simulated_evidence_needs_no_measurement_pin(sim: SimulatedAmd) -> None:
+    envelope = sim_envelope(sim)
+    pins = expected(
+        simulatedRoots=[sim.root_fingerprint], hostData=[envelope["hostData"]], tenant=TENANT
+    )
+    result = verify(envelope, pins)
+    assert by_name(result)["workload.measurement"].detail == (
+        "MEASUREMENT not checked (measurements absent)"
+    )
 
 
 # -- malformed envelopes -----------------------------------------------------------------
@@ -549,7 +635,12 @@ def write_pair(tmp_path: Path, envelope: dict[str, Any], values: dict[str, Any])
 def test_cli_json_document_in_envelope_mode(
     sim: SimulatedAmd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    values = {"runId": RUN_ID, "corpusChecksum": CORPUS, "simulatedRoots": [sim.root_fingerprint]}
+    values = {
+        "runId": RUN_ID,
+        "corpusChecksum": CORPUS,
+        "evaluationDigest": EVALUATION,
+        "simulatedRoots": [sim.root_fingerprint],
+    }
     argv = write_pair(tmp_path, sim_envelope(sim), values)
     assert cli.main([*argv, "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -579,7 +670,12 @@ def test_cli_text_verdict_of_a_forged_binding(
 ) -> None:
     envelope = sim_envelope(sim)
     envelope["binding"]["corpusChecksum"] = "sha256:" + "0" * 64
-    values = {"runId": RUN_ID, "corpusChecksum": CORPUS, "simulatedRoots": [sim.root_fingerprint]}
+    values = {
+        "runId": RUN_ID,
+        "corpusChecksum": CORPUS,
+        "evaluationDigest": EVALUATION,
+        "simulatedRoots": [sim.root_fingerprint],
+    }
     assert cli.main(write_pair(tmp_path, envelope, values)) == 7
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "NOT VERIFIED: binding (exit 7)"
@@ -725,3 +821,32 @@ def test_a_memory_error_is_not_a_verdict(
     monkeypatch.setattr(verification, "report_data_for", exhausted)
     with pytest.raises(MemoryError):
         verify(sim_envelope(sim), pinned(sim))
+
+
+# -- the evaluation digest is pinned by default ------------------------------------------------
+
+
+def test_a_file_pinning_no_evaluation_digest_is_refused(sim: SimulatedAmd) -> None:
+    """Edited predictions or lowered marks give another evaluation digest: a file that pins
+    none would accept them, so it is refused (exit 8), naming what pins it."""
+    result = verify(sim_envelope(sim), expected(simulatedRoots=[sim.root_fingerprint]))
+    assert result.exit_code == 8
+    assert [c.name for c in result.failed_checks] == ["expectation.evaluation-digest"]
+    assert result.failed_checks[0].detail == (
+        f"evaluationDigest {EVALUATION} is not pinned: the predictions (runs.jsonl), marks and "
+        "plan this run scored could be any the operator chose; `attested-replay expected "
+        "--corpus DIR|ARCHIVE` pins the digest of the approved corpus' plan, marks and run "
+        "records (acceptAnyEvaluation: true gives this up)"
+    )
+
+
+def test_accept_any_evaluation_is_explicit_and_named_in_the_verdict(sim: SimulatedAmd) -> None:
+    pins = expected(simulatedRoots=[sim.root_fingerprint], acceptAnyEvaluation=True)
+    result = verify(sim_envelope(sim), pins)
+    assert result.exit_code == 0
+    assert by_name(result)["expectation.evaluation-digest"].detail == (
+        f"evaluationDigest {EVALUATION} not pinned (acceptAnyEvaluation: the predictions, marks "
+        "and plan this run scored are the operator's)"
+    )
+    with pytest.raises(MalformedError, match="acceptAnyEvaluation"):
+        expected(acceptAnyEvaluation=1)

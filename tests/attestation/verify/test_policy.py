@@ -68,6 +68,7 @@ def test_empty_policy_is_the_secure_default() -> None:
         "allowProvisionalFirmware": False,
         "allowedSigners": ["vcek", "vlek"],
         "rejectUnknownPlatformInfo": False,
+        "acceptAnyMeasurement": False,
     }
 
 
@@ -343,3 +344,37 @@ def test_every_violation_is_listed_not_only_the_first() -> None:
     ]
     classes = [checks[name].failure_class for name in failed(checks)]
     assert classes == [PLATFORM] * 9 + [WORKLOAD] * 4
+
+
+def test_on_hardware_a_workload_pin_without_measurements_fails() -> None:
+    """HOST_DATA (or an ID key) pinned without MEASUREMENT proves nothing on hardware: any guest
+    can be booted with that HOST_DATA. Raw mode and envelope mode refuse it alike."""
+    report = real("trustee-milan-v2-idblock-provisional-report.bin")
+    host_data_only = CRYPTO_ONLY.model_copy(
+        update={"host_data": (report.host_data.hex(),), "accept_any_measurement": False}
+    )
+
+    def measurement_check(policy: Policy, **where: bool) -> Check:
+        checks = evaluate_policy(
+            report, policy, product=ProductLine.MILAN, signer=SignerKind.VCEK, **where
+        )
+        return {c.name: c for c in checks}["workload.measurement"]
+
+    refused = measurement_check(host_data_only, hardware=True)
+    assert (refused.ok, refused.failure_class) == (False, WORKLOAD)
+    assert refused.detail.startswith(
+        f"MEASUREMENT {report.measurement.hex()} is not pinned (measurements absent) on AMD "
+        "hardware"
+    )
+    # Simulated evidence: as before; nothing pinned in raw mode: a diagnostic, not checked.
+    assert measurement_check(host_data_only, hardware=False).ok is True
+    assert measurement_check(Policy(), hardware=True).ok is True
+    # A verdict about a workload (an envelope) needs MEASUREMENT on hardware even alone.
+    assert measurement_check(Policy(), hardware=True, workload_claim=True).ok is False
+    opted_out = host_data_only.model_copy(update={"accept_any_measurement": True})
+    assert measurement_check(opted_out, hardware=True, workload_claim=True).detail == (
+        "MEASUREMENT not checked (acceptAnyMeasurement: any guest firmware, kernel, initrd and "
+        "command line accepted)"
+    )
+    pinned = host_data_only.model_copy(update={"measurements": (report.measurement.hex(),)})
+    assert measurement_check(pinned, hardware=True, workload_claim=True).ok is True

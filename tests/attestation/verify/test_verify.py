@@ -24,6 +24,7 @@ from attestation.abi.report import (
     parse_report,
 )
 from attestation.endorsement.certificate import Endorsement, load_endorsement
+from attestation.endorsement.chain import VerifiedChain
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import FailureClass, MalformedError
 from attestation.exit_codes import EXIT_CODES
@@ -160,9 +161,9 @@ def test_verifier_validates_each_distinct_chain_once(monkeypatch: pytest.MonkeyP
     calls: list[bytes] = []
     real_verify_chain = chain_module.verify_chain
 
-    def counting(endorsement: Endorsement, *args: object, **kwargs: object) -> None:
+    def counting(endorsement: Endorsement, *args: object, **kwargs: object) -> VerifiedChain:
         calls.append(endorsement.der)
-        real_verify_chain(endorsement, *args, **kwargs)  # type: ignore[arg-type]
+        return real_verify_chain(endorsement, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr("attestation.verify.verifier.verify_chain", counting)
     verifier = Verifier(AMD, policy=CRYPTO_ONLY)
