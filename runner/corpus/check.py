@@ -501,3 +501,19 @@ def _check_run_cases(
         order = first_out_of_order(ids, list(labels))
         if order is not None:
             problems.add(RUNS_FILE, order, line=number)
+
+
+def require_valid_corpus(directory: Path) -> CorpusCheck:
+    """:func:`check_corpus` for commands that go on only with a valid corpus (``corpus
+    checksum``, ``corpus export``): the first problem as a :class:`CorpusError` naming its
+    file, line and field, and how many there are."""
+    report = check_corpus(directory, max_problems=1)
+    if report.ok:
+        return report
+    first = report.problems[0]
+    what = first.message if first.field is None else f"field '{first.field}': {first.message}"
+    total = len(report.problems) + report.omitted
+    more = (
+        "" if total == 1 else f" (and {total - 1} more: `attested-replay corpus check` lists them)"
+    )
+    raise CorpusError(first.file, what + more, line=first.line)
