@@ -18,13 +18,14 @@ from runner.commands.job_params import add_job_arguments, replay_spec
 from runner.commands.parsing import (
     add_command,
     add_state_dir_argument,
-    input_dir,
     input_file,
+    input_file_or_dir,
     output_file,
 )
 from runner.errors import InputError, UsageError
 from runner.exit_codes import Family
 from runner.k8s.job import build_replay
+from runner.pipeline.corpus_source import corpus_directory
 from runner.pipeline.replay import compute_checksum
 from runner.workload import current_workload
 from tenant.fsutil import atomic_write_text
@@ -53,9 +54,10 @@ def register(subparsers: Subparsers) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--corpus",
-        type=input_dir("--corpus"),
-        metavar="DIR",
-        help="compute the expected corpus checksum from this corpus directory",
+        type=input_file_or_dir("--corpus"),
+        metavar="DIR|ARCHIVE",
+        help="compute the expected corpus checksum from this corpus directory or archive "
+        "(a corpus export, or a .tar.gz of the corpus files)",
     )
     source.add_argument(
         "--corpus-checksum", metavar="sha256:HEX", help="the expected corpus checksum"
@@ -222,7 +224,8 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
     checksum = args.corpus_checksum or _PENDING_CHECKSUM
     _validate({**document, "corpusChecksum": checksum}, args)  # every option, before any work
     if args.corpus is not None:
-        checksum = compute_checksum(args.corpus)
+        with corpus_directory(str(args.corpus)) as corpus_dir:
+            checksum = compute_checksum(corpus_dir)
     document["corpusChecksum"] = checksum
     if args.image is not None:
         document.update(_pinned_by_the_job(args, checksum, document))

@@ -67,7 +67,11 @@ def register(subparsers: Subparsers) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--corpus", required=True, help="corpus directory, or https:// URL of a .tar.gz"
+        "--corpus",
+        required=True,
+        metavar="DIR|ARCHIVE|URL",
+        help="corpus directory, .tar.gz file (a corpus export or an archive of the corpus "
+        "files), or https:// URL of one",
     )
     parser.add_argument(
         "--corpus-deadline",
