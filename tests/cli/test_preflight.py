@@ -73,7 +73,7 @@ def test_run_refuses_a_result_path_that_is_a_directory(
         (["corpus", "manifest", "{tmp}/file"], "error: DIR {tmp}/file: is not a directory"),
         (
             ["expected", "--run-id", "r", "--corpus", "{tmp}/absent", "--out", "{tmp}/x.json"],
-            "error: --corpus {tmp}/absent: no such directory",
+            "error: --corpus {tmp}/absent: no such file",
         ),
         (["score", "{tmp}/absent.json"], "error: FILE|DIR {tmp}/absent.json: no such file"),
         (
@@ -102,7 +102,7 @@ def test_run_refuses_a_result_path_that_is_a_directory(
                 "--out",
                 "{tmp}/e.json",
             ],
-            "error: --corpus {tmp}/absent: not a directory or an https:// URL",
+            "error: --corpus {tmp}/absent: not a corpus directory, a .tar.gz file or an https:// URL",
         ),
         (
             ["status", "r", "--tenant", "acme", "--kubeconfig", "{tmp}/absent"],
