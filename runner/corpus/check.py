@@ -324,6 +324,7 @@ def _cases(
     labels: dict[str, str] = {}
     lines_of: dict[str, int] = {}
     previous: str | None = None
+    groups = _GroupSplits()
     for number, line in _lines(directory, CASES_FILE, MAX_CASE_LINE_BYTES, problems):
         data = _record(line, CASES_FILE, number, problems)
         if data is None or not problems.model(Case, data, CASES_FILE, line=number):
@@ -348,6 +349,7 @@ def _cases(
         previous = case.case_id if previous is None else max(previous, case.case_id)
         lines_of[case.case_id] = number
         labels[case.case_id] = case.label
+        _check_frozen_set_rules(case, number, groups, problems)
         if plan is not None and plan.abstain_label is not None and case.label == plan.abstain_label:
             problems.add(
                 CASES_FILE,
@@ -366,6 +368,53 @@ def _cases(
     except CorpusError as exc:  # a rule of the checksum pass this check does not repeat
         problems.error(exc)
         return None
+
+
+def _words(text: str) -> str:
+    """``text`` lowercased, each run of other characters than letters and digits one ``-``,
+    with ``-`` at both ends: ``"Case_FLAG.7"`` -> ``"-case-flag-7-"``."""
+    return "-" + "-".join(_WORD.findall(text.lower())) + "-"
+
+
+_WORD: Final = re.compile(r"[^\W_]+")
+
+
+@dataclass
+class _GroupSplits:
+    """The split of each group seen so far, and the line of its first case."""
+
+    seen: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+
+
+def _check_frozen_set_rules(
+    case: Case, number: int, groups: _GroupSplits, problems: _Problems
+) -> None:
+    """The evaluation design pack's frozen-set rules: "case ids are opaque and never encode
+    labels" (the label's words may not appear as whole words of the id, so a reader of ids
+    cannot read answers) and "near-duplicates share a group and a split" (a group never spans
+    two splits, so a near-duplicate cannot sit in the set one tunes on and the one scored)."""
+    if _words(case.label) in _words(case.case_id):
+        problems.add(
+            CASES_FILE,
+            f"field 'case_id': {case.case_id!r} contains its label {case.label!r}; case ids "
+            "are opaque and never encode the label",
+            line=number,
+        )
+    if case.group is None:
+        return
+    first = groups.seen.setdefault(case.group, (case.split, number))
+    if first[0] != case.split:
+        problems.add(
+            CASES_FILE,
+            f"field 'split': case {case.case_id!r} of group {case.group!r} is in split "
+            f"{_split_name(case.split)}, the group's first case (line {first[1]}) in "
+            f"{_split_name(first[0])}; a group never spans splits",
+            line=number,
+        )
+
+
+def _split_name(split: str | None) -> str:
+    return "none" if split is None else repr(split)
 
 
 @dataclass(frozen=True, slots=True)
