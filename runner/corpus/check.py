@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ from attestation.evaluation.marks import (
     metric_name_error,
 )
 from attestation.evaluation.models import PassMark, PassMarks, Plan
+from attestation.evaluation.numbers import beyond_double, scored_value
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
@@ -518,12 +520,16 @@ def _check_run_cases(
 ) -> None:
     seen: set[str] = set()
     ids: list[str] = []
+    costs: list[Decimal] = []
     for index, raw in enumerate(cases):
         at = f"cases.{index}"
         if not problems.model(RunCase, raw, RUNS_FILE, line=number, at=at):
             continue
-        case_id = RunCase.model_validate(raw).case_id
+        entry = RunCase.model_validate(raw)
+        case_id = entry.case_id
         ids.append(case_id)
+        if entry.cost_usd is not None:
+            costs.append(scored_value(raw["cost_usd"]))
         if case_id not in labels:
             problems.add(
                 RUNS_FILE,
@@ -537,6 +543,15 @@ def _check_run_cases(
                 line=number,
             )
         seen.add(case_id)
+    total = sum(costs, Decimal(0))  # 28 digits are enough to compare with the bound
+    if beyond_double(total):
+        problems.add(
+            RUNS_FILE,
+            f"field 'cases': the known costs of run {record.arm_id}/{record.run_index} sum to "
+            f"{total:.6E} USD, beyond the largest double (about 1.8E+308): no report can "
+            "state that total",
+            line=number,
+        )
     missing = [case_id for case_id in labels if case_id not in seen]
     if missing:
         problems.add(

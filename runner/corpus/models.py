@@ -47,7 +47,9 @@ class Case(FrozenModel):
 class RunCase(FrozenModel):
     """One case's result inside a run record."""
 
-    case_id: str = Field(min_length=1, max_length=CASE_ID_MAX)
+    # The pattern of Case: an id no case can have is named at its line, never hashed (the id
+    # digest is over ASCII bytes).
+    case_id: str = Field(min_length=1, max_length=CASE_ID_MAX, pattern=CASE_ID_PATTERN)
     prediction: str | None
     error: str | None = Field(default=None, max_length=300)
     cost_usd: ExactNumber | None = Field(ge=0)
