@@ -201,7 +201,9 @@ def _seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value <= MAX_INPUT_WAIT:
-        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_INPUT_WAIT:g} seconds")
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds more than 0 and at most {MAX_INPUT_WAIT:g}"
+        )
     return value
 
 

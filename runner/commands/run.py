@@ -30,6 +30,7 @@ from runner.commands.parsing import (
     input_file,
     interface_path,
     output_file,
+    seconds,
 )
 from runner.errors import UsageError
 from runner.evidence import AGENT_ENCODINGS, EVIDENCE_CHOICES
@@ -131,14 +132,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--agent-timeout",
-        type=float,
+        type=seconds(),
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help="seconds to wait for the attestation agent (coco-aa)",
     )
     parser.add_argument(
         "--agent-wait",
-        type=float,
+        type=seconds(zero=True),
         help="seconds to wait for the attestation agent's REST server to start listening "
         "(coco-aa: default 30; auto: default 0, since it cannot tell a late agent from none)",
     )
