@@ -524,6 +524,9 @@ def _check_run_cases(
     for index, raw in enumerate(cases):
         at = f"cases.{index}"
         if not problems.model(RunCase, raw, RUNS_FILE, line=number, at=at):
+            # Its problem is reported: the case it names is not also reported missing.
+            if isinstance(raw, dict) and isinstance(raw.get("case_id"), str):
+                seen.add(raw["case_id"])
             continue
         entry = RunCase.model_validate(raw)
         case_id = entry.case_id

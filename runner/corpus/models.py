@@ -14,6 +14,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from attestation.encoding.json_document import plain_message, problem_path
 from attestation.evaluation.models import ExactNumber, FrozenModel
 from runner.corpus.errors import CorpusError
 
@@ -121,7 +122,7 @@ def model_problems(model: type[BaseModel], data: object) -> list[tuple[str, str]
             len(other) > len(loc) and other[: len(loc)] == loc for other in locations
         ):
             continue
-        path = ".".join(str(part) for part in loc)
+        path = problem_path(loc)
         problems.append((path, _message(model, loc, error)))
     return problems
 
@@ -132,7 +133,7 @@ def _message(model: type[BaseModel], loc: tuple[str | int, ...], error: ErrorDet
         if owner is None:
             return "unknown key"
         return f"unknown key (allowed: {', '.join(owner.model_fields)})"
-    message = error["msg"].removeprefix("Value error, ")
+    message = plain_message(error["msg"].removeprefix("Value error, "))
     value = error.get("input")
     if error["type"] != "missing" and isinstance(value, str | int | float | bool | None):
         shown = repr(value)

@@ -464,3 +464,12 @@ def test_a_verdict_that_cannot_be_written_exits_9(
     if verdict == 0:
         assert b"cannot write the verdict to stdout: [Errno 32] Broken pipe" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_a_policy_problem_names_no_python_type() -> None:
+    from attestation.errors import MalformedError
+    from attestation.verify.policy import load_policy
+
+    with pytest.raises(MalformedError) as refused:
+        load_policy(b'{"minimumTcb": 5}')
+    assert str(refused.value) == "policy is invalid: minimumTcb: Input should be a valid dictionary"

@@ -293,3 +293,20 @@ def test_the_frozen_set_rules_are_checked(
     _write_lines(corpus / "cases.jsonl", cases)
     code, report = _check_json(capsys, corpus)
     assert [e for e in report["errors"] if e["file"] == "cases.jsonl"] == []
+
+
+def test_one_bad_value_is_one_problem_in_plain_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    assert main(["corpus", "new", str(corpus)]) == 0
+    runs = _lines(corpus / "runs.jsonl")
+    runs[0]["cases"][0]["latency_ms"] = "slow"
+    _write_lines(corpus / "runs.jsonl", runs)
+    capsys.readouterr()
+    code, report = _check_json(capsys, corpus)
+    assert code == 1
+    # Not also "run A0/1 is missing 1 case(s)", and no Python type name ("Decimal").
+    assert [(e["line"], e["field"], e["message"]) for e in report["errors"]] == [
+        (1, "cases.0.latency_ms", "Input should be a number (found 'slow')")
+    ]

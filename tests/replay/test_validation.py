@@ -160,7 +160,7 @@ def test_cost_must_be_a_number(builder: CorpusBuilder) -> None:
     builder.cost = "0.01"
     expect_error(
         builder.write(),
-        "runs.jsonl:1: field 'cases.0.cost_usd': Input should be an instance of Decimal",
+        "runs.jsonl:1: field 'cases.0.cost_usd': Input should be a number",
     )
 
 
