@@ -63,7 +63,8 @@ def register(subparsers: Subparsers) -> None:
         family=Family.REPLAY,
     )
     add_run_arguments(parser)
-    parser.set_defaults(handler=handle)
+    # On a terminal the summary it prints says what its info events say (runner.cli.log_level).
+    parser.set_defaults(handler=handle, terminal_log_level="warning")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

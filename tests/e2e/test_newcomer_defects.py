@@ -3,7 +3,9 @@ line, never exit 9 with a traceback."""
 
 from __future__ import annotations
 
+import io
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,36 @@ def test_costs_beyond_the_largest_double_are_refused_by_check_and_replay(
         assert "runs.jsonl:1: run A0/1: its known costs sum to 2.000000E+308 USD" in (
             captured.err + captured.out
         ), argv[:2]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _run_argv(genuine_run: GenuineRun, out: Path, *extra: str) -> list[str]:
+    return [
+        "run", "--corpus", str(EXAMPLE_CORPUS), "--run-id", "r-tty", "--tenant", "acme",
+        "--evidence", "simulated", "--state-dir", str(genuine_run.state_dir), "--out", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+def test_run_on_a_terminal_prints_its_summary_without_the_info_events(
+    genuine_run: GenuineRun,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert runner_main(_run_argv(genuine_run, tmp_path / "a.json")) == 0
+    # The 13 info events repeated what the summary says; the progress bar stays.
+    assert "info" not in terminal.getvalue()
+    assert "result" in capsys.readouterr().out
+    # --log-level brings them back; a pipe or file gets every event.
+    assert runner_main(_run_argv(genuine_run, tmp_path / "b.json", "--log-level", "info")) == 0
+    assert "info" in terminal.getvalue()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert runner_main(_run_argv(genuine_run, tmp_path / "c.json")) == 0
+    assert '"level": "info"' in sys.stderr.getvalue()  # type: ignore[attr-defined]
