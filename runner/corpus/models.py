@@ -133,7 +133,13 @@ def _message(model: type[BaseModel], loc: tuple[str | int, ...], error: ErrorDet
         if owner is None:
             return "unknown key"
         return f"unknown key (allowed: {', '.join(owner.model_fields)})"
-    message = plain_message(error["msg"].removeprefix("Value error, "))
+    if (
+        error["type"] == "string_pattern_mismatch"
+        and (error.get("ctx") or {}).get("pattern") == CASE_ID_PATTERN
+    ):
+        message = "a case id is lowercase ASCII letters, digits and '-'"
+    else:
+        message = plain_message(error["msg"].removeprefix("Value error, "))
     value = error.get("input")
     if error["type"] != "missing" and isinstance(value, str | int | float | bool | None):
         shown = repr(value)

@@ -53,7 +53,10 @@ def test_a_non_ascii_case_id_in_runs_is_exit_1_naming_the_line(
         captured = capsys.readouterr()
         text = captured.err + captured.out  # tenant reproduce reports on standard output
         assert code == 1, (argv[:2], text)
-        assert "runs.jsonl:2: field 'cases.0.case_id'" in text, (argv[:2], text)
+        assert (
+            "runs.jsonl:2: field 'cases.0.case_id': a case id is lowercase ASCII letters, digits and '-' (found"
+            in text
+        ), (argv[:2], text)
         assert "Traceback" not in text
     assert not out.exists()
 

@@ -105,7 +105,10 @@ def test_explicit_null_split(builder: CorpusBuilder) -> None:
 
 def test_case_id_must_be_opaque_ascii(builder: CorpusBuilder) -> None:
     builder.cases[3]["case_id"] = "Case-04"
-    expect_error(builder.write(), "cases.jsonl:4: field 'case_id': String should match pattern")
+    expect_error(
+        builder.write(),
+        "cases.jsonl:4: field 'case_id': a case id is lowercase ASCII letters, digits and '-'",
+    )
 
 
 def test_huge_integer_input(builder: CorpusBuilder) -> None:
