@@ -24,6 +24,7 @@ Modes are a required mutually exclusive group; a new mode adds its option to the
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -61,6 +62,11 @@ MAX_INPUT_WAIT: Final = 3600.0
 _SERIAL_ZERO_WARNING: Final = "Parsed a serial number which wasn't positive"
 
 
+class _InformationShown(Exception):  # noqa: N818 - not an error: --help or --version ran
+    """``--help`` or ``--version`` printed what was asked: exit 0, nothing was verified (no
+    verdict line is printed, so no caller can read one)."""
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse exits 2 on errors, which is a verdict code here: raise UsageError (9) instead."""
 
@@ -70,9 +76,34 @@ class _ArgumentParser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
             sys.stderr.write(message)
-        # --help ends here with status 0; it must never look like "verified" (0).
-        reason = "no verification performed" if status == 0 else (message or "argument error")
-        raise UsageError(reason.strip())
+        if status == 0:  # --help and --version end here
+            raise _InformationShown
+        raise UsageError((message or "argument error").strip())
+
+    def parse_args(  # type: ignore[override]  # argparse's overloads, one used
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        # argparse reports a missing required option before an unknown one, so a typo
+        # ("--envelop") would read as "one of --report --envelope is required".
+        _refuse_unknown_options(self, sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+
+def _refuse_unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    known = [
+        option
+        for action in parser._actions  # noqa: SLF001 - argparse lists its options nowhere else
+        for option in action.option_strings
+    ]
+    for word in argv:
+        if word == "--":
+            return
+        name = word.split("=", 1)[0]
+        if not name.startswith("-") or name == "-" or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
+        raise UsageError(f"unknown option {name}{hint}")
 
 
 _DESCRIPTION: Final = """\
@@ -97,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--version",
         action="version",
         version=f"{PROG} {__version__}",
-        help="print the version (exits 9: nothing was verified)",
+        help="print the version and exit (0: nothing was verified)",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument(
@@ -170,7 +201,9 @@ def _seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value <= MAX_INPUT_WAIT:
-        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_INPUT_WAIT:g} seconds")
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds more than 0 and at most {MAX_INPUT_WAIT:g}"
+        )
     return value
 
 
@@ -274,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else result.summary()
             )
         code = result.exit_code
+    except _InformationShown:
+        return 0
     except AttestationError as error:
         code = exit_code_for(error)
         output = ""

@@ -83,6 +83,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
 
 from attestation.encoding.canonical import canonicalize
+from attestation.encoding.json_document import plain_message
 from attestation.errors import MalformedError
 
 # -- identifiers ------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def explain_problem(problem: Mapping[str, Any]) -> str:
         return "required, missing"
     if kind == "literal_error":
         return f"must be one of {context.get('expected')}"
-    return str(problem.get("msg", "invalid")).removeprefix("Value error, ")
+    return plain_message(str(problem.get("msg", "invalid")).removeprefix("Value error, "))
 
 
 # -- limits (bytes) ---------------------------------------------------------------------------

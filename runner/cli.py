@@ -67,6 +67,17 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def log_level(args: argparse.Namespace, *, terminal: bool) -> str:
+    """``--log-level``, else, on a terminal, the level of a command whose summary already
+    says what its info events say (``run``: ``warning``, so a person reads the summary once,
+    not 13 event lines before it), else the default; pipes and files get every event."""
+    given: str | None = getattr(args, "log_level", None)
+    if given is not None:
+        return given
+    quiet: str | None = getattr(args, "terminal_log_level", None)
+    return quiet if terminal and quiet is not None else DEFAULT_LOG_LEVEL
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None or sys.stderr is None:
         # Started with stdout or stderr closed: no result and no error could be reported.
@@ -79,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code_for(exc)
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0) if isinstance(exc.code, int) else 0
-    configure_logging(level=getattr(args, "log_level", DEFAULT_LOG_LEVEL))
+    configure_logging(level=log_level(args, terminal=sys.stderr.isatty()))
     log = structlog.get_logger("attested-replay")
     handler: Handler = args.handler
     try:

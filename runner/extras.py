@@ -1,6 +1,7 @@
 """Optional dependencies by role, and the one place a missing one becomes an exit code.
 
-``pip install attested-replay`` installs what a tenant needs (``verify-attested-run``,
+Installing the project (from a clone or a release's wheel: it is on no package index)
+installs what a tenant needs (``verify-attested-run``,
 ``expected``, ``tenant fetch``) and what the replay itself needs (``run``, ``demo``). Two extras
 add the operator's other roles:
 
@@ -48,6 +49,8 @@ class MissingExtraError(UsageError):
 
 
 def install_hint(extra: Extra) -> str:
+    # Once the project is installed, pip resolves this to the extra's packages alone (from the
+    # index, where they are), without looking for attested-replay itself.
     return f"pip install 'attested-replay[{extra}]'"
 
 

@@ -28,16 +28,20 @@ TOPICS = ("invoice", "login", "refund", "shipping", "password", "upgrade", "repo
 
 def make_cases(rng: random.Random, count: int, seed: int) -> list[dict[str, object]]:
     cases: list[dict[str, object]] = []
+    #: A group's split is drawn for its first case: a group never spans splits (the frozen
+    #: set's rule that near-duplicates share a group and a split; `corpus check` enforces it).
+    group_splits: dict[str, str] = {}
     for number in range(count):
         # Opaque ids: a hash of seed and position, never the label.
         case_id = "case-" + hashlib.sha256(f"{seed}:{number}".encode()).hexdigest()[:12]
         label = "flag" if rng.random() < 0.4 else "clear"
         topic = rng.choice(TOPICS)
-        split = "adversarial" if rng.random() < 0.1 else "holdout"
+        group = f"{topic}-{number // 4:04d}"
+        split = group_splits.setdefault(group, "adversarial" if rng.random() < 0.1 else "holdout")
         cases.append(
             {
                 "case_id": case_id,
-                "group": f"{topic}-{number // 4:04d}",
+                "group": group,
                 "input": f"synthetic {topic} message {number} (amount {rng.randint(1, 9999)})",
                 "label": label,
                 "split": split,

@@ -14,10 +14,13 @@ Format, version 1 (docs/reproduce.md):
 The same corpus files always give the same tar bytes; the gzip bytes also depend on the
 deflate implementation (zlib), so the manifest, not the archive's digest, identifies a corpus.
 
-The reader trusts nothing in an archive: it reads the members as one stream, requires the
-layout above, never decompresses more than the manifest declares (plus tar headers), and checks
-every file's size and SHA-256 before it reports success. Bytes past the tar's end are ignored
-(the archive's own digest covers them).
+The reader trusts nothing in an archive: it reads the members as one stream through the
+run-side reader (:mod:`tenant.archive`: the same header, total and compression-ratio bounds),
+requires the layout above and plain regular members only (no sparse file, link, device or
+extension header, refused from its header before a byte is written), never decompresses more
+than the manifest declares (plus tar headers), and checks every file's size and SHA-256 and
+the manifest's case count (the lines of ``cases.jsonl``) before it reports success. Bytes
+past the tar's end are ignored (the archive's own digest covers them).
 """
 
 from __future__ import annotations
@@ -26,15 +29,14 @@ import gzip
 import hashlib
 import io
 import tarfile
-import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Annotated, Final, Literal
 
 from pydantic import Field, StringConstraints
 
 from attestation.contracts import (
+    CORPUS_RATIO_FLOOR,
+    MAX_CORPUS_ARCHIVE_RATIO,
     MAX_EXPORT_FILES_BYTES,
     MAX_EXPORT_MANIFEST_BYTES,
     Sha256Digest,
@@ -42,6 +44,9 @@ from attestation.contracts import (
 )
 from attestation.encoding.json_document import load_json_document
 from attestation.errors import MalformedError
+from attestation.files import open_regular
+from tenant.archive import ArchiveBounds, EntryReader, iter_entries
+from tenant.errors import ArchiveError
 
 MANIFEST_NAME: Final = "corpus-export.json"
 #: The corpus files, in archive order.
@@ -52,6 +57,8 @@ _CHUNK: Final = 1024 * 1024
 #: last one (two zero blocks and the padding of the final record).
 _MEMBER_OVERHEAD: Final = 2 * tarfile.BLOCKSIZE
 _END_OVERHEAD: Final = tarfile.RECORDSIZE
+#: The tar types of a plain regular file (ustar ``0`` and its pre-POSIX ``NUL``).
+_PLAIN_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
 
 CorpusFileName = Literal["cases.jsonl", "marks.json", "plan.json", "runs.jsonl"]
 
@@ -105,12 +112,14 @@ def parse_manifest(data: bytes) -> ExportManifest:
 
 
 def describe_files(corpus_dir: Path) -> tuple[ExportedFile, ...]:
-    """Name, size and SHA-256 of each corpus file, read as a stream."""
+    """Name, size and SHA-256 of each corpus file, read as a stream; each path is checked
+    to be a regular file before it is opened (a FIFO or ``/dev/zero`` raises
+    :class:`OSError`, never blocks or runs forever)."""
     described = []
     for name in CORPUS_FILE_NAMES:
         digest = hashlib.sha256()
         size = 0
-        with (corpus_dir / name).open("rb") as handle:
+        with open_regular(corpus_dir / name) as handle:
             while chunk := handle.read(_CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
@@ -170,70 +179,88 @@ def write_export(corpus_dir: Path, manifest: ExportManifest, out: IO[bytes]) -> 
     ):
         tar.addfile(_member(MANIFEST_NAME, len(manifest_bytes)), io.BytesIO(manifest_bytes))
         for entry in manifest.files:
-            with (corpus_dir / entry.name).open("rb") as source:
+            with open_regular(corpus_dir / entry.name) as source:
                 copy = io.BufferedReader(_CheckedCopy(source, entry), _CHUNK)
                 tar.addfile(_member(entry.name, entry.size), copy)
 
 
-class _Bounded(io.RawIOBase):
-    """The decompressed tar stream, cut off at ``limit`` bytes. The limit starts at what the
-    manifest may take and is raised to what the manifest declares once it is read, so neither
-    a header nor a member can make the reader decompress more than the export declares."""
-
-    def __init__(self, source: gzip.GzipFile, limit: int) -> None:
-        self._source = source
-        self.limit = limit
-        self.consumed = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # typeshed: Buffer
-        allowed = self.limit - self.consumed
-        if allowed <= 0 < len(buffer):
-            raise ExportError(f"the archive holds more than the {self.limit} bytes it declares")
-        data = self._source.read(min(len(buffer), allowed))
-        buffer[: len(data)] = data
-        self.consumed += len(data)
-        return len(data)
-
-
-@contextmanager
-def _open_stream(archive: IO[bytes]) -> Iterator[tuple[tarfile.TarFile, _Bounded]]:
+def _archive_size(archive: IO[bytes]) -> int | None:
+    """The compressed bytes left in ``archive`` when it can tell (a file, a buffer): lets
+    the shared reader refuse a member larger than the ratio bound allows before reading it."""
     try:
-        with gzip.GzipFile(fileobj=archive, mode="rb") as unpacked:
-            bounded = _Bounded(
-                unpacked, MAX_EXPORT_MANIFEST_BYTES + 2 * _MEMBER_OVERHEAD + _END_OVERHEAD
-            )
-            # Stream mode: members are read in order, nothing is listed and nothing seeks.
-            with tarfile.open(fileobj=bounded, mode="r|") as tar:
-                yield tar, bounded
-    except (tarfile.TarError, EOFError, OSError, zlib.error, RecursionError) as exc:
-        raise ExportError(f"not a valid .tar.gz corpus export: {exc}") from exc
+        if not archive.seekable():
+            return None
+        start = archive.tell()
+        end = archive.seek(0, io.SEEK_END)
+        archive.seek(start)
+    except (OSError, ValueError):
+        return None
+    return end - start
 
 
-def _next_member(tar: tarfile.TarFile, expected: str, size_limit: int) -> tarfile.TarInfo:
-    member = tar.next()
-    if member is None:
-        raise ExportError(f"the archive ends before {expected}")
-    if member.name != expected:
-        raise ExportError(f"member {member.name!r} where {expected} was expected")
-    if not member.isreg() or member.pax_headers:
-        raise ExportError(f"member {expected} is not a plain regular file")
-    if member.size > size_limit:
-        raise ExportError(f"member {expected} has {member.size} bytes, more than {size_limit}")
-    return member
+def _bounds(archive: IO[bytes], max_bytes: int) -> ArchiveBounds:
+    """The run-side reader's bounds (:mod:`tenant.archive`), sized for an export: five
+    members (a sixth header is read only to refuse it), the manifest and ``max_bytes`` of
+    corpus files unpacked, and the corpus archives' compression ratio."""
+    return ArchiveBounds(
+        max_entries=len(CORPUS_FILE_NAMES) + 2,
+        max_unpacked=MAX_EXPORT_MANIFEST_BYTES
+        + min(max_bytes, MAX_EXPORT_FILES_BYTES)
+        + (len(CORPUS_FILE_NAMES) + 1) * _MEMBER_OVERHEAD
+        + _END_OVERHEAD,
+        max_ratio=MAX_CORPUS_ARCHIVE_RATIO,
+        ratio_floor=CORPUS_RATIO_FLOOR,
+        archive_size=_archive_size(archive),
+    )
+
+
+class _Members:
+    """The export's members in order, through the shared bounded reader; its errors become
+    :class:`ExportError`. Only plain regular members pass: no directory, link, device, FIFO,
+    sparse file, pax or GNU extension, checked from the header before a byte is read."""
+
+    def __init__(self, archive: IO[bytes], max_bytes: int) -> None:
+        self._entries = iter_entries(archive, _bounds(archive, max_bytes))  # type: ignore[arg-type]
+
+    def next(self) -> tuple[tarfile.TarInfo, EntryReader] | None:
+        try:
+            member, reader = next(self._entries)
+        except StopIteration:
+            return None
+        except ArchiveError as exc:
+            raise ExportError(str(exc)) from exc
+        if reader is None or member.type not in _PLAIN_TYPES or member.pax_headers:
+            raise ExportError(f"member {member.name!r} is not a plain regular file")
+        return member, reader
+
+    def take(self, expected: str, size_limit: int) -> tuple[tarfile.TarInfo, EntryReader]:
+        taken = self.next()
+        if taken is None:
+            raise ExportError(f"the archive ends before {expected}")
+        member, reader = taken
+        if member.name != expected:
+            raise ExportError(f"member {member.name!r} where {expected} was expected")
+        if member.size > size_limit:
+            raise ExportError(f"member {expected} has {member.size} bytes, more than {size_limit}")
+        return member, reader
+
+    def read_manifest(self) -> ExportManifest:
+        _member, reader = self.take(MANIFEST_NAME, MAX_EXPORT_MANIFEST_BYTES)
+        return parse_manifest(_read(reader, -1))
+
+
+def _read(reader: EntryReader, size: int) -> bytes:
+    try:
+        return reader.read(size)
+    except ArchiveError as exc:
+        raise ExportError(str(exc)) from exc
 
 
 def peek_manifest(archive: IO[bytes]) -> ExportManifest:
     """The manifest of the export read from ``archive``, without reading its files (the
     publication service indexes exports by it; readers that use the files call
     :func:`read_export`, which checks them)."""
-    with _open_stream(archive) as (tar, _bounded):
-        head = _next_member(tar, MANIFEST_NAME, MAX_EXPORT_MANIFEST_BYTES)
-        source = tar.extractfile(head)
-        assert source is not None  # a regular file
-        return parse_manifest(source.read())
+    return _Members(archive, MAX_EXPORT_FILES_BYTES).read_manifest()
 
 
 def read_export(
@@ -244,42 +271,43 @@ def read_export(
 
     ``max_bytes`` caps the corpus files together. Raises :class:`ExportError` naming the first
     problem; files already written to ``destination`` are then incomplete, and the caller
-    discards them.
+    discards them. A member that is not a plain regular file, or declares another size than
+    the manifest, is refused before a byte of it is written.
     """
-    with _open_stream(archive) as (tar, bounded):
-        head = _next_member(tar, MANIFEST_NAME, MAX_EXPORT_MANIFEST_BYTES)
-        source = tar.extractfile(head)
-        assert source is not None  # a regular file
-        manifest = parse_manifest(source.read())
-        if manifest.files_bytes > max_bytes:
-            raise ExportError(
-                f"the corpus files total {manifest.files_bytes} bytes, more than {max_bytes}"
-            )
-        bounded.limit = (
-            bounded.consumed
-            + manifest.files_bytes
-            + len(manifest.files) * _MEMBER_OVERHEAD
-            + _END_OVERHEAD
+    members = _Members(archive, max_bytes)
+    manifest = members.read_manifest()
+    if manifest.files_bytes > max_bytes:
+        raise ExportError(
+            f"the corpus files total {manifest.files_bytes} bytes, more than {max_bytes}"
         )
-        for entry in manifest.files:
-            _copy_member(tar, entry, destination)
-        trailing = tar.next()
-        if trailing is not None:
-            raise ExportError(f"member {trailing.name!r} follows runs.jsonl")
+    for entry in manifest.files:
+        lines = _copy_member(members, entry, destination)
+        if entry.name == CORPUS_FILE_NAMES[0] and lines != manifest.case_count:
+            raise ExportError(
+                f"{MANIFEST_NAME} says {manifest.case_count} cases, "
+                f"{entry.name} holds {lines} lines"
+            )
+    trailing = members.next()
+    if trailing is not None:
+        raise ExportError(f"member {trailing[0].name!r} follows runs.jsonl")
     return manifest
 
 
-def _copy_member(tar: tarfile.TarFile, entry: ExportedFile, destination: Path | None) -> None:
-    member = _next_member(tar, entry.name, entry.size)
+def _copy_member(members: _Members, entry: ExportedFile, destination: Path | None) -> int:
+    """Copy one member, checking its size and SHA-256; return its number of lines (a last
+    line without its newline counts)."""
+    member, source = members.take(entry.name, entry.size)
     if member.size != entry.size:
         raise ExportError(f"{entry.name} has {member.size} bytes, the manifest says {entry.size}")
-    source = tar.extractfile(member)
-    assert source is not None  # a regular file
     digest = hashlib.sha256()
+    lines = 0
+    last = b"\n"
     sink = None if destination is None else (destination / entry.name).open("xb")
     try:
-        while chunk := source.read(_CHUNK):
+        while chunk := _read(source, _CHUNK):
             digest.update(chunk)
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
             if sink is not None:
                 sink.write(chunk)
     finally:
@@ -289,3 +317,4 @@ def _copy_member(tar: tarfile.TarFile, entry: ExportedFile, destination: Path | 
         raise ExportError(
             f"{entry.name} has SHA-256 {digest.hexdigest()}, the manifest says {entry.sha256}"
         )
+    return lines + (last != b"\n")

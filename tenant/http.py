@@ -1172,7 +1172,15 @@ def _innermost(exc: BaseException) -> str:
     # urllib3 wraps the cause; the innermost message is the one a person can act on.
     while isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         exc = exc.reason
-    return str(exc) or type(exc).__name__
+    # urllib3 puts its connection object first ("_Connection(host=..., port=...): Failed to
+    # establish a new connection: ..."); the URL is named by the caller already.
+    if len(exc.args) == 2 and isinstance(exc.args[0], HTTPConnection | HTTPSConnection):
+        return str(exc.args[1])
+    text = str(exc)
+    connection = getattr(exc, "conn", None)
+    if connection is not None:
+        text = text.removeprefix(f"{connection}: ")
+    return text or type(exc).__name__
 
 
 def _unavailable(call: _Call, exc: BaseException, *, refused: bool = False) -> HttpUnavailableError:

@@ -36,6 +36,8 @@ from __future__ import annotations
 import codecs
 import json
 import math
+import re
+from collections.abc import Sequence
 from typing import Final, TypeVar
 
 import orjson
@@ -172,12 +174,42 @@ def parse_json_with_hooks(data: bytes, *, what: str) -> object:
         raise MalformedError(f"{what} is not valid JSON: {reason}") from None
 
 
+#: pydantic's words for a type, in its messages, which name Python classes.
+_TYPE_WORDS: Final = (
+    (re.compile(r"an instance of Decimal"), "a number"),
+    (re.compile(r" or instance of [A-Za-z_][\w\[\],\- ]*"), ""),
+)
+
+
+def plain_message(message: str) -> str:
+    """A pydantic message in the words of a JSON document, without Python type names
+    ("Input should be an instance of Decimal" -> "Input should be a number")."""
+    for pattern, words in _TYPE_WORDS:
+        message = pattern.sub(words, message)
+    return message
+
+
+def problem_path(location: Sequence[str | int]) -> str:
+    """The dotted key path of a problem, without the union members pydantic inserts (a
+    member's label is its type: ``TcbMinimum``, ``dict[str-enum[ProductLine],TcbMinimum]``;
+    wire keys start with a lowercase letter)."""
+    keys = [
+        str(part)
+        for part in location
+        if isinstance(part, int) or not (part[:1].isupper() or "[" in part)
+    ]
+    return ".".join(keys)
+
+
 def describe_validation_error(error: ValidationError) -> str:
-    """Every problem of a pydantic validation as ``key.path: message``, joined by ``; ``."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in problem['loc']) or '<root>'}: {problem['msg']}"
-        for problem in error.errors(include_url=False)
-    )
+    """Every problem of a pydantic validation as ``key.path: message``, joined by ``; ``; the
+    alternatives of a union that all fail at one key are one problem."""
+    described: list[str] = []
+    for problem in error.errors(include_url=False):
+        text = f"{problem_path(problem['loc']) or '<root>'}: {plain_message(problem['msg'])}"
+        if text not in described:
+            described.append(text)
+    return "; ".join(described)
 
 
 def json_item_bound(data: bytes) -> int:

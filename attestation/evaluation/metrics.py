@@ -31,6 +31,7 @@ from attestation.evaluation.partial import (
     RunPartial,
     double_of,
     exact_sum,
+    require_reportable_cost,
     tail_size,
 )
 
@@ -251,6 +252,7 @@ class RunTally:
         """The state so far, as the partial of run ``arm_id``/``run_index``."""
         self._sum_costs()
         self._sum_counted_costs()
+        require_reportable_cost(self._cost_total)
         tail = tail_size(self.cases) if self.tail is None else self.tail
         self._cut_latencies(tail)
         self._raw_latencies = _largest(tail, self._raw_latencies)

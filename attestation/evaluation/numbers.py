@@ -10,6 +10,7 @@ strings survive the float round trip unchanged.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from fractions import Fraction
 from typing import Final
@@ -35,6 +36,12 @@ def points(part: int, whole: int) -> Decimal | None:
 
 def money_per_case(total: Decimal, cases: int) -> Decimal:
     return round_fraction(Fraction(total) / cases, MONEY_DECIMALS)
+
+
+def beyond_double(value: Decimal) -> bool:
+    """Whether ``value`` is beyond the largest double, so no JSON number of a report can state
+    it: a run's known costs must sum to less (``corpus check`` and the replay refuse it)."""
+    return math.isinf(float(value))
 
 
 def json_number(value: Decimal | None) -> float | None:

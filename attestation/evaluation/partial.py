@@ -40,7 +40,7 @@ from typing import Final, overload
 from pydantic import Field, model_validator
 
 from attestation.contracts import EVALUATION_BLOCK_CASES, SnakeWireModel, evaluation_block_count
-from attestation.evaluation.numbers import scored_value
+from attestation.evaluation.numbers import beyond_double, scored_value
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
 #: 5e-324 to 1.8e308), so sums of doubles never come near this precision; Inexact and
@@ -172,11 +172,23 @@ def exact_sum(values: Sequence[Decimal]) -> Decimal:
         raise PartialError(f"a cost sum cannot be computed exactly: {exc!r}") from None
 
 
+def require_reportable_cost(total: Decimal) -> Decimal:
+    """``total``, a run's known costs, unless it is beyond the largest double: no report's
+    JSON number could state it (:class:`PartialError`; ``corpus check`` refuses it too)."""
+    if beyond_double(total):
+        raise PartialError(
+            f"its known costs sum to {total:.6E} USD, beyond the largest double (about "
+            "1.8E+308): no report can state that total"
+        )
+    return total
+
+
 def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
     """One run's partial over the union of the parts' cases.
 
     Raises:
-        PartialError: no parts, parts of different runs, or an inexact sum.
+        PartialError: no parts, parts of different runs, an inexact sum, or costs beyond
+            the largest double.
     """
     if not parts:
         raise PartialError("no partials to merge")
@@ -191,7 +203,7 @@ def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
     return RunPartial(
         arm_id=first.arm_id,
         run_index=first.run_index,
-        cost_total_usd=exact_sum([part.cost_total_usd for part in parts]),
+        cost_total_usd=require_reportable_cost(exact_sum([part.cost_total_usd for part in parts])),
         latency_tail=largest_of_union([part.latency_tail for part in parts], tail),
         **counters,
     )

@@ -19,8 +19,7 @@ from runner.commands.parsing import (
     output_dir,
     output_file,
 )
-from runner.corpus.check import DEFAULT_MAX_PROBLEMS, check_corpus
-from runner.corpus.checksum import compute_checksum
+from runner.corpus.check import DEFAULT_MAX_PROBLEMS, check_corpus, require_valid_corpus
 from runner.corpus.manifest import build_manifest
 from runner.corpus.normalize import DEFAULT_MEMORY_BUDGET, normalize_corpus
 from runner.corpus.runs_index import RUNS_INDEX_FILE
@@ -106,9 +105,10 @@ marks.json (what every run record's marks_ref must be), each when its file is va
     checksum = add_command(
         actions,
         "checksum",
-        summary="print the corpus checksum",
-        description="sha256: over the RFC 8785 form of every case of cases.jsonl, in case_id\n"
-        "order (validating every case).",
+        summary="check the corpus and print its checksum",
+        description="Checks every corpus file as `corpus check` does (exit 1 naming the first\n"
+        "problem), then prints the checksum: sha256: over the RFC 8785 form of every case of\n"
+        "cases.jsonl, in case_id order.",
         family=Family.REPLAY,
     )
     checksum.add_argument("corpus", type=input_dir("DIR"), metavar="DIR", help="corpus directory")
@@ -235,7 +235,8 @@ def handle_check(args: argparse.Namespace) -> int:
 
 
 def handle_checksum(args: argparse.Namespace) -> int:
-    print(compute_checksum(args.corpus))
+    # A checksum is printed only for a corpus that would replay: every file is checked.
+    print(require_valid_corpus(args.corpus).set_ref)
     return 0
 
 

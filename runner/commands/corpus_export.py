@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from attestation.contracts import format_sha256, is_tenant_id, sha256_digest
 from runner.commands.parsing import add_command, input_dir, input_file, output_file
-from runner.corpus.checksum import scan_cases
+from runner.corpus.check import require_valid_corpus
 from runner.errors import InputError, PublishError, UsageError
 from runner.exit_codes import Family
 from tenant.corpus_export import (
@@ -89,13 +89,16 @@ downloads and checks it with attested-replay tenant fetch --corpus (docs/publish
 
 
 def build_manifest(corpus: Path) -> ExportManifest:
-    """The export manifest of ``corpus``: validates every case (the checksum) first."""
-    scan = scan_cases(corpus)
+    """The export manifest of ``corpus``: every corpus file is checked first, as `corpus
+    check` does (each file by kind before it is opened), so nothing invalid is exported."""
+    report = require_valid_corpus(corpus)
+    assert report.set_ref is not None  # a valid corpus has its checksum
+    assert report.case_count is not None
     try:
         files = describe_files(corpus)
     except OSError as exc:
         raise UsageError(f"DIR {corpus}: cannot read {exc.filename}: {exc.strerror}") from exc
-    return ExportManifest(corpus_checksum=scan.checksum, case_count=scan.case_count, files=files)
+    return ExportManifest(corpus_checksum=report.set_ref, case_count=report.case_count, files=files)
 
 
 def handle_export(args: argparse.Namespace) -> int:

@@ -26,9 +26,9 @@ from runner.commands.parsing import (
 from runner.errors import InputError, UsageError
 from runner.exit_codes import Family
 from runner.k8s.job import build_replay, require_verifiable
+from runner.pipeline.corpus_source import unpack_archive
 from runner.pipeline.replay import CorpusDigests, corpus_digests
 from runner.workload import current_workload
-from tenant.corpus_export import ExportError, read_export
 from tenant.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def register(subparsers: Subparsers) -> None:
         type=input_file_or_dir("--corpus"),
         metavar="DIR|ARCHIVE",
         help="pin the corpus checksum and evaluation digest of this approved corpus (a "
-        "directory, or its export from `corpus export`)",
+        "directory, its export from `corpus export`, or a .tar.gz of the corpus files)",
     )
     source.add_argument(
         "--corpus-checksum", metavar="sha256:HEX", help="the expected corpus checksum"
@@ -315,20 +315,14 @@ def _require_pins(expected: ExpectedValues, args: argparse.Namespace) -> None:
 
 
 def _corpus_digests(corpus: Path) -> CorpusDigests:
-    """The checksum and evaluation digest of a corpus directory or export archive (an export
-    is checked against its manifest)."""
+    """The checksum and evaluation digest of a corpus directory, export or plain archive (the
+    corpus inputs every command takes; an export is checked against its manifest)."""
     if corpus.is_dir():
         return corpus_digests(corpus)
     with tempfile.TemporaryDirectory(prefix="attested-replay-expected-") as workdir:
-        try:
-            with corpus.open("rb") as archive:
-                manifest = read_export(archive, Path(workdir))
-        except OSError as exc:
-            raise UsageError(f"--corpus {corpus}: cannot read it: {exc.strerror or exc}") from exc
-        except ExportError as exc:
-            raise InputError(f"--corpus {corpus}: {exc}") from exc
+        manifest = unpack_archive(corpus, Path(workdir))
         digests = corpus_digests(Path(workdir))
-    if digests.corpus_checksum != manifest.corpus_checksum:
+    if manifest is not None and digests.corpus_checksum != manifest.corpus_checksum:
         raise InputError(
             f"--corpus {corpus}: its manifest says corpus checksum {manifest.corpus_checksum}, "
             f"its files have {digests.corpus_checksum}"

@@ -16,6 +16,7 @@ one exit-code table per family, and option types that check paths while parsing.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -128,6 +129,34 @@ class PathArgument:
 
     def check(self, path: Path) -> Path:
         return self._check(path, self.label)
+
+
+#: The longest wait any option accepts (an hour): every wait ends.
+MAX_WAIT_SECONDS: Final = 3600.0
+
+
+def seconds(*, most: float = MAX_WAIT_SECONDS, zero: bool = False) -> Callable[[str], float]:
+    """A finite number of seconds, more than 0 (or from 0, with ``zero``) and at most
+    ``most``: an infinite or NaN wait is refused, never a wait forever."""
+    bounds = f"from 0 to {most:g}" if zero else f"more than 0 and at most {most:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero) or value > most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds {bounds}")
+        return value
+
+    return parse
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535 (the kernel would otherwise take another)."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return int(text)
 
 
 def input_file(label: str) -> PathArgument:

@@ -4,7 +4,6 @@ publication."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -27,6 +26,8 @@ from runner.commands.parsing import (
     input_file,
     output_dir,
     output_file,
+    seconds,
+    tcp_port,
 )
 from runner.errors import InputError, PublishError, UsageError, VerificationFailedError
 from runner.exit_codes import Family
@@ -62,14 +63,7 @@ def _check_state_dir(path: Path, label: str) -> Path:
     return path
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
-    return value
+_seconds = seconds()
 
 
 def _witness(text: str) -> object:
@@ -152,7 +146,9 @@ live in the state directory unless --db and --log-signing-key say otherwise.""",
         family=Family.PUBLICATION,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8443, help="port to listen on")
+    parser.add_argument(
+        "--port", type=tcp_port, default=8443, help="TCP port to listen on, 1 to 65535"
+    )
     parser.add_argument(
         "--state-dir",
         type=PathArgument("--state-dir", _check_state_dir),
@@ -319,7 +315,14 @@ def _register_token(subparsers: Subparsers) -> None:
     create.add_argument(
         "--role", required=True, choices=["operator", "tenant"], help="what the token may do"
     )
-    database_help = "the service's SQLite file or postgresql:// DSN (default: serve's)"
+    database_help = (
+        "the service's SQLite file or postgresql:// DSN (default: publish.sqlite3 in the "
+        "state directory)"
+    )
+    state_help = "the service's state directory, as serve's --state-dir (default: serve's)"
+    create.add_argument(
+        "--state-dir", type=input_dir("--state-dir"), metavar="DIR", help=state_help
+    )
     create.add_argument("--db", metavar="LOCATION", help=database_help)
     create.set_defaults(handler=_token_create)
     revoke = add_command(
@@ -340,6 +343,9 @@ def _register_token(subparsers: Subparsers) -> None:
     which.add_argument(
         "--id", dest="token_id", metavar="ID", help="the token's id, as `token list` shows it"
     )
+    revoke.add_argument(
+        "--state-dir", type=input_dir("--state-dir"), metavar="DIR", help=state_help
+    )
     revoke.add_argument("--db", metavar="LOCATION", help=database_help)
     revoke.set_defaults(handler=_token_revoke)
     listing = add_command(
@@ -349,6 +355,9 @@ def _register_token(subparsers: Subparsers) -> None:
         description="The id is the first 12 hex digits of the token's SHA-256, as the audit "
         "log names it.",
         family=Family.PUBLICATION,
+    )
+    listing.add_argument(
+        "--state-dir", type=input_dir("--state-dir"), metavar="DIR", help=state_help
     )
     listing.add_argument("--db", metavar="LOCATION", help=database_help)
     listing.set_defaults(handler=_token_list)
@@ -590,12 +599,12 @@ def _server_backup(args: argparse.Namespace) -> int:
 
 
 def _token_database(args: argparse.Namespace) -> str:
-    """The token commands' database: --db, else the one ``serve`` uses by default (the
-    caller imported the server extra)."""
+    """The token commands' database: --db, else the one ``serve`` uses in --state-dir (or
+    its default state directory); the caller imported the server extra."""
     from runner.publish.service import DATABASE_FILE, default_state_dir
     from runner.publish.storage import is_postgres_location
 
-    location = str(args.db or default_state_dir() / DATABASE_FILE)
+    location = str(args.db or (args.state_dir or default_state_dir()) / DATABASE_FILE)
     if not is_postgres_location(location) and not Path(location).parent.is_dir():
         raise UsageError(f"--db {location}: directory {Path(location).parent} does not exist")
     return location

@@ -61,7 +61,8 @@ def register_action(actions: Subparsers) -> None:
         required=True,
         type=input_file_or_dir("--corpus"),
         metavar="DIR|ARCHIVE",
-        help="corpus directory or corpus export (.tar.gz)",
+        help="corpus directory, or .tar.gz file (a corpus export or an archive of the corpus "
+        "files)",
     )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     parser.set_defaults(handler=handle)

@@ -30,6 +30,7 @@ from runner.commands.parsing import (
     input_file,
     interface_path,
     output_file,
+    seconds,
 )
 from runner.errors import UsageError
 from runner.evidence import AGENT_ENCODINGS, EVIDENCE_CHOICES
@@ -62,12 +63,17 @@ def register(subparsers: Subparsers) -> None:
         family=Family.REPLAY,
     )
     add_run_arguments(parser)
-    parser.set_defaults(handler=handle)
+    # On a terminal the summary it prints says what its info events say (runner.cli.log_level).
+    parser.set_defaults(handler=handle, terminal_log_level="warning")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--corpus", required=True, help="corpus directory, or https:// URL of a .tar.gz"
+        "--corpus",
+        required=True,
+        metavar="DIR|ARCHIVE|URL",
+        help="corpus directory, .tar.gz file (a corpus export or an archive of the corpus "
+        "files), or https:// URL of one",
     )
     parser.add_argument(
         "--corpus-deadline",
@@ -127,14 +133,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--agent-timeout",
-        type=float,
+        type=seconds(),
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help="seconds to wait for the attestation agent (coco-aa)",
     )
     parser.add_argument(
         "--agent-wait",
-        type=float,
+        type=seconds(zero=True),
         help="seconds to wait for the attestation agent's REST server to start listening "
         "(coco-aa: default 30; auto: default 0, since it cannot tell a late agent from none)",
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ from attestation.evaluation.marks import (
     metric_name_error,
 )
 from attestation.evaluation.models import PassMark, PassMarks, Plan
+from attestation.evaluation.numbers import beyond_double, scored_value
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
@@ -324,6 +326,7 @@ def _cases(
     labels: dict[str, str] = {}
     lines_of: dict[str, int] = {}
     previous: str | None = None
+    groups = _GroupSplits()
     for number, line in _lines(directory, CASES_FILE, MAX_CASE_LINE_BYTES, problems):
         data = _record(line, CASES_FILE, number, problems)
         if data is None or not problems.model(Case, data, CASES_FILE, line=number):
@@ -348,6 +351,7 @@ def _cases(
         previous = case.case_id if previous is None else max(previous, case.case_id)
         lines_of[case.case_id] = number
         labels[case.case_id] = case.label
+        _check_frozen_set_rules(case, number, groups, problems)
         if plan is not None and plan.abstain_label is not None and case.label == plan.abstain_label:
             problems.add(
                 CASES_FILE,
@@ -366,6 +370,53 @@ def _cases(
     except CorpusError as exc:  # a rule of the checksum pass this check does not repeat
         problems.error(exc)
         return None
+
+
+def _words(text: str) -> str:
+    """``text`` lowercased, each run of other characters than letters and digits one ``-``,
+    with ``-`` at both ends: ``"Case_FLAG.7"`` -> ``"-case-flag-7-"``."""
+    return "-" + "-".join(_WORD.findall(text.lower())) + "-"
+
+
+_WORD: Final = re.compile(r"[^\W_]+")
+
+
+@dataclass
+class _GroupSplits:
+    """The split of each group seen so far, and the line of its first case."""
+
+    seen: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+
+
+def _check_frozen_set_rules(
+    case: Case, number: int, groups: _GroupSplits, problems: _Problems
+) -> None:
+    """The evaluation design pack's frozen-set rules: "case ids are opaque and never encode
+    labels" (the label's words may not appear as whole words of the id, so a reader of ids
+    cannot read answers) and "near-duplicates share a group and a split" (a group never spans
+    two splits, so a near-duplicate cannot sit in the set one tunes on and the one scored)."""
+    if _words(case.label) in _words(case.case_id):
+        problems.add(
+            CASES_FILE,
+            f"field 'case_id': {case.case_id!r} contains its label {case.label!r}; case ids "
+            "are opaque and never encode the label",
+            line=number,
+        )
+    if case.group is None:
+        return
+    first = groups.seen.setdefault(case.group, (case.split, number))
+    if first[0] != case.split:
+        problems.add(
+            CASES_FILE,
+            f"field 'split': case {case.case_id!r} of group {case.group!r} is in split "
+            f"{_split_name(case.split)}, the group's first case (line {first[1]}) in "
+            f"{_split_name(first[0])}; a group never spans splits",
+            line=number,
+        )
+
+
+def _split_name(split: str | None) -> str:
+    return "none" if split is None else repr(split)
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,12 +520,19 @@ def _check_run_cases(
 ) -> None:
     seen: set[str] = set()
     ids: list[str] = []
+    costs: list[Decimal] = []
     for index, raw in enumerate(cases):
         at = f"cases.{index}"
         if not problems.model(RunCase, raw, RUNS_FILE, line=number, at=at):
+            # Its problem is reported: the case it names is not also reported missing.
+            if isinstance(raw, dict) and isinstance(raw.get("case_id"), str):
+                seen.add(raw["case_id"])
             continue
-        case_id = RunCase.model_validate(raw).case_id
+        entry = RunCase.model_validate(raw)
+        case_id = entry.case_id
         ids.append(case_id)
+        if entry.cost_usd is not None:
+            costs.append(scored_value(raw["cost_usd"]))
         if case_id not in labels:
             problems.add(
                 RUNS_FILE,
@@ -488,6 +546,15 @@ def _check_run_cases(
                 line=number,
             )
         seen.add(case_id)
+    total = sum(costs, Decimal(0))  # 28 digits are enough to compare with the bound
+    if beyond_double(total):
+        problems.add(
+            RUNS_FILE,
+            f"field 'cases': the known costs of run {record.arm_id}/{record.run_index} sum to "
+            f"{total:.6E} USD, beyond the largest double (about 1.8E+308): no report can "
+            "state that total",
+            line=number,
+        )
     missing = [case_id for case_id in labels if case_id not in seen]
     if missing:
         problems.add(
@@ -501,3 +568,19 @@ def _check_run_cases(
         order = first_out_of_order(ids, list(labels))
         if order is not None:
             problems.add(RUNS_FILE, order, line=number)
+
+
+def require_valid_corpus(directory: Path) -> CorpusCheck:
+    """:func:`check_corpus` for commands that go on only with a valid corpus (``corpus
+    checksum``, ``corpus export``): the first problem as a :class:`CorpusError` naming its
+    file, line and field, and how many there are."""
+    report = check_corpus(directory, max_problems=1)
+    if report.ok:
+        return report
+    first = report.problems[0]
+    what = first.message if first.field is None else f"field '{first.field}': {first.message}"
+    total = len(report.problems) + report.omitted
+    more = (
+        "" if total == 1 else f" (and {total - 1} more: `attested-replay corpus check` lists them)"
+    )
+    raise CorpusError(first.file, what + more, line=first.line)

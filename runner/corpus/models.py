@@ -14,6 +14,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from attestation.encoding.json_document import plain_message, problem_path
 from attestation.evaluation.models import ExactNumber, FrozenModel
 from runner.corpus.errors import CorpusError
 
@@ -47,7 +48,9 @@ class Case(FrozenModel):
 class RunCase(FrozenModel):
     """One case's result inside a run record."""
 
-    case_id: str = Field(min_length=1, max_length=CASE_ID_MAX)
+    # The pattern of Case: an id no case can have is named at its line, never hashed (the id
+    # digest is over ASCII bytes).
+    case_id: str = Field(min_length=1, max_length=CASE_ID_MAX, pattern=CASE_ID_PATTERN)
     prediction: str | None
     error: str | None = Field(default=None, max_length=300)
     cost_usd: ExactNumber | None = Field(ge=0)
@@ -119,7 +122,7 @@ def model_problems(model: type[BaseModel], data: object) -> list[tuple[str, str]
             len(other) > len(loc) and other[: len(loc)] == loc for other in locations
         ):
             continue
-        path = ".".join(str(part) for part in loc)
+        path = problem_path(loc)
         problems.append((path, _message(model, loc, error)))
     return problems
 
@@ -130,7 +133,13 @@ def _message(model: type[BaseModel], loc: tuple[str | int, ...], error: ErrorDet
         if owner is None:
             return "unknown key"
         return f"unknown key (allowed: {', '.join(owner.model_fields)})"
-    message = error["msg"].removeprefix("Value error, ")
+    if (
+        error["type"] == "string_pattern_mismatch"
+        and (error.get("ctx") or {}).get("pattern") == CASE_ID_PATTERN
+    ):
+        message = "a case id is lowercase ASCII letters, digits and '-'"
+    else:
+        message = plain_message(error["msg"].removeprefix("Value error, "))
     value = error.get("input")
     if error["type"] != "missing" and isinstance(value, str | int | float | bool | None):
         shown = repr(value)

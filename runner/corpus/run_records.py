@@ -736,7 +736,10 @@ class _FastLine(Generic[SinkT]):
         # msgspec keeps the last of two equal keys: a dropped member drops its colon.
         if colon_count(piece) != colons:
             raise _FallbackError
-        self.ids.add(ids)
+        try:
+            self.ids.add(ids)
+        except UnicodeEncodeError:  # an id no case has: the exact reader names its line
+            raise _FallbackError from None
         self.count += len(records)
 
 

@@ -25,7 +25,7 @@ _CASES: Final = (
     ("case-01", POSITIVE, "reset my password now or lose access", "dev", "password"),
     ("case-02", NEGATIVE, "your password was changed as you asked", "dev", "password"),
     ("case-03", POSITIVE, "confirm your bank login at this link", "dev", "login"),
-    ("case-04", NEGATIVE, "you logged in from a new laptop", "holdout", "login"),
+    ("case-04", NEGATIVE, "you logged in from a new laptop", "dev", "login"),
     ("case-05", POSITIVE, "claim the prize by paying a small fee", "holdout", "prize"),
     ("case-06", NEGATIVE, "the raffle results are on the notice board", "holdout", "prize"),
     ("case-07", POSITIVE, "your parcel is held: pay customs here", "holdout", "parcel"),

@@ -1,4 +1,9 @@
-"""Where a replay's corpus comes from: a directory, or an HTTPS URL of a ``.tar.gz``.
+"""Where a corpus comes from: a directory, a ``.tar.gz`` file, or an HTTPS URL of one.
+
+:func:`corpus_directory` is the one resolver every command taking ``--corpus`` uses (``run``,
+``expected``, ``tenant reproduce``): the archive is a corpus export (``corpus export``'s format,
+read by :func:`tenant.corpus_export.read_export`) when its first member is the export's
+manifest, otherwise a plain archive of the corpus files.
 
 The transport is not trusted: the pod recomputes the corpus checksum inside the TEE and
 refuses a corpus whose checksum differs from the one the operator expected. Nor is the
@@ -9,7 +14,12 @@ anything is listed (:mod:`tenant.archive`).
 
 from __future__ import annotations
 
+import gzip
 import tarfile
+import tempfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Final
 
@@ -23,12 +33,14 @@ from attestation.contracts import (
     MAX_CORPUS_ARCHIVE_RATIO,
     MAX_CORPUS_UNPACKED_BYTES,
 )
+from attestation.files import open_regular
 from runner.corpus.checksum import CASES_FILE
 from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.corpus.jsonio import MAX_SMALL_FILE_BYTES
 from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE
 from runner.errors import InputError, SourceUnavailableError, UsageError
 from tenant.archive import ArchiveBounds, iter_entries
+from tenant.corpus_export import MANIFEST_NAME, ExportError, ExportManifest, read_export
 from tenant.errors import ArchiveError, TenantUsageError
 from tenant.http import (
     AnswerTooLargeError,
@@ -116,17 +128,78 @@ def fetch_corpus(
     log.info("corpus_downloaded", url=url, bytes=received)
     corpus_dir = destination / "corpus"
     corpus_dir.mkdir()
-    _unpack(archive, corpus_dir)
+    unpack_archive(archive, corpus_dir)
     archive.unlink()
     return corpus_dir
+
+
+def describe_source(source: str, flag: str) -> None:
+    """Refuse, before any work, a ``flag`` that names neither a directory, a file nor a URL."""
+    if not is_url(source) and not Path(source).is_dir() and not Path(source).is_file():
+        raise UsageError(
+            f"{flag} {source}: not a corpus directory, a .tar.gz file or an https:// URL"
+        )
+
+
+@contextmanager
+def corpus_directory(
+    source: str,
+    *,
+    flag: str = "--corpus",
+    deadline: float = DOWNLOAD_DEADLINE,
+    ca_bundle: Path | None = None,
+) -> Iterator[Path]:
+    """The corpus directory ``source`` names: a directory as it is; a ``.tar.gz`` file or an
+    ``https://`` URL of one unpacked into a temporary directory that lives as long as the
+    context (:func:`unpack_archive`)."""
+    describe_source(source, flag)
+    path = Path(source)
+    if not is_url(source) and path.is_dir():
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="attested-replay-corpus-") as workdir:
+        if is_url(source):
+            yield fetch_corpus(source, Path(workdir), deadline=deadline, ca_bundle=ca_bundle)
+            return
+        target = Path(workdir) / "corpus"
+        target.mkdir()
+        unpack_archive(path, target)
+        yield target
+
+
+def _first_member_name(archive: Path) -> bytes | None:
+    """The name field of the archive's first tar header (at most 512 bytes unpacked), or
+    None when the file is not gzip: the readers then say what is wrong with it."""
+    try:
+        with open_regular(archive) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as unpacked:
+            header = unpacked.read(tarfile.BLOCKSIZE)
+    except (OSError, EOFError, zlib.error):
+        return None
+    return header[:100].rstrip(b"\0")
+
+
+def unpack_archive(archive: Path, target: Path) -> ExportManifest | None:
+    """Unpack the corpus archive ``archive`` into the empty directory ``target``: a corpus
+    export (returns its manifest) or a plain archive of the corpus files (returns None).
+    Raises :class:`InputError` naming the archive and what is wrong."""
+    if _first_member_name(archive) != MANIFEST_NAME.encode():
+        _unpack(archive, target)
+        return None
+    try:
+        with open_regular(archive) as raw:
+            return read_export(raw, target)
+    except ExportError as exc:
+        raise InputError(f"corpus archive {archive.name}: {exc}") from exc
+    except OSError as exc:
+        raise InputError(f"corpus archive {archive.name} cannot be read: {exc.strerror}") from exc
 
 
 def _unpack(archive: Path, target: Path) -> None:
     """Extract the four corpus files (and ``runs.index.json``, if there is one), from the
     archive root or one top-level directory, in one streaming pass whose bounds are checked
     entry by entry (:mod:`tenant.archive`; the limits are in :mod:`attestation.contracts`).
-    Other regular files are ignored, as they are in a corpus directory; links, devices and
-    paths leaving the archive are refused."""
+    Any other file, links, devices and paths leaving the archive are refused (docs/limits.md):
+    an archive holds the corpus and nothing else."""
     bounds = ArchiveBounds(
         max_entries=MAX_CORPUS_ARCHIVE_ENTRIES,
         max_unpacked=MAX_CORPUS_UNPACKED_BYTES,
@@ -143,12 +216,7 @@ def _unpack(archive: Path, target: Path) -> None:
                 if reader is None:
                     continue  # a directory entry: only the files' own directory matters
                 path = PurePosixPath(member.name)
-                if not _is_corpus_file(member, path):
-                    # Another file (a README, a licence): ignored, as in a directory; it is
-                    # still read through, and counted by the bounds.
-                    while reader.read(_CHUNK):
-                        pass
-                    continue
+                _require_corpus_file(member, path)
                 _check_entry(member, path, found)
                 found[path.name] = member.name
                 directories.add(path.parent)
@@ -166,12 +234,17 @@ def _unpack(archive: Path, target: Path) -> None:
         raise InputError(f"corpus archive lacks {sorted(missing)}")
 
 
-def _is_corpus_file(member: tarfile.TarInfo, path: PurePosixPath) -> bool:
-    """Whether the entry is one of the corpus files (at the root or one directory down);
-    an entry whose path leaves the archive is refused, whatever its name."""
+def _require_corpus_file(member: tarfile.TarInfo, path: PurePosixPath) -> None:
+    """The entry must be one of the corpus files, at the root or one directory down; an
+    entry whose path leaves the archive is refused as such, whatever its name."""
     if path.is_absolute() or ".." in path.parts:
         raise ArchiveError(f"entry {member.name!r} points outside the archive")
-    return path.name in CORPUS_FILES | OPTIONAL_FILES and len(path.parts) <= 2
+    if path.name not in CORPUS_FILES | OPTIONAL_FILES or len(path.parts) > 2:
+        raise ArchiveError(
+            f"entry {member.name!r} is not a corpus file (an archive holds only "
+            f"{', '.join(sorted(CORPUS_FILES | OPTIONAL_FILES))}, at its root or in one "
+            "top-level directory)"
+        )
 
 
 def _check_entry(member: tarfile.TarInfo, path: PurePosixPath, found: dict[str, str]) -> None:

@@ -36,10 +36,10 @@ from attestation.envelope.merged_verification import header_binding
 from attestation.envelope.model import Binding
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from runner.corpus.errors import CorpusError
-from runner.errors import UsageError
+from runner.errors import InputError, UsageError
+from runner.pipeline.corpus_source import unpack_archive
 from runner.pipeline.replay import ReplayOutcome, compute_checksum, replay_corpus
 from runner.workload import current_workload
-from tenant.corpus_export import ExportError, read_export
 
 #: At most this many differing result values are listed.
 MAX_DIFFERENCES: Final = 20
@@ -138,7 +138,7 @@ class _Claim:
 
 def reproduce(envelope_bytes: bytes, corpus: Path) -> Reproduction:
     """Re-derive the envelope's corpus checksum, evaluation digest and result digest from
-    ``corpus`` (a corpus directory or a corpus export archive) and compare.
+    ``corpus`` (a corpus directory, a corpus export or a plain corpus archive) and compare.
 
     A merged envelope's header is compared with the unsharded replay (its merged report is
     byte for byte the unsharded one); a shard envelope with that shard's replay."""
@@ -152,15 +152,13 @@ def reproduce(envelope_bytes: bytes, corpus: Path) -> Reproduction:
         return _reproduce_from(envelope, corpus, f"--corpus {corpus}")
     with tempfile.TemporaryDirectory(prefix="attested-replay-reproduce-") as workdir:
         try:
-            with corpus.open("rb") as archive:
-                manifest = read_export(archive, Path(workdir))
-        except OSError as exc:
-            raise UsageError(f"--corpus {corpus}: cannot read it: {exc.strerror or exc}") from exc
-        except ExportError as exc:
+            # The resolver `run --corpus` uses: a corpus export or a plain corpus archive.
+            manifest = unpack_archive(corpus, Path(workdir))
+        except InputError as exc:
             return _failed(envelope, FailureClass.MALFORMED, f"--corpus {corpus}: {exc}")
         outcome = _reproduce_from(envelope, Path(workdir), f"--corpus {corpus}")
         checksum = outcome.comparisons[0].recomputed if outcome.comparisons else None
-        if checksum is not None and checksum != manifest.corpus_checksum:
+        if manifest is not None and checksum not in (None, manifest.corpus_checksum):
             return _failed(
                 envelope,
                 FailureClass.MALFORMED,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +47,7 @@ from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
 from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
 from runner.evidence.simulated import SIMULATED_PROVIDER, load_or_create_simulated_amd
-from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE, fetch_corpus, is_url
+from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE, corpus_directory, describe_source
 from runner.pipeline.envelope import assemble_envelope, endorse, envelope_json_bytes
 from runner.pipeline.environment import ProcessEnvironment, process_environment
 from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
@@ -68,7 +67,10 @@ class RunRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    corpus: str = Field(description="corpus directory, or https:// URL of a .tar.gz")
+    corpus: str = Field(
+        description="corpus directory, .tar.gz file (a corpus export or an archive of the corpus "
+        "files), or https:// URL of one"
+    )
     corpus_deadline: float = Field(
         default=DOWNLOAD_DEADLINE,
         gt=0,
@@ -297,8 +299,7 @@ def _check_paths(request: RunRequest) -> None:
     """A corpus directory must exist and every output path must be writable before any work: a
     typo found after a long replay would waste it (``attested-replay run`` checks its path
     options while parsing too)."""
-    if not is_url(request.corpus) and not Path(request.corpus).is_dir():
-        raise UsageError(f"--corpus {request.corpus}: not a directory or an https:// URL")
+    describe_source(request.corpus, "--corpus")
     if request.result_path.resolve() == request.out.resolve():
         raise UsageError(f"--result-out {request.result_path}: is the envelope's own path (--out)")
     check_output_file(request.out, "--out")
@@ -308,8 +309,9 @@ def _check_paths(request: RunRequest) -> None:
 
 
 def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
-    with tempfile.TemporaryDirectory(prefix="attested-replay-") as workdir:
-        corpus_dir = _resolve_corpus(request, Path(workdir))
+    with corpus_directory(
+        request.corpus, deadline=request.corpus_deadline, ca_bundle=request.ca_bundle
+    ) as corpus_dir:
         if request.expect_checksum:
             actual = compute_checksum(corpus_dir)
             if actual != request.expect_checksum:
@@ -321,18 +323,6 @@ def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
     if request.expect_checksum and outcome.corpus_checksum != request.expect_checksum:
         raise ChecksumMismatchError(f"corpus changed during the replay: {outcome.corpus_checksum}")
     return outcome
-
-
-def _resolve_corpus(request: RunRequest, workdir: Path) -> Path:
-    source = request.corpus
-    if is_url(source):
-        return fetch_corpus(
-            source, workdir, deadline=request.corpus_deadline, ca_bundle=request.ca_bundle
-        )
-    path = Path(source)
-    if not path.is_dir():
-        raise UsageError(f"--corpus {source}: not a directory or an https:// URL")
-    return path
 
 
 def _write_termination_log(path: Path, message: TerminationMessage) -> None:

@@ -275,7 +275,6 @@ def test_missing_file_exits_9(
         ["--report"],
         ["--endorsement", str(REAL / "azure-milan-v3-vcek.der")],
         ["--report", str(REAL / "azure-milan-v3-report.bin")],
-        ["--help"],
         ["--report", "x", "--endorsement", "y", "--now", "yesterday"],
         ["--report", "x", "--endorsement", "y", "--now", "2026-01-01T00:00:00"],
     ],
@@ -285,7 +284,6 @@ def test_missing_file_exits_9(
         "missing-value",
         "no-mode",
         "no-endorsement",
-        "help",
         "bad-now",
         "naive-now",
     ],
@@ -293,6 +291,28 @@ def test_missing_file_exits_9(
 def test_usage_errors_exit_9(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(argv) == 9
     assert capsys.readouterr().err != ""
+
+
+@pytest.mark.parametrize(("option", "shows"), [("--help", "usage: "), ("--version", "0.1.0")])
+def test_help_and_version_exit_0(
+    option: str, shows: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([option]) == 0
+    captured = capsys.readouterr()
+    assert shows in captured.out
+    assert "VERIFIED" not in captured.out
+    assert captured.err == ""
+
+
+def test_a_mistyped_option_is_named_with_a_suggestion(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["--envelop", "e.json", "--expected", "x.json"]) == 9
+    assert capsys.readouterr().err == (
+        "verify-attested-run: usage: unknown option --envelop; did you mean --envelope?\n"
+    )
+    assert cli.main(["--expected=x.json", "--envelope", "e.json", "--jsn"]) == 9
+    assert "unknown option --jsn; did you mean --json?" in capsys.readouterr().err
 
 
 def test_now_accepts_offsets(capsys: pytest.CaptureFixture[str]) -> None:
@@ -444,3 +464,12 @@ def test_a_verdict_that_cannot_be_written_exits_9(
     if verdict == 0:
         assert b"cannot write the verdict to stdout: [Errno 32] Broken pipe" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_a_policy_problem_names_no_python_type() -> None:
+    from attestation.errors import MalformedError
+    from attestation.verify.policy import load_policy
+
+    with pytest.raises(MalformedError) as refused:
+        load_policy(b'{"minimumTcb": 5}')
+    assert str(refused.value) == "policy is invalid: minimumTcb: Input should be a valid dictionary"

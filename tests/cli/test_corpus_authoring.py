@@ -251,3 +251,62 @@ def test_new_refuses_a_directory_that_is_not_empty(
     assert (code, out) == (9, "")
     assert err == f"error: DIR {tmp_path}/taken: is not empty; give a new or empty directory\n"
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.txt"]
+
+
+def test_the_frozen_set_rules_are_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The evaluation design pack's frozen-set rules: case ids never encode the label, and a
+    group never spans splits."""
+    corpus = tmp_path / "corpus"
+    assert main(["corpus", "new", str(corpus)]) == 0
+    capsys.readouterr()
+    assert _check_json(capsys, corpus)[0] == 0
+    cases = _lines(corpus / "cases.jsonl")
+    cases[4]["split"] = "dev"  # case-05 of group 'prize', whose case-06 stays in holdout
+    cases[5]["case_id"] = "case-06-clear"  # its label is 'clear'
+    _write_lines(corpus / "cases.jsonl", cases)
+    code, report = _check_json(capsys, corpus)
+    assert code == 1
+    errors = [(e["line"], e["field"], e["message"]) for e in report["errors"]]
+    assert [error for error in errors if error[0] in (5, 6)] == [
+        (
+            6,
+            "case_id",
+            (
+                "'case-06-clear' contains its label 'clear'; case ids are opaque and never "
+                "encode the label"
+            ),
+        ),
+        (
+            6,
+            "split",
+            (
+                "case 'case-06-clear' of group 'prize' is in split 'holdout', the group's "
+                "first case (line 5) in 'dev'; a group never spans splits"
+            ),
+        ),
+    ]
+    # A label's word inside another word is no encoding: 'clear' in 'unclear-7' is not 'clear'.
+    cases[5]["case_id"] = "case-06-unclear"
+    cases[5]["split"] = "dev"
+    _write_lines(corpus / "cases.jsonl", cases)
+    code, report = _check_json(capsys, corpus)
+    assert [e for e in report["errors"] if e["file"] == "cases.jsonl"] == []
+
+
+def test_one_bad_value_is_one_problem_in_plain_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    assert main(["corpus", "new", str(corpus)]) == 0
+    runs = _lines(corpus / "runs.jsonl")
+    runs[0]["cases"][0]["latency_ms"] = "slow"
+    _write_lines(corpus / "runs.jsonl", runs)
+    capsys.readouterr()
+    code, report = _check_json(capsys, corpus)
+    assert code == 1
+    # Not also "run A0/1 is missing 1 case(s)", and no Python type name ("Decimal").
+    assert [(e["line"], e["field"], e["message"]) for e in report["errors"]] == [
+        (1, "cases.0.latency_ms", "Input should be a number (found 'slow')")
+    ]

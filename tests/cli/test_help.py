@@ -124,11 +124,12 @@ def test_family_tables_share_the_numbers() -> None:
 
 
 def test_verifier_help_version_and_exit_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert verifier_cli.main(["--version"]) == 9  # only a completed verification exits 0
+    # --help and --version exit 0, as users and scripts expect; no verdict line is printed.
+    assert verifier_cli.main(["--version"]) == 0
     captured = capsys.readouterr()
     assert captured.out == f"verify-attested-run {__version__}\n"
-    assert "no verification performed" in captured.err
-    assert verifier_cli.main(["--help"]) == 9
+    assert captured.err == ""
+    assert verifier_cli.main(["--help"]) == 0
     text = capsys.readouterr().out
     assert not MARKUP.search(text)
     assert set(MEANINGS) == {0, *EXIT_CODES.values()}

@@ -102,7 +102,7 @@ def test_run_refuses_a_result_path_that_is_a_directory(
                 "--out",
                 "{tmp}/e.json",
             ],
-            "error: --corpus {tmp}/absent: not a directory or an https:// URL",
+            "error: --corpus {tmp}/absent: not a corpus directory, a .tar.gz file or an https:// URL",
         ),
         (
             ["status", "r", "--tenant", "acme", "--kubeconfig", "{tmp}/absent"],

@@ -195,6 +195,18 @@ def test_a_hostile_archive_is_refused_while_unpacking(
     assert peak < len(data) + 32 * MiB
 
 
+def test_a_file_other_than_the_corpus_files_is_refused(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _tar_gz(_file_entry("README", b"hello") + _honest_entries())
+    with hs.HostileServer(hs.answer(200, data)) as server:
+        assert _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "envelope.json") == 1
+    assert "corpus archive corpus.tar.gz: entry 'README' is not a corpus file (an archive " in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "envelope.json").exists()
+
+
 def test_an_honest_archive_still_unpacks(state_dir: Path, tmp_path: Path) -> None:
     with hs.HostileServer(hs.answer(200, _tar_gz(_honest_entries()))) as server:
         assert _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "envelope.json") == 0
@@ -236,10 +248,11 @@ def test_an_oversized_runs_index_is_refused_while_unpacking(
 ) -> None:
     info = tarfile.TarInfo(RUNS_INDEX_FILE)
     info.size = MAX_RUNS_INDEX_BYTES + 1
-    # An incompressible file first, so that the archive's size allows the entry's declared
-    # size by the ratio bound: the index's own bound is what refuses it.
-    padding = _file_entry("README", random.Random(5).randbytes(512 * 1024))
-    data = _tar_gz(_honest_entries() + padding + info.tobuf(format=tarfile.GNU_FORMAT))
+    # A second gzip member of stored random bytes after the tar's end (never reached), so
+    # that the archive's size allows the entry's declared size by the ratio bound: the
+    # index's own bound is what refuses it.
+    padding = gzip.compress(random.Random(5).randbytes(512 * 1024), compresslevel=0)
+    data = _tar_gz(_honest_entries() + info.tobuf(format=tarfile.GNU_FORMAT)) + padding
     with hs.HostileServer(hs.answer(200, data)) as server:
         assert _run(state_dir, server.url + "/corpus.tar.gz", tmp_path / "envelope.json") == 1
     assert (

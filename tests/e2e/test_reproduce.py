@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 
 # runner.pipeline exports the function ``run``, which hides the module of the same name.
 run_module = importlib.import_module("runner.pipeline.run")
-CHECKSUM = "sha256:499e2f3c0ed9d665d0dcdca85f7602fabd1be0dd44dd9f84347b3f93ed9e61fc"
+CHECKSUM = "sha256:9e74e8c33fb1c42ff74c4f307f85d954f6617f9c8e5fb27cdc99e6642c2d1ca7"
 
 
 def _reproduce(
@@ -86,6 +87,60 @@ def test_genuine_run_reproduces_from_a_corpus_export(
 
     assert (code, report["reproduced"]) == (0, True)
     assert _compared(report)["corpus checksum"] == (CHECKSUM, CHECKSUM, True)
+
+
+def _plain_archive(path: Path) -> Path:
+    """The corpus files in one top-level directory of a .tar.gz (what `run` takes by URL)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name in ("cases.jsonl", "marks.json", "plan.json", "runs.jsonl"):
+            tar.add(EXAMPLE_CORPUS / name, arcname=f"corpus/{name}")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["export", "plain"])
+def test_every_corpus_input_takes_both_archives(  # noqa: PLR0917 - fixtures
+    genuine_run: GenuineRun,
+    example_export: Path,
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:
+    """One resolver: `run`, `expected` and `tenant reproduce` take a directory, a corpus export
+    and a plain archive of the corpus files alike."""
+    archive = example_export if kind == "export" else _plain_archive(tmp_path / "plain.tar.gz")
+    code, report = _reproduce(capsys, genuine_run.envelope, archive)
+    assert (code, _compared(report)["corpus checksum"]) == (0, (CHECKSUM, CHECKSUM, True))
+    expected = tmp_path / "expected.json"
+    assert (
+        runner_main(
+            ["expected", "--run-id", "r-1", "--corpus", str(archive), "--out", str(expected)]
+        )
+        == 0
+    )
+    assert json.loads(expected.read_text())["corpusChecksum"] == CHECKSUM
+    envelope = tmp_path / "envelope.json"
+    assert (
+        runner_main(
+            [
+                "run",
+                "--corpus",
+                str(archive),
+                "--run-id",
+                "r-1",
+                "--tenant",
+                "acme",
+                "--evidence",
+                "simulated",
+                "--state-dir",
+                str(state_dir),
+                "--out",
+                str(envelope),
+            ]
+        )
+        == 0
+    )
+    assert json.loads(envelope.read_text())["binding"]["corpusChecksum"] == CHECKSUM
 
 
 def test_text_output_says_it_trusts_no_hardware(

@@ -107,20 +107,26 @@ def test_corpus_from_a_url_replays_like_the_directory(
     assert envelope["binding"]["corpusChecksum"] == checksum
 
 
-def test_other_files_in_an_archive_are_ignored_as_in_a_directory(
-    archive_server: tuple[str, dict[str, bytes]], state_dir: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    "extra",
+    ["corpus/README.md", "corpus/notes/cases.jsonl", "LICENSE"],
+)
+def test_other_files_in_an_archive_are_refused(
+    archive_server: tuple[str, dict[str, bytes]],
+    state_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: str,
 ) -> None:
+    # docs/limits.md: an archive holds the corpus files and nothing else.
     base, served = archive_server
-    extras = {
-        "corpus/README.md": b"# our corpus\n",
-        "corpus/notes/cases.jsonl": b"not the corpus: a file two levels down",
-        "LICENSE": b"CC-BY-4.0\n",
-    }
-    served["/extras.tar.gz"] = _archive({**_corpus_entries(), **extras})
+    served["/extras.tar.gz"] = _archive({**_corpus_entries(), extra: b"not the corpus\n"})
     out = tmp_path / "envelope.json"
-    checksum = compute_checksum(EXAMPLE_CORPUS)
-    assert _run(state_dir, f"{base}/extras.tar.gz", out, "--expect-checksum", checksum) == 0
-    assert json.loads(out.read_bytes())["binding"]["corpusChecksum"] == checksum
+    assert _run(state_dir, f"{base}/extras.tar.gz", out) == 1
+    assert f"corpus archive corpus.tar.gz: entry {extra!r} is not a corpus file" in (
+        capsys.readouterr().err
+    )
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

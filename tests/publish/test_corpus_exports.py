@@ -31,7 +31,7 @@ from runner.publish.storage import Storage
 from tests.publish.conftest import LiveServer, Service, make_service
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
-CHECKSUM = "sha256:499e2f3c0ed9d665d0dcdca85f7602fabd1be0dd44dd9f84347b3f93ed9e61fc"
+CHECKSUM = "sha256:9e74e8c33fb1c42ff74c4f307f85d954f6617f9c8e5fb27cdc99e6642c2d1ca7"
 
 
 @pytest.fixture(scope="module")

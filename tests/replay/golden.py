@@ -10,8 +10,8 @@ definition or the report format changes them on purpose.
 
 from __future__ import annotations
 
-EXAMPLE_CHECKSUM = "sha256:499e2f3c0ed9d665d0dcdca85f7602fabd1be0dd44dd9f84347b3f93ed9e61fc"
+EXAMPLE_CHECKSUM = "sha256:9e74e8c33fb1c42ff74c4f307f85d954f6617f9c8e5fb27cdc99e6642c2d1ca7"
 EXAMPLE_EVALUATION_DIGEST = (
-    "sha256:3b24ba61eba0e9a22927bdfebac19571fcfa5b4b691078da398660554fe6c099"
+    "sha256:44d961278acb47d35af2efbaba3e64f8cce1bdf1fe97173359a6f3844194aed7"
 )
-EXAMPLE_RESULT_DIGEST = "sha256:ecdd5c3575ca122afba2574a38ef4330c87fd9c17c55c43fdd8b5aef20a5d552"
+EXAMPLE_RESULT_DIGEST = "sha256:1a9626fced7735a4495776b3caea0a31aaeb410b4e82bade18f115447c08b29e"

@@ -359,7 +359,7 @@ def test_entries_out_of_case_order_are_refused(tmp_path: Path) -> None:
         ),
         (
             lambda entries: entries[1].update(latency_ms=True),
-            "runs.jsonl:2: field 'cases.1.latency_ms': Input should be an instance of Decimal (found True)",
+            "runs.jsonl:2: field 'cases.1.latency_ms': Input should be a number (found True)",
         ),
         (
             lambda entries: entries[5].update(error=None),
@@ -374,10 +374,7 @@ def test_entries_out_of_case_order_are_refused(tmp_path: Path) -> None:
         ),
         (
             lambda entries: entries.__setitem__(3, [entries[3]]),
-            (
-                "runs.jsonl:2: field 'cases.3': Input should be a valid dictionary or instance "
-                "of RunCase"
-            ),
+            ("runs.jsonl:2: field 'cases.3': Input should be a valid dictionary"),
         ),
         (
             lambda entries: entries[2].update(cost_usd=2**53),

@@ -8,6 +8,7 @@ import io
 import os
 import shutil
 import tarfile
+import zlib
 from importlib import resources
 from pathlib import Path
 
@@ -24,9 +25,10 @@ from tenant.corpus_export import (
     read_export,
     write_export,
 )
+from tests.fifo_guard import fifo
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
-CHECKSUM = "sha256:499e2f3c0ed9d665d0dcdca85f7602fabd1be0dd44dd9f84347b3f93ed9e61fc"
+CHECKSUM = "sha256:9e74e8c33fb1c42ff74c4f307f85d954f6617f9c8e5fb27cdc99e6642c2d1ca7"
 
 
 def _export(corpus: Path, out: Path) -> bytes:
@@ -148,19 +150,148 @@ def test_a_manifest_in_another_form_is_refused(example_archive: bytes) -> None:
     _refused(_archive([(MANIFEST_NAME, b"{}"), *members[1:]]), "^corpus-export.json is invalid")
 
 
+class _Unseekable(io.RawIOBase):
+    """A stream whose size the reader cannot know (a pipe): only the declared sizes bound it."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        return self._inner.readinto(buffer)
+
+
 def test_nothing_beyond_the_declared_sizes_is_decompressed(example_archive: bytes) -> None:
     members = _members(example_archive)
-    # runs.jsonl grows by 64 MiB of zeros (a 64 KiB gzip stream): refused by the member size,
-    # before one byte of it is read.
+    # runs.jsonl grows by 64 MiB of zeros (a 64 KiB gzip stream): refused by the shared
+    # reader's compression-ratio bound from the archive's size, and without that size by the
+    # member size, before one byte of it is read.
     bomb = _archive([*members[:4], ("runs.jsonl", members[4][1] + bytes(64 << 20))])
     assert len(bomb) < 1 << 20
-    _refused(bomb, r"^member runs\.jsonl has \d+ bytes, more than 1051315$")
+    _refused(
+        bomb,
+        rf"^entry 'runs\.jsonl' declares \d+ bytes, more than 200 times "
+        rf"the {len(bomb)}-byte archive$",
+    )
+    with pytest.raises(ExportError, match=r"^member runs\.jsonl has \d+ bytes, more than 1051315$"):
+        read_export(io.BufferedReader(_Unseekable(bomb)), None)
     _refused(example_archive, "more than 1000", max_bytes=1000)
 
 
+def _written(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.iterdir())
+
+
+def _octal(value: int) -> bytes:
+    """A 12-byte tar number field: 11 octal digits and a NUL."""
+    return b"%011o\0" % value
+
+
+def _gnu_sparse_member(name: str, stored: bytes, real_size: int) -> bytes:
+    """A GNU sparse header (type ``S``, one extent: ``stored`` at offset 0) claiming
+    ``real_size`` bytes, with its data; tarfile cannot write one, so the header is patched."""
+    info = tarfile.TarInfo(name)
+    info.size = len(stored)
+    info.type = tarfile.GNUTYPE_SPARSE
+    header = bytearray(info.tobuf(tarfile.GNU_FORMAT))
+    header[386:398] = _octal(0)
+    header[398:410] = _octal(len(stored))
+    header[483:495] = _octal(real_size)
+    header[148:156] = b"        "
+    header[148:156] = b"%06o\0 " % sum(header[:512])
+    padding = -len(stored) % tarfile.BLOCKSIZE
+    return bytes(header) + stored + bytes(padding)
+
+
+def test_a_sparse_member_is_refused_before_a_byte_is_written(
+    example_archive: bytes, tmp_path: Path
+) -> None:
+    # 140 kB declaring a 1 GiB cases.jsonl: the manifest agrees, the member is sparse.
+    members = _members(example_archive)
+    gib = 1 << 30
+    manifest = ExportManifest.model_validate_json(members[0][1])
+    declared = [
+        entry.model_copy(update={"size": gib}) if entry.name == "cases.jsonl" else entry
+        for entry in manifest.files
+    ]
+    lying = manifest.model_copy(update={"files": tuple(declared)}).canonical_bytes()
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w|", format=tarfile.USTAR_FORMAT) as writer:
+        info = tarfile.TarInfo(MANIFEST_NAME)
+        info.size = len(lying)
+        writer.addfile(info, io.BytesIO(lying))
+    body = tar.getvalue()[: -tarfile.RECORDSIZE].rstrip(b"\0")
+    body += bytes(-len(body) % tarfile.BLOCKSIZE)
+    body += _gnu_sparse_member("cases.jsonl", members[1][1][:4096], gib)
+    archive = tmp_path / "sparse.tar.gz"
+    archive.write_bytes(gzip.compress(body + bytes(tarfile.RECORDSIZE)))
+    assert archive.stat().st_size < 150_000
+    out = tmp_path / "out"
+    out.mkdir()
+    with (
+        archive.open("rb") as handle,
+        pytest.raises(ExportError, match=r"^entry 'cases\.jsonl' is a sparse file$"),
+    ):
+        read_export(handle, out)
+    assert _written(out) == 0
+
+
+def _zeros_gzip(tar_prefix: bytes, zeros: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [packer.compress(tar_prefix)]
+    block = bytes(1 << 20)
+    parts.extend(packer.compress(block) for _ in range(zeros >> 20))
+    parts.append(packer.compress(bytes(tarfile.RECORDSIZE)))
+    parts.append(packer.flush())
+    return b"".join(parts)
+
+
+def test_a_gzip_bomb_is_refused_having_written_less_than_a_mebibyte(
+    example_archive: bytes, tmp_path: Path
+) -> None:
+    # 256 MiB of zeros as cases.jsonl (about 1000:1), the manifest and the tar header agreeing.
+    members = _members(example_archive)
+    size = 256 << 20
+    manifest = ExportManifest.model_validate_json(members[0][1])
+    declared = [
+        entry.model_copy(update={"size": size}) if entry.name == "cases.jsonl" else entry
+        for entry in manifest.files
+    ]
+    lying = manifest.model_copy(update={"files": tuple(declared)}).canonical_bytes()
+    head = io.BytesIO()
+    for name, data in ((MANIFEST_NAME, lying), ("cases.jsonl", b"")):
+        info = tarfile.TarInfo(name)
+        info.size = len(data) if data else size
+        head.write(info.tobuf(tarfile.USTAR_FORMAT))
+        head.write(data + bytes(-len(data) % tarfile.BLOCKSIZE))
+    archive = tmp_path / "bomb.tar.gz"
+    archive.write_bytes(_zeros_gzip(head.getvalue(), size))
+    assert size > 500 * archive.stat().st_size
+    out = tmp_path / "out"
+    out.mkdir()
+    with (
+        archive.open("rb") as handle,
+        pytest.raises(ExportError, match=r"more than 200 times the \d+-byte archive$"),
+    ):
+        read_export(handle, out)
+    assert _written(out) < 1 << 20
+
+
+def test_the_manifest_case_count_is_checked(example_archive: bytes) -> None:
+    members = _members(example_archive)
+    manifest = ExportManifest.model_validate_json(members[0][1])
+    one = manifest.model_copy(update={"case_count": 1}).canonical_bytes()
+    _refused(
+        _archive([(MANIFEST_NAME, one), *members[1:]]),
+        r"^corpus-export\.json says 1 cases, cases\.jsonl holds 3000 lines$",
+    )
+
+
 def test_garbage_is_not_an_export() -> None:
-    _refused(b"not gzip at all", "^not a valid .tar.gz corpus export")
-    _refused(gzip.compress(b"\0" * 10), "^not a valid .tar.gz corpus export: truncated header$")
+    _refused(b"not gzip at all", "^not a valid .tar.gz")
+    _refused(gzip.compress(b"\0" * 10), "^not a valid .tar.gz: truncated header$")
     _refused(
         gzip.compress(bytes(tarfile.RECORDSIZE)), "^the archive ends before corpus-export.json$"
     )
@@ -193,3 +324,51 @@ def test_cli_errors_leave_nothing_behind(
     assert "cases.jsonl:1: field 'case_id'" in capsys.readouterr().err
     assert not out.exists()
     assert list(tmp_path.iterdir()) == [broken]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_export_checks_each_file_by_kind_before_opening_it(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    marks = corpus / "marks.json"
+    marks.unlink()
+    out = tmp_path / "out.tar.gz"
+    if kind == "device":
+        marks.symlink_to("/dev/zero")
+        code = runner_main(["corpus", "export", str(corpus), "--out", str(out)])
+        expected = "is a character device, not a regular file"
+    else:
+        with fifo(marks):
+            code = runner_main(["corpus", "export", str(corpus), "--out", str(out)])
+        expected = "is a FIFO, not a regular file"
+    assert code == 1
+    assert capsys.readouterr().err.strip().endswith(f"marks.json: cannot read: {expected}")
+    assert not out.exists()
+
+
+def test_every_corpus_file_is_validated_before_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    (corpus / "plan.json").write_bytes(b"{not json")
+    out = tmp_path / "out.tar.gz"
+    assert runner_main(["corpus", "export", str(corpus), "--out", str(out)]) == 1
+    assert "plan.json: " in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_checksum_checks_the_whole_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLE_CORPUS, corpus)
+    assert runner_main(["corpus", "checksum", str(corpus)]) == 0
+    assert capsys.readouterr().out == CHECKSUM + "\n"
+    (corpus / "plan.json").unlink()
+    assert runner_main(["corpus", "checksum", str(corpus)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "plan.json: file is missing" in captured.err

@@ -568,3 +568,19 @@ def test_a_put_sends_its_body_whole_whatever_its_size(size: int) -> None:
     assert sent == body
     assert f"Content-Length: {size}".encode() in head.split(b"\r\n")
     assert head.split(b"\r\n")[1] == f"Host: 127.0.0.1:{server.port}".encode()
+
+
+def test_a_refused_connection_names_no_internal_object() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    with _client(attempts=1) as client, pytest.raises(HttpUnavailableError) as failed:
+        client.get(f"http://127.0.0.1:{port}/x", limit=Limits(1024, 10))
+    message = str(failed.value)
+    assert message.endswith(
+        f"GET http://127.0.0.1:{port}/x: Failed to establish a new connection: "
+        "[Errno 111] Connection refused"
+    )
+    assert "_Connection" not in message
+    assert "host=" not in message
