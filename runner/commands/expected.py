@@ -320,7 +320,10 @@ def _corpus_digests(corpus: Path) -> CorpusDigests:
     if corpus.is_dir():
         return corpus_digests(corpus)
     with tempfile.TemporaryDirectory(prefix="attested-replay-expected-") as workdir:
-        manifest = unpack_archive(corpus, Path(workdir))
+        try:
+            manifest = unpack_archive(corpus, Path(workdir))
+        except InputError as exc:
+            raise InputError(f"--corpus {corpus}: {exc}") from exc
         digests = corpus_digests(Path(workdir))
     if manifest is not None and digests.corpus_checksum != manifest.corpus_checksum:
         raise InputError(

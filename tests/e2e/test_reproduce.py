@@ -114,7 +114,10 @@ def test_every_corpus_input_takes_both_archives(  # noqa: PLR0917 - fixtures
     expected = tmp_path / "expected.json"
     assert (
         runner_main(
-            ["expected", "--run-id", "r-1", "--corpus", str(archive), "--out", str(expected)]
+            [
+                *("expected", "--run-id", "r-1", "--corpus", str(archive)),
+                *("--measurement", "ab" * 48, "--out", str(expected)),
+            ]
         )
         == 0
     )
