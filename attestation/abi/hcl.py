@@ -53,6 +53,9 @@ REPORT_DATA_HASH_SHA256: Final = 1
 AK_KEY_ID: Final = "HCLAkPub"
 #: ``user-data`` is 64 bytes, written as 128 hex digits (vTPM NV index 0x01400002).
 USER_DATA_SIZE: Final = 64
+#: The attestation agent's az-snp-vtpm evidence version from which ``user-data`` carries the
+#: caller's report data too (earlier versions leave it zero).
+USER_DATA_FORMAT: Final = 2
 #: RSA moduli accepted for the attestation key (Azure's is 2048 bits).
 AK_MODULUS_BITS: Final = 2048
 

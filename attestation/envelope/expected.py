@@ -2,7 +2,8 @@
 
 camelCase JSON, one flat object. ``runId`` and ``corpusChecksum`` are required; ``tenant``,
 ``workloadDigest``, ``resultDigest``, ``evaluationDigest``, ``imageDigest`` and ``nonce`` are
-checked when present (a binding without ``imageDigest`` or ``nonce`` then fails); ``shardCount``
+checked when present (a binding without ``imageDigest`` or ``nonce`` then fails); ``initDataDigest``
+pins the init-data (HOST_DATA of SEV-SNP evidence, PCR 8 of az-snp-vtpm evidence); ``shardCount``
 pins into how many shards the run was split (1: an unsharded run; a merged envelope of N shards
 has N); every key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too
 (``{}``-style secure defaults otherwise): in Python they are ``expected.policy``, a
@@ -27,6 +28,7 @@ from pydantic_core import InitErrorDetails
 from attestation.contracts import (
     MAX_EXPECTED_BYTES,
     MAX_SHARD_COUNT,
+    Hex32,
     Nonce,
     RunId,
     Sha256Digest,
@@ -60,6 +62,9 @@ class ExpectedValues(WireModel):
     #: Into how many shards the run was split (1 = unsharded); any count when absent.
     shard_count: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARD_COUNT)] | None = None
     simulated_roots: tuple[Sha256Digest, ...] = ()
+    #: The init-data digest (SHA-256, hex) the evidence must carry: HOST_DATA of SEV-SNP
+    #: evidence, PCR 8 (one extend from zero) of az-snp-vtpm evidence.
+    init_data_digest: Hex32 | None = None
     #: The platform and workload policy (flat on the wire, see the class docstring).
     policy: Policy = Field(default_factory=Policy)
 

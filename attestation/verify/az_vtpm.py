@@ -41,7 +41,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from attestation.abi.hcl import HclReport, parse_hcl_report
+from attestation.abi.hcl import USER_DATA_FORMAT, HclReport, parse_hcl_report
 from attestation.abi.tpm import (
     SHA256_SIZE,
     Quote,
@@ -60,8 +60,6 @@ _BINDING = FailureClass.BINDING
 INIT_DATA_PCR: Final = 8
 #: Evidence format versions of the attestation agent's az-snp-vtpm attester (0: unversioned).
 FORMAT_VERSIONS: Final = frozenset({0, 1, 2})
-#: The format from which ``user-data`` carries the report data.
-USER_DATA_FORMAT: Final = 2
 
 #: Checks of the vTPM part, in order, with their classes (listed "not run" when skipped).
 VTPM_CHECKS: Final[tuple[tuple[str, FailureClass], ...]] = (
@@ -102,6 +100,9 @@ class VtpmChecks:
     snp: ReportChecks | None = None
     #: The selected PCR values by PCR number, set once the quote's signature and digest held.
     pcrs: dict[int, bytes] | None = None
+    #: True once the AK is bound to the authentic report and the quote's signature verified:
+    #: only then does the quote's extraData say anything.
+    quote_authentic: bool = False
 
     def result(self) -> VerificationResult:
         snp = self.snp
@@ -242,6 +243,7 @@ def _vtpm_checks(
     checks.append(
         Check.passed("quote.signature", FailureClass.BAD_SIGNATURE, "signed by the report's AK")
     )
+    out.quote_authentic = True
     digest = pcr_digest_of(evidence.pcrs)
     pcrs_ok = hmac.compare_digest(digest, quote.pcr_digest)
     checks.append(
