@@ -13,6 +13,7 @@ import time
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from pytest_httpserver import HTTPServer
 
 from attestation.abi.product import ProductLine
@@ -35,6 +36,8 @@ from runner.evidence.common import (
 )
 from runner.exit_codes import exit_code_for
 from simulated_amd import SimulatedAmd
+from tests.azure_sets import AZURE
+from tests.azure_sets import load as load_azure_set
 from tests.evidence.emulators import AZURE_EVIDENCE, AgentEmulator, assert_chain_signs
 
 
@@ -438,3 +441,14 @@ def test_agent_evidence_verifies_with_the_simulated_root_pinned(
         now=dt.datetime.now(dt.UTC),
     )
     assert not untrusting.ok  # without pinning, simulated evidence never verifies
+
+
+@pytest.mark.parametrize(
+    "name", ["evidence-v0.json", "evidence-v1.json", "evidence-v2.json", "evidence-genoa.json"]
+)
+def test_every_real_azure_answer_decodes_to_its_evidence(name: str) -> None:
+    evidence_set = load_azure_set(name)
+    answer = az_vtpm_evidence_from_document(json.loads((AZURE / name).read_text()))
+    assert answer.evidence == evidence_set.evidence
+    first = x509.load_pem_x509_certificates(evidence_set.endorsement)[0]
+    assert answer.vcek_der == first.public_bytes(serialization.Encoding.DER)
