@@ -226,8 +226,9 @@ def _sweep(evidence_set: EvidenceSet, field: str) -> None:
         assert result.exit_code != 0, f"{field} byte {offset:#x} changed and still verified"
 
 
-def test_no_changed_byte_of_the_hcl_report_verifies() -> None:
-    _sweep(BIN, "hcl_report")
+@pytest.mark.parametrize("name", SETS)
+def test_no_changed_byte_of_the_hcl_report_verifies(name: str) -> None:
+    _sweep(load(name), "hcl_report")
 
 
 @pytest.mark.parametrize("name", SETS)
