@@ -86,10 +86,11 @@ class Binding(WireModel):
     shard: ShardPosition | None = None
 
 
-#: What ``evidence.report`` holds: ``sev-snp`` the 1184-byte SNP report whose REPORT_DATA is
-#: the binding's hash; ``az-snp-vtpm`` an Azure HCL report (the paravisor's SNP report binding
-#: a vTPM key), with ``evidence.vtpm`` the quote that key signed over the binding's hash.
-EvidenceKind = Literal["sev-snp", "az-snp-vtpm"]
+#: What ``evidence.report`` holds when ``evidence.kind`` is present: ``az-snp-vtpm``, an Azure
+#: HCL report (the paravisor's SNP report binding a vTPM key), with ``evidence.vtpm`` the quote
+#: that key signed over the binding's hash. Absent: the 1184-byte SNP report whose REPORT_DATA
+#: is the binding's hash (so SEV-SNP envelopes keep their bytes).
+EvidenceKind = Literal["az-snp-vtpm"]
 Base64Text = Annotated[str, StringConstraints(min_length=1, max_length=8192)]
 
 
@@ -136,7 +137,8 @@ class Evidence(WireModel):
         "never trusted; the verifier pins its own.",
     )
     report_data_encoding: ReportDataEncoding = "sha512"
-    kind: EvidenceKind = "sev-snp"
+    #: Absent for SEV-SNP evidence.
+    kind: EvidenceKind | None = None
     #: Present exactly when ``kind`` is ``az-snp-vtpm``.
     vtpm: VtpmQuote | None = None
 
