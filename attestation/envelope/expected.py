@@ -4,7 +4,8 @@ camelCase JSON, one flat object. ``runId`` and ``corpusChecksum`` are required; 
 ``workloadDigest``, ``resultDigest``, ``evaluationDigest``, ``imageDigest`` and ``nonce`` are
 checked when present (a binding without ``imageDigest`` or ``nonce`` then fails);
 ``evaluationDigest`` is required unless ``acceptAnyEvaluation`` is true (without it the
-predictions and marks the run scored are the operator's choice); ``shardCount``
+predictions and marks the run scored are the operator's choice); ``initDataDigest`` pins the
+init-data (HOST_DATA of SEV-SNP evidence, PCR 8 of az-snp-vtpm evidence); ``shardCount``
 pins into how many shards the run was split (1: an unsharded run; a merged envelope of N shards
 has N); every key of the raw-mode :class:`~attestation.verify.policy.Policy` may appear too
 (``{}``-style secure defaults otherwise): in Python they are ``expected.policy``, a
@@ -29,6 +30,7 @@ from pydantic_core import InitErrorDetails
 from attestation.contracts import (
     MAX_EXPECTED_BYTES,
     MAX_SHARD_COUNT,
+    Hex32,
     Nonce,
     RunId,
     Sha256Digest,
@@ -65,6 +67,9 @@ class ExpectedValues(WireModel):
     #: The explicit opt-out of pinning ``evaluationDigest``: the run's predictions, marks and
     #: plan are then whatever the operator fed it (the verdict says so).
     accept_any_evaluation: Annotated[bool, Field(strict=True)] = False
+    #: The init-data digest (SHA-256, hex) the evidence must carry: HOST_DATA of SEV-SNP
+    #: evidence, PCR 8 (one extend from zero) of az-snp-vtpm evidence.
+    init_data_digest: Hex32 | None = None
     #: The platform and workload policy (flat on the wire, see the class docstring).
     policy: Policy = Field(default_factory=Policy)
 

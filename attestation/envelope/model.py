@@ -87,25 +87,72 @@ class Binding(WireModel):
     shard: ShardPosition | None = None
 
 
+#: What ``evidence.report`` holds when ``evidence.kind`` is present: ``az-snp-vtpm``, an Azure
+#: HCL report (the paravisor's SNP report binding a vTPM key), with ``evidence.vtpm`` the quote
+#: that key signed over the binding's hash. Absent: the 1184-byte SNP report whose REPORT_DATA
+#: is the binding's hash (so SEV-SNP envelopes keep their bytes).
+EvidenceKind = Literal["az-snp-vtpm"]
+Base64Text = Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+
+
+def _is_base64(value: str, where: str) -> str:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"{where} is not base64: {exc}") from exc
+    return value
+
+
+class VtpmQuote(WireModel):
+    """An az-snp-vtpm evidence's vTPM part: the quote, its signature and the quoted PCRs."""
+
+    quote: Base64Text = Field(description="base64 of the TPMS_ATTEST the AK signed")
+    signature: Base64Text = Field(description="base64 of its TPMT_SIGNATURE (RSASSA, SHA-256)")
+    pcrs: tuple[Hex32, ...] = Field(
+        max_length=24, description="the SHA-256 values of the quoted PCRs, in PCR order"
+    )
+    format_version: Annotated[int, Field(strict=True, ge=0, le=2)] = Field(
+        description="the attestation agent's az-snp-vtpm evidence version (2: user-data "
+        "carries the binding too)"
+    )
+
+    @field_validator("quote", "signature")
+    @classmethod
+    def _base64(cls, value: str) -> str:
+        return _is_base64(value, "evidence.vtpm")
+
+    def quote_bytes(self) -> bytes:
+        return base64.b64decode(self.quote, validate=True)
+
+    def signature_bytes(self) -> bytes:
+        return base64.b64decode(self.signature, validate=True)
+
+
 class Evidence(WireModel):
     """The hardware (or simulated) evidence and its endorsement."""
 
-    report: Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+    report: Base64Text
     provider: Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,32}$")]
     cert_chain: Annotated[str, StringConstraints(max_length=65536)] = Field(
         description="PEM: VCEK or VLEK first, then ASK or ASVK, then ARK. The ARK here is "
         "never trusted; the verifier pins its own.",
     )
     report_data_encoding: ReportDataEncoding = "sha512"
+    #: Absent for SEV-SNP evidence.
+    kind: EvidenceKind | None = None
+    #: Present exactly when ``kind`` is ``az-snp-vtpm``.
+    vtpm: VtpmQuote | None = None
+
+    @model_validator(mode="after")
+    def _vtpm_with_its_kind(self) -> Evidence:
+        if (self.kind == "az-snp-vtpm") != (self.vtpm is not None):
+            raise ValueError("evidence.vtpm is present exactly when evidence.kind is az-snp-vtpm")
+        return self
 
     @field_validator("report")
     @classmethod
     def _report_is_base64(cls, value: str) -> str:
-        try:
-            base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ValueError(f"evidence.report is not base64: {exc}") from exc
-        return value
+        return _is_base64(value, "evidence.report")
 
     def report_bytes(self) -> bytes:
         """The raw attestation report bytes."""

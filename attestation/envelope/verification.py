@@ -18,6 +18,7 @@ from cryptography import x509
 
 from attestation.abi.product import ProductLine
 from attestation.abi.report import AttestationReport
+from attestation.abi.tpm import parse_signature
 from attestation.contracts import Platform
 from attestation.endorsement.certificate import endorsement_from_certificate, load_certificates
 from attestation.endorsement.chain import verify_chain
@@ -30,8 +31,9 @@ from attestation.envelope.merged_verification import verify_merged
 from attestation.envelope.model import Envelope, ShardPosition
 from attestation.errors import AttestationError, FailureClass, MalformedError
 from attestation.evaluation.shards import CheckedShard, ShardMergeError
+from attestation.verify.az_vtpm import VtpmEvidence, check_vtpm_evidence
 from attestation.verify.checks import Check, VerificationResult
-from attestation.verify.verifier import LATER_STAGES, Verifier
+from attestation.verify.verifier import LATER_STAGES, ReportChecks, Verifier
 
 _MALFORMED = FailureClass.MALFORMED
 _BINDING = FailureClass.BINDING
@@ -235,18 +237,20 @@ def _verify_parsed(
         verifier = Verifier(store, policy=expected.policy, crl=crl, workload_claim=True)
         if chains is not None:
             chains[text] = _Chain(certificates, verifier)
-    raw = verifier.check(envelope.evidence.report_bytes(), certificates, now=now)
-    checks.extend(raw.checks)
-    if not raw.authentic or raw.report is None or raw.chain is None:
-        checks.extend(
-            _not_run_later("the report is not authentic", expectations=expectations, shard=is_shard)
-        )
-        return VerificationResult.from_checks(checks, raw.report, raw.product_line), None
+    evidence = _checked_evidence(envelope, certificates, verifier, expected, now=now)
+    checks.extend(evidence.checks)
+    raw = evidence.snp
+    if raw is None or not evidence.authentic or raw.report is None or raw.chain is None:
+        report = None if raw is None else raw.report
+        product = None if raw is None else raw.product_line
+        why = "the evidence is not authentic"
+        checks.extend(_not_run_later(why, expectations=expectations, shard=is_shard))
+        return VerificationResult.from_checks(checks, report, product), None
 
     # The chain that verified says which root it reached: only AMD's may be labelled sev-snp.
     platform = raw.result().platform
     assert platform is not None  # the report is authentic
-    binding_checks = _binding_checks(envelope, raw.report, platform=platform)
+    binding_checks = _binding_checks(envelope, raw.report, bound=evidence.bound, platform=platform)
     checked = None
     if is_shard:
         shard_result_check, checked = _shard_result_check(envelope, binding_checks)
@@ -261,6 +265,73 @@ def _verify_parsed(
         checks.extend(expectation_checks(envelope.binding, expected))
         checks.append(shard_check(envelope.binding.shard, expected, shard))
     return VerificationResult.from_checks(checks, raw.report, raw.product_line, raw.chain), checked
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    """The checks of an envelope's evidence, its SNP report's, and the REPORT_DATA value the
+    evidence binds (the report's own, or an az-snp-vtpm quote's extraData)."""
+
+    checks: list[Check]
+    snp: ReportChecks | None
+    authentic: bool
+    bound: bytes
+
+
+def _checked_evidence(
+    envelope: Envelope,
+    certificates: tuple[x509.Certificate, ...],
+    verifier: Verifier,
+    expected: ExpectedValues,
+    *,
+    now: datetime,
+) -> _Evidence:
+    """The raw-report checks of ``sev-snp`` evidence, or every az-snp-vtpm check (whose quote
+    must carry this envelope's binding hash), then the init-data pin when the tenant set one."""
+    evidence = envelope.evidence
+    pin = None if expected.init_data_digest is None else bytes.fromhex(expected.init_data_digest)
+    if evidence.vtpm is None:
+        raw = verifier.check(evidence.report_bytes(), certificates, now=now)
+        checks = list(raw.checks)
+        if pin is not None and raw.authentic and raw.report is not None:
+            checks.append(host_data_init_data_check(raw.report.host_data, pin))
+        bound = b"" if raw.report is None else raw.report.report_data
+        return _Evidence(checks, raw, raw.authentic, bound)
+    vtpm = evidence.vtpm
+    nonce = report_data_for(envelope.binding, evidence.report_data_encoding)
+    try:
+        parts = VtpmEvidence(
+            hcl_report=evidence.report_bytes(),
+            quote=vtpm.quote_bytes(),
+            signature=parse_signature(vtpm.signature_bytes()),
+            pcrs=tuple(bytes.fromhex(pcr) for pcr in vtpm.pcrs),
+            format_version=vtpm.format_version,
+        )
+    except AttestationError as exc:
+        checks = [Check.from_error("quote.parse", exc)]
+        checks.extend(Check.not_run(name, cls, "no evidence") for name, cls in _RAW_STAGES)
+        return _Evidence(checks, None, authentic=False, bound=b"")
+    out = check_vtpm_evidence(
+        parts, certificates, verifier=verifier, nonce=nonce, now=now, init_data_digest=pin
+    )
+    snp = out.snp
+    authentic = snp is not None and snp.authentic and out.quote_authentic
+    bound = out.quote.extra_data if out.quote is not None else b""
+    return _Evidence(out.checks, snp, authentic, bound)
+
+
+def host_data_init_data_check(host_data: bytes, init_data_digest: bytes) -> Check:
+    """``workload.init-data`` of SEV-SNP evidence: Kata puts the init-data digest in HOST_DATA."""
+    name = "workload.init-data"
+    if host_data == init_data_digest:
+        return Check.passed(
+            name, FailureClass.WORKLOAD_IDENTITY, "HOST_DATA = the init-data digest"
+        )
+    return Check.failed(
+        name,
+        FailureClass.WORKLOAD_IDENTITY,
+        f"HOST_DATA {host_data.hex()} is not the pinned init-data digest {init_data_digest.hex()}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,18 +415,21 @@ def platform_of_chain(certificates: Sequence[x509.Certificate], *, now: datetime
 
 
 def _binding_checks(
-    envelope: Envelope, report: AttestationReport, *, platform: Platform
+    envelope: Envelope, report: AttestationReport, *, bound: bytes, platform: Platform
 ) -> list[Check]:
+    """``bound``: the REPORT_DATA value the evidence binds (the SNP report's REPORT_DATA, or
+    the extraData of an az-snp-vtpm quote)."""
     binding = envelope.binding
     encoding = envelope.evidence.report_data_encoding
     expected_report_data = report_data_for(binding, encoding)
+    where = "REPORT_DATA" if envelope.evidence.vtpm is None else "the vTPM quote's extraData"
     checks = []
-    if report_data_matches(expected_report_data, report.report_data):
+    if report_data_matches(expected_report_data, bound):
         checks.append(
             Check.passed(
                 "binding.report-data",
                 _BINDING,
-                f"REPORT_DATA = {encoding} of the canonical binding",
+                f"{where} = {encoding} of the canonical binding",
             )
         )
     else:
@@ -363,14 +437,14 @@ def _binding_checks(
             Check.failed(
                 "binding.report-data",
                 _BINDING,
-                f"REPORT_DATA {report.report_data.hex()} is not the {encoding} binding of this "
+                f"{where} {bound.hex()} is not the {encoding} binding of this "
                 f"envelope ({expected_report_data.hex()}): the binding or the report was changed",
             )
         )
 
     mismatches = []
     pairs = {
-        "reportData": (envelope.report_data, report.report_data.hex()),
+        "reportData": (envelope.report_data, bound.hex()),
         "measurement": (envelope.measurement, report.measurement.hex()),
         "hostData": (envelope.host_data, report.host_data.hex()),
         "runId": (envelope.run_id, binding.run_id),

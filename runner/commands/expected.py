@@ -25,9 +25,10 @@ from runner.commands.parsing import (
 )
 from runner.errors import InputError, UsageError
 from runner.exit_codes import Family
-from runner.k8s.job import build_replay, require_verifiable
+from runner.k8s.job import Overlay, build_replay
 from runner.pipeline.corpus_source import unpack_archive
 from runner.pipeline.replay import CorpusDigests, corpus_digests
+from runner.reference.initdata import InitData
 from runner.workload import current_workload
 from tenant.fsutil import atomic_write_text
 
@@ -41,7 +42,8 @@ evaluation digest (--corpus DIR|ARCHIVE, the approved corpus or its export, pins
 plan, marks and run records); the launch MEASUREMENT values it allows (--measurement, from
 `attested-replay measure`; required unless the file accepts only simulated evidence);
 optionally tenant, workload and result digests, image digest, the verification policy
-(--policy, merged key by key), HOST_DATA values (or the replay Job's parameters) and the
+(--policy, merged key by key), HOST_DATA values (or the replay Job's parameters), the init-data
+digest (--init-data-digest: HOST_DATA on SEV-SNP, vTPM PCR 8 on Azure peer pods) and the
 simulated roots it accepts. Leaving a pin out takes an --accept-any-... option, and the
 verdict then says what was not pinned. verify-attested-run --expected reads the file
 (docs/envelope.md lists every key)."""
@@ -153,12 +155,19 @@ def register(subparsers: Subparsers) -> None:
         metavar="HEX",
         help="an allowed HOST_DATA (64 hex digits); repeatable",
     )
+    parser.add_argument(
+        "--init-data-digest",
+        metavar="HEX",
+        help="the SHA-256 of the init-data (64 hex digits) the evidence must carry: HOST_DATA of "
+        "SEV-SNP evidence, PCR 8 of Azure az-snp-vtpm evidence (peer pods)",
+    )
     job = parser.add_argument_group(
         "the replay Job (pins HOST_DATA and the image digest)",
         "The run parameters given to `submit`: the HOST_DATA of the init-data `submit` builds "
         "from them (its agent policy admits only that Job's replay container), so a run that "
         "executed anything else fails verification with exit 8. --corpus-source is submit's "
-        "--corpus.",
+        "--corpus. With --overlay peer-pods (Azure: no HOST_DATA) the init-data's SHA-256 is "
+        "pinned as initDataDigest instead, checked against vTPM PCR 8.",
     )
     add_job_arguments(job, corpus_flag="--corpus-source", required=False)
     parser.add_argument(
@@ -212,8 +221,28 @@ def _pinned_by_the_job(
     spec = replay_spec(args, checksum=checksum, flag="--corpus-source")
     if document.get("imageDigest", spec.image_digest) != spec.image_digest:
         raise UsageError(f"--image-digest {document['imageDigest']} is not the digest of --image")
-    host_data = build_replay(spec).init_data.host_data
-    return {"hostData": [host_data.hex()], "imageDigest": spec.image_digest}
+    init_data = build_replay(spec).init_data
+    if args.overlay == _PEER_PODS:
+        return {**_init_data_pin(init_data, document), "imageDigest": spec.image_digest}
+    return {"hostData": [init_data.host_data.hex()], "imageDigest": spec.image_digest}
+
+
+def _init_data_pin(init_data: InitData, document: dict[str, Any]) -> dict[str, Any]:
+    """``initDataDigest`` of a peer pod's init-data: the VM starts without HOST_DATA, and the
+    attestation agent extends this digest into vTPM PCR 8 (guest-components
+    ``attester/src/az_snp_vtpm/mod.rs`` @ 07b7c1a0, ``bind_init_data``: SHA-256 digests only)."""
+    if init_data.algorithm != "sha256":
+        raise UsageError(
+            f"--overlay {_PEER_PODS}: the init-data's algorithm is {init_data.algorithm}, "
+            "but the attestation agent extends only a SHA-256 digest into PCR 8"
+        )
+    digest = init_data.digest.hex()
+    if document.get("initDataDigest", digest) != digest:
+        raise UsageError(
+            f"--init-data-digest {document['initDataDigest']} is not the digest of the Job's "
+            f"init-data ({digest})"
+        )
+    return {"initDataDigest": digest}
 
 
 #: The option behind each key of the expected-values file (keys from --policy are that file's).
@@ -233,8 +262,11 @@ _OPTION_OF_KEY: Final = MappingProxyType(
         "simulatedRoots": "--simulated-root",
         "shardCount": "--shards",
         "nonce": "--nonce",
+        "initDataDigest": "--init-data-digest",
     }
 )
+#: The overlay whose VMs start without HOST_DATA: its init-data is pinned through PCR 8.
+_PEER_PODS: Final[Overlay] = "peer-pods"
 #: Stands for the checksum of --corpus while the other options are checked (before the
 #: corpus is read, which can take long).
 _PENDING_CHECKSUM: Final = format_sha256(bytes(32))
@@ -255,6 +287,7 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         "shardCount": args.shards,
         # --nonce (a Job parameter too) pins the nonce the tenant chose for this run.
         "nonce": args.nonce,
+        "initDataDigest": args.init_data_digest and args.init_data_digest.lower(),
         "workloadDigest": current_workload().digest if args.this_workload else args.workload_digest,
     }
     document.update({key: value for key, value in optional.items() if value is not None})
@@ -275,8 +308,6 @@ def build_expected(args: argparse.Namespace) -> ExpectedValues:
         document["simulatedRoots"] = roots
     checksum = args.corpus_checksum or _PENDING_CHECKSUM
     # Every option is checked before any work (reading the corpus can take long).
-    if args.overlay is not None:
-        require_verifiable(args.overlay)
     _require_pins(_validate({**document, "corpusChecksum": checksum}, args), args)
     if args.corpus is not None:
         digests = _corpus_digests(args.corpus)

@@ -41,7 +41,6 @@ from runner.k8s.job import (
     ReplaySpec,
     build_replay,
     job_name,
-    require_verifiable,
 )
 from runner.k8s.progress import (
     IMAGE_PULL_GRACE,
@@ -312,7 +311,6 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle_submit(args: argparse.Namespace) -> int:
-    require_verifiable(args.overlay)
     if args.dry_run:
         if args.wait:
             raise UsageError("--dry-run contacts no cluster, so it cannot --wait")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from attestation.envelope.model import ReportDataEncoding
+from attestation.verify.az_vtpm import VtpmEvidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,13 +14,16 @@ class Evidence:
     """What a provider obtained from the platform for one request."""
 
     report: bytes
-    """The raw 1184-byte attestation report."""
+    """The raw 1184-byte attestation report; az-snp-vtpm: the 2600-byte HCL report."""
     cert_chain: tuple[bytes, ...]
     """DER certificates the platform returned (VCEK/VLEK, ASK/ASVK, ARK); may be empty."""
     provider: str
     """Provider name as recorded in the envelope (``coco-aa``, ``configfs-tsm``, ...)."""
     report_data_encoding: ReportDataEncoding
     """How REPORT_DATA was derived from the canonical binding."""
+    vtpm: VtpmEvidence | None = None
+    """Azure's az-snp-vtpm evidence (its ``hcl_report`` is ``report``): the binding's hash is
+    the nonce of its vTPM quote, not the report's REPORT_DATA."""
 
 
 class EvidenceProvider(Protocol):

@@ -26,9 +26,14 @@ refuses to attest (exit 3) when
   init-data carries (``cdh.toml [image] image_security_policy``) is read only from v0.17.0 and
   silently ignored before, so HOST_DATA would seem to pin an image nothing enforces, and an
   agent without ``/info`` cannot show which it is;
-* ``tee`` is ``azsnpvtpm``: Azure's vTPM evidence binds the caller's data into a TPM quote and
-  init-data into a vTPM PCR, not SNP REPORT_DATA and HOST_DATA, so the coco-aa path cannot
-  verify it (the same refusal applies to evidence of that shape).
+
+Azure (``tee`` ``azsnpvtpm``, CoCo peer pods). The agent's az-snp-vtpm attester answers with
+the paravisor's HCL report (whose SNP report binds a vTPM attestation key), a TPM quote by that
+key over the ``runtime_data`` bytes, and the PCR values (shape: :mod:`runner.evidence.
+az_vtpm_json`). The runner sends the same REPORT_DATA value it would send for SEV-SNP and
+accepts the answer only when the quote's nonce (extraData) is exactly that value; the envelope
+then carries ``evidence.kind`` ``az-snp-vtpm`` and the tenant's verifier checks the whole chain
+(:mod:`attestation.verify.az_vtpm`). Init-data is bound through PCR 8, not HOST_DATA.
 
 ``encoding="auto"`` then picks the binding encoding from that version: 0.21.0 or later selects
 "sha512", older ones "sha256-hex". Either way the REPORT_DATA of the returned report must equal
@@ -45,12 +50,24 @@ from typing import Final, Literal, NamedTuple
 
 import structlog
 
-from attestation.envelope.binding import report_data_from_canonical
+from attestation.abi.tpm import parse_quote
+from attestation.envelope.binding import report_data_from_canonical, report_data_matches
 from attestation.envelope.model import ReportDataEncoding
+from attestation.errors import MalformedError
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.agent_json import AgentEvidence, AgentJsonError, agent_evidence_from_document
+from runner.evidence.az_vtpm_json import (
+    AzVtpmJsonError,
+    az_vtpm_evidence_from_document,
+    is_az_vtpm_document,
+)
 from runner.evidence.base import Evidence
-from runner.evidence.common import AgentAttestationDisabledError, NoTeeError, check_report
+from runner.evidence.common import (
+    AgentAttestationDisabledError,
+    NoTeeError,
+    ReportDataMismatchError,
+    check_report,
+)
 from tenant.http import (
     Answer,
     DeadlineExceededError,
@@ -74,19 +91,6 @@ BASE64_MIN_VERSION: Final = (0, 21, 0)
 #: The oldest agent the runner attests with: guest-components v0.18.0 (kata 3.28.0), the first
 #: with ``GET /info``; it also enforces the inline image policy (from v0.17.0).
 AGENT_VERSION_FLOOR: Final = (0, 18, 0)
-#: kbs-types ``Tee::AzSnpVtpm`` as ``/info`` names it.
-AZURE_VTPM_TEE: Final = "azsnpvtpm"
-#: The keys of guest-components' az-snp-vtpm evidence (``attester/src/az_snp_vtpm``: versions 1
-#: and 2), and of its older unversioned form (trustee's ``evidence-v0`` test data).
-_AZURE_VTPM_EVIDENCE_KEYS: Final = (
-    frozenset({"version", "tpm_quote", "hcl_report", "vcek"}),
-    frozenset({"quote", "report", "vcek"}),
-)
-_UNSUPPORTED_AZURE: Final = (
-    "Azure's az-snp-vtpm evidence is not supported by the coco-aa path: it binds the runtime "
-    "data into a vTPM quote and init-data into a vTPM PCR, not into SNP REPORT_DATA and "
-    "HOST_DATA, which is what attested-replay binds and tenants verify"
-)
 ENABLE_ANNOTATION: Final = (
     "io.katacontainers.config.hypervisor.kernel_params: "
     '"agent.guest_components_rest_api=attestation"'
@@ -104,10 +108,6 @@ EncodingChoice = Literal["auto", "sha512", "sha256-hex"]
 
 class AgentVersionError(EvidenceError):
     """The agent is older than the floor, or does not say which version it is."""
-
-
-class UnsupportedTeeError(EvidenceError):
-    """The agent attests a TEE whose evidence the coco-aa path cannot bind (az-snp-vtpm)."""
 
 
 class AgentInfo(NamedTuple):
@@ -203,12 +203,38 @@ class CocoAgentProvider:
         else:
             params = {"runtime_data": report_data.decode("ascii")}
         body = self._get("/aa/evidence", params)
-        evidence = self._parse(body)
+        document = self._document(body)
+        if is_az_vtpm_document(document):
+            return self._azure_evidence(document, report_data, encoding)
+        evidence = self._parse(document)
         return Evidence(
             report=check_report(evidence.report, report_data, provider=self.name),
             cert_chain=evidence.certificates,
             provider=self.name,
             report_data_encoding=encoding,
+        )
+
+    def _azure_evidence(
+        self, document: object, report_data: bytes, encoding: ReportDataEncoding
+    ) -> Evidence:
+        """az-snp-vtpm evidence whose quote carries exactly ``report_data`` as its nonce."""
+        try:
+            answer = az_vtpm_evidence_from_document(document)
+            quote = parse_quote(answer.evidence.quote)
+        except (AzVtpmJsonError, MalformedError) as exc:
+            raise EvidenceError(f"coco-aa: malformed az-snp-vtpm evidence: {exc}") from exc
+        if not report_data_matches(report_data, quote.extra_data):
+            raise ReportDataMismatchError(
+                f"{self.name}: the vTPM quote's nonce ({quote.extra_data.hex()}) is not what was "
+                f"requested ({report_data.hex()}); refusing the evidence"
+            )
+        _log.info("coco_aa_az_snp_vtpm", version=answer.evidence.format_version)
+        return Evidence(
+            report=answer.evidence.hcl_report,
+            cert_chain=(answer.vcek_der,),
+            provider=self.name,
+            report_data_encoding=encoding,
+            vtpm=answer.evidence,
         )
 
     def agent_info(self) -> AgentInfo:
@@ -256,8 +282,6 @@ class CocoAgentProvider:
             )
         tee = info.get("tee")
         tee = tee if isinstance(tee, str) else None
-        if tee == AZURE_VTPM_TEE:
-            raise UnsupportedTeeError(f"coco-aa: the agent's TEE is {tee}: {_UNSUPPORTED_AZURE}")
         if tee == "sample":
             raise NoTeeError(
                 "coco-aa: the agent's TEE is the sample attester (no TEE): this pod runs without "
@@ -304,15 +328,13 @@ class CocoAgentProvider:
         # report "no agent".
         return EvidenceError(f"coco-aa: request to {self.base_url} failed: {exc}")
 
-    def _parse(self, answer: Answer) -> AgentEvidence:
+    def _document(self, answer: Answer) -> object:
         try:
-            doc = answer.json("the answer")
+            return answer.json("the answer")
         except HttpRefusedError as exc:
             raise EvidenceError(f"coco-aa: the agent's evidence is not JSON ({exc})") from exc
-        if isinstance(doc, dict) and any(set(doc) >= keys for keys in _AZURE_VTPM_EVIDENCE_KEYS):
-            raise UnsupportedTeeError(
-                f"coco-aa: the agent answered with az-snp-vtpm evidence: {_UNSUPPORTED_AZURE}"
-            )
+
+    def _parse(self, doc: object) -> AgentEvidence:
         if isinstance(doc, dict) and set(doc) == {"svn", "report_data"}:
             raise NoTeeError(
                 "coco-aa: the agent answered with the sample attester (no TEE): this pod runs "

@@ -133,38 +133,16 @@ class OverlayProfile:
     runtime_class: str
     evidence: EvidenceMode
     aa_rest_api: bool = False
-    #: Why no envelope of this overlay can verify yet: ``submit`` and ``expected`` refuse it
-    #: (:func:`require_verifiable`). None: verifiable.
-    unverifiable: str | None = None
 
-
-#: Peer pods: the cloud launches the pod VM, so its SNP HOST_DATA is never the init-data
-#: digest. cloud-api-adaptor's process-user-data hashes the init-data into
-#: ``/run/peerpod/initdata.digest`` for the attester (``src/cloud-api-adaptor/pkg/userdata/
-#: provision.go`` ``extractInitdataAndHash``, ``docs/initdata.md``) and the pod VM image extends
-#: it into vTPM PCR 8 (``tpm2_pcrextend 8:sha256=...`` after process-user-data). No hostData pin
-#: can pass and nothing ties the envelope to the agent policy. The one place that says so:
-#: lift it once vTPM evidence (az-snp-vtpm, PCR 8) is verified.
-PEER_PODS_UNVERIFIABLE: Final = (
-    "a peer-pod VM has no SNP HOST_DATA: cloud-api-adaptor extends the init-data digest into "
-    "vTPM PCR 8 instead, which this verifier does not check yet, so no peer-pods envelope is "
-    "tied to the agent policy that admits only this Job's replay (docs/operator.md, section 9)"
-)
 
 OVERLAYS: Final[dict[str, OverlayProfile]] = {
     "snp": OverlayProfile(runtime_class="kata-qemu-snp", evidence="coco-aa", aa_rest_api=True),
     "coco-dev": OverlayProfile(runtime_class="kata-qemu-coco-dev", evidence="simulated"),
-    "peer-pods": OverlayProfile(
-        runtime_class="kata-remote", evidence="coco-aa", unverifiable=PEER_PODS_UNVERIFIABLE
-    ),
+    # Peer pods: the cloud launches the pod VM, so its SNP HOST_DATA is never the init-data
+    # digest; the pod VM image extends it into vTPM PCR 8, which az-snp-vtpm evidence proves
+    # (expected --overlay peer-pods pins initDataDigest instead of hostData).
+    "peer-pods": OverlayProfile(runtime_class="kata-remote", evidence="coco-aa"),
 }
-
-
-def require_verifiable(overlay: str, *, flag: str = "--overlay") -> None:
-    """Refuse an overlay whose envelopes no tenant can verify (the one place that says so)."""
-    reason = OVERLAYS[overlay].unverifiable if overlay in OVERLAYS else None
-    if reason is not None:
-        raise UsageError(f"{flag} {overlay}: refused: {reason}")
 
 
 _MEMORY = re.compile(r"^[1-9][0-9]{0,5}(Mi|Gi)$")

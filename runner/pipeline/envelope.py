@@ -15,11 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives.hashes import SHA256
 from pydantic import JsonValue
 
+from attestation.abi.hcl import parse_hcl_report
 from attestation.abi.report import AttestationReport, parse_report
+from attestation.abi.tpm import parse_quote, serialize_signature
 from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.endorsement.certificate import load_certificates
 from attestation.endorsement.trust import TrustStore
@@ -29,9 +33,11 @@ from attestation.envelope.model import (
     Binding,
     Envelope,
     Evidence,
+    VtpmQuote,
 )
 from attestation.errors import AttestationError
 from attestation.files import open_regular
+from attestation.verify.az_vtpm import VtpmEvidence, check_vtpm_evidence
 from attestation.verify.checks import VerificationResult
 from attestation.verify.policy import CRYPTO_ONLY
 from attestation.verify.verifier import Verifier
@@ -52,6 +58,14 @@ class EndorsedEvidence:
     verification: VerificationResult
     #: The verifier that checked it: its chain validation is memoized for the self-check.
     verifier: Verifier
+    #: The REPORT_DATA value the evidence binds when it is not the report's own: the nonce of
+    #: an az-snp-vtpm quote.
+    quote_nonce: bytes | None = None
+
+    @property
+    def bound_report_data(self) -> bytes:
+        """The REPORT_DATA value this evidence binds (the envelope's ``reportData``)."""
+        return self.report.report_data if self.quote_nonce is None else self.quote_nonce
 
 
 def endorse(
@@ -69,7 +83,11 @@ def endorse(
         VerificationFailedError: the certificate does not endorse the report.
     """
     try:
-        report = parse_report(evidence.report)
+        report = (
+            parse_report(evidence.report)
+            if evidence.vtpm is None
+            else parse_hcl_report(evidence.report).snp_report
+        )
     except AttestationError as exc:
         raise EvidenceError(
             f"provider {evidence.provider} returned a malformed report: {exc}"
@@ -86,10 +104,52 @@ def endorse(
             certificates.extend(load_certificates(der))
         except AttestationError as exc:
             raise EvidenceError(f"the platform returned an unparseable certificate: {exc}") from exc
+    # A certificate given twice (the platform's VCEK and a bundle's) is read once.
+    certificates = list(
+        {certificate.fingerprint(SHA256()): certificate for certificate in certificates}.values()
+    )
     verifier = Verifier(trust, policy=CRYPTO_ONLY)
+    if evidence.vtpm is not None:
+        return _endorse_vtpm(evidence, evidence.vtpm, tuple(certificates), verifier, now=now)
     verification = verifier.check(evidence.report, certificates, now=now).result()
     raise_unless_verified(verification, "the evidence this run obtained does not verify")
     return EndorsedEvidence(evidence, report, tuple(certificates), verification, verifier)
+
+
+def _endorse_vtpm(
+    evidence: ProviderEvidence,
+    vtpm: VtpmEvidence,
+    certificates: tuple[x509.Certificate, ...],
+    verifier: Verifier,
+    *,
+    now: datetime,
+) -> EndorsedEvidence:
+    """az-snp-vtpm evidence, verified as a tenant would (crypto only) with the nonce its quote
+    carries (the provider checked it is the one asked for; the envelope's self-check checks it
+    against the binding)."""
+    try:
+        nonce = parse_quote(vtpm.quote).extra_data
+    except AttestationError as exc:
+        raise EvidenceError(
+            f"provider {evidence.provider} returned a malformed quote: {exc}"
+        ) from exc
+    checked = check_vtpm_evidence(vtpm, certificates, verifier=verifier, nonce=nonce, now=now)
+    verification = checked.result()
+    raise_unless_verified(verification, "the evidence this run obtained does not verify")
+    assert checked.hcl is not None  # verified
+    assert verification.chain is not None
+    # The verified path (VCEK, ASK, ARK): the agent sends the VCEK alone, and the envelope
+    # carries the whole chain, as for SEV-SNP evidence.
+    path = verification.chain
+    report = checked.hcl.snp_report
+    return EndorsedEvidence(
+        evidence,
+        report,
+        (path.leaf, path.intermediate, path.ark),
+        verification,
+        verifier,
+        nonce,
+    )
 
 
 def assemble_envelope(
@@ -106,7 +166,7 @@ def assemble_envelope(
         run_id=binding.run_id,
         tenant=binding.tenant,
         binding=binding,
-        report_data=report.report_data.hex(),
+        report_data=endorsed.bound_report_data.hex(),
         measurement=report.measurement.hex(),
         host_data=report.host_data.hex(),
         platform=platform,
@@ -115,9 +175,23 @@ def assemble_envelope(
             provider=endorsed.evidence.provider,
             cert_chain=pem_bundle(endorsed.certificates),
             report_data_encoding=endorsed.evidence.report_data_encoding,
+            **_vtpm_fields(endorsed.evidence.vtpm),
         ),
         result=result,
     )
+
+
+def _vtpm_fields(vtpm: VtpmEvidence | None) -> dict[str, Any]:
+    """``evidence.kind`` and ``evidence.vtpm`` of az-snp-vtpm evidence (nothing otherwise)."""
+    if vtpm is None:
+        return {}
+    quote = VtpmQuote(
+        quote=base64.b64encode(vtpm.quote).decode("ascii"),
+        signature=base64.b64encode(serialize_signature(vtpm.signature)).decode("ascii"),
+        pcrs=tuple(pcr.hex() for pcr in vtpm.pcrs),
+        format_version=vtpm.format_version,
+    )
+    return {"kind": "az-snp-vtpm", "vtpm": quote}
 
 
 def envelope_json_bytes(envelope: Envelope) -> bytes:

@@ -236,8 +236,10 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
     evidence = provider.obtain(binding.canonical_bytes())
     log.info("evidence_obtained", provider=evidence.provider, certificates=len(evidence.cert_chain))
     chain = evidence.cert_chain
-    if not chain and request.endorsement_bundle:
-        chain = load_endorsement_bundle(request.endorsement_bundle)
+    if request.endorsement_bundle and (not chain or evidence.vtpm is not None):
+        # The az-snp-vtpm attester returns the VCEK alone (guest-components
+        # attester/src/az_snp_vtpm/mod.rs @ 07b7c1a0): a mounted bundle adds ASK and ARK.
+        chain = (*chain, *load_endorsement_bundle(request.endorsement_bundle))
     # The evidence is verified once, with this run's one `now`: the chain that verifies says
     # whose root it reached (the envelope's platform), and the self-check reuses it.
     now = datetime.now(UTC)

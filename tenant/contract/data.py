@@ -330,6 +330,44 @@ CONTRACT: Final = Contract(
                 Reference(doc="image.md", anchor="the-tenants-path", label="rebuilding the image"),
             ),
         ),
+        Row(
+            id="azure-confidential-vm",
+            claim="Azure confidential VMs",
+            statement="an envelope with `evidence.kind: az-snp-vtpm` (peer pods on Azure) was "
+            "produced in a genuine AMD SEV-SNP confidential VM whose vTPM quoted this run's "
+            "binding hash, and, when `X` pins `initDataDigest`, that VM measured this "
+            "init-data into PCR 8",
+            artifact="`evidence.report` (the 2600-byte HCL report: the paravisor's SNP report "
+            "and the variable data with the vTPM attestation key), `evidence.vtpm` (TPM quote, "
+            "its signature, the PCR values), `evidence.certChain`",
+            commands=(_VERIFY,),
+            command_note="a quote over another nonce or PCR values it does not cover exit 7, "
+            "a quote not signed by the key the report binds exits 3, PCR 8 of other "
+            "init-data exits 6",
+            who=(Party.ANYONE, Party.TENANT),
+            who_detail="anyone holding the envelope; the tenant for `initDataDigest` "
+            "(`attested-replay expected --overlay peer-pods ...` or `--init-data-digest`)",
+            assurance=Assurance.TAMPER_PROOF,
+            assumption="Holds under AMD's roots and, beyond them, Azure's paravisor (HCL), "
+            "which is part of the trusted base: it runs at VMPL 0, requests the SNP report "
+            "at boot, creates the vTPM and its attestation key and writes the key into the "
+            "report's variable data. The hardware signs the paravisor's report, not the pod "
+            "VM's: MEASUREMENT is Azure's firmware image, HOST_DATA is zero, and the pod "
+            "VM's code is pinned only through the vTPM: PCR 8 holds the init-data digest as "
+            "the attestation agent extended it (the agent policy in that init-data is what "
+            "admits only the replay), trusting the paravisor's vTPM to have measured "
+            "honestly. PCRs 0-7 (the pod VM's boot) are carried but not compared with "
+            "reference values. Without `initDataDigest`, nothing ties the envelope to the "
+            "agent policy. Freshness and the rest of the binding are as in rows 2 and 8.",
+            hosted=Availability.YES,
+            see=(
+                Reference(
+                    doc="verification.md",
+                    anchor="azure-confidential-vms-az-snp-vtpm-evidence",
+                    label="az-snp-vtpm checks",
+                ),
+            ),
+        ),
     ),
     not_verifiable=(
         NotVerifiable(
@@ -446,7 +484,8 @@ CONTRACT: Final = Contract(
             controls="the attestation agent's port, KDS and the publication service's answers",
             attempts="answer in place of them: a report over other data, a substituted "
             "certificate, an endless answer, a forked log",
-            defence="the report must carry exactly the REPORT_DATA asked for; a VCEK is kept only "
+            defence="the report must carry exactly the REPORT_DATA asked for (an az-snp-vtpm "
+            "quote: as its nonce); a VCEK is kept only "
             "if it chains to the pinned roots and verifies the report; each answer is capped "
             "(agent evidence 256 KiB, a certificate 16 KiB, a checkpoint or proof 64 KiB, a page "
             "of entries 1 MiB, an envelope 16 MiB) and timed; the log's proofs are rows 5 and 6",

@@ -311,3 +311,44 @@ def test_dry_run_cannot_wait(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["submit", *RUN, "--corpus", CORPUS, "--checksum", CHECKSUM, "--dry-run", "--wait"]
     assert main(args) == 9
     assert "--dry-run contacts no cluster" in capsys.readouterr().err
+
+
+def test_expected_for_peer_pods_pins_init_data_through_pcr8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    peer_pods = [
+        *RUN[: RUN.index("--overlay")],
+        "--overlay",
+        "peer-pods",
+        *RUN[RUN.index("snp") + 1 :],
+    ]
+    toml = tmp_path / "init-data.toml"
+    source = ["--corpus", CORPUS, "--checksum", CHECKSUM]
+    assert main(["init-data", *peer_pods, *source, "--out", str(toml)]) == 0
+    capsys.readouterr()
+    digest = hashlib.sha256(toml.read_bytes()).hexdigest()
+    expected = tmp_path / "expected.json"
+    args = ["expected", *peer_pods, "--corpus-source", CORPUS, "--corpus-checksum", CHECKSUM]
+    assert main([*args, "--out", str(expected)]) == 0
+    document = json.loads(expected.read_text())
+    # A peer pod's VM starts without HOST_DATA: the init-data is pinned through PCR 8 instead.
+    assert document["initDataDigest"] == digest
+    assert "hostData" not in document
+    assert document["imageDigest"] == IMAGE.rpartition("@")[2]
+    # The same digest given by hand agrees; another one is refused before anything is written.
+    assert main([*args, "--init-data-digest", digest.upper(), "--out", str(expected)]) == 0
+    other = tmp_path / "other.json"
+    assert main([*args, "--init-data-digest", "ab" * 32, "--out", str(other)]) == 9
+    assert "is not the digest of the Job's init-data" in capsys.readouterr().err
+    assert not other.exists()
+
+
+def test_expected_takes_an_init_data_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "expected.json"
+    common = ["expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM, "--out", str(out)]
+    assert main([*common, "--init-data-digest", "AB" * 32]) == 0
+    assert json.loads(out.read_text())["initDataDigest"] == "ab" * 32
+    assert main([*common, "--init-data-digest", "ab" * 31]) == 9
+    assert "--init-data-digest" in capsys.readouterr().err

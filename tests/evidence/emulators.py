@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Literal
 
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 from werkzeug import Request, Response
 
@@ -58,6 +59,7 @@ from runner.evidence.sev_guest import (
     SnpReportResp,
 )
 from simulated_amd import SimulatedAmd
+from simulated_amd.vtpm import new_attestation_key, simulated_vtpm_evidence
 
 
 def signed_chain(amd: SimulatedAmd, report: bytes) -> list[bytes]:
@@ -78,6 +80,8 @@ AgentMode = Literal[
     "sample",
     "wrong-data",
     "azure",
+    "azure-sim",
+    "azure-sim-wrong-nonce",
 ]
 #: Real az-snp-vtpm evidence (trustee test data; tests/assets/coco/PROVENANCE.md).
 AZURE_EVIDENCE = Path(__file__).parents[1] / "assets" / "coco" / "azure-vtpm" / "evidence-v1.json"
@@ -100,6 +104,12 @@ class AgentEmulator:
     release: threading.Event = field(default_factory=threading.Event)
     """In ``slow`` mode the evidence answer waits until this is set (at most 10 s)."""
     requests: list[dict[str, str]] = field(default_factory=list)
+    azure_ak: rsa.RSAPrivateKey | None = None
+    """``azure-sim`` modes: the simulated vTPM's attestation key (a new one when None)."""
+    azure_init_data: bytes | None = None
+    """``azure-sim`` modes: the init-data digest the simulated VM extended into PCR 8."""
+    azure_version: int = 1
+    """``azure-sim`` modes: the az-snp-vtpm evidence version (2 puts the nonce in user-data)."""
 
     @property
     def decodes_base64(self) -> bool:
@@ -143,6 +153,8 @@ class AgentEmulator:
                 return Response("bad base64", status=400)
         else:
             data = runtime_data.encode("utf-8")
+        if self.mode in {"azure-sim", "azure-sim-wrong-nonce"}:
+            return self._azure(data)
         if self.mode == "sample":
             body = {"svn": "1", "report_data": base64.b64encode(data).decode()}
             return Response(json.dumps(body), content_type="application/octet-stream")
@@ -168,6 +180,22 @@ class AgentEmulator:
             del document["attestation_report"]["chip_id"]
             body_text = json.dumps(document)
         return Response(body_text, content_type="application/octet-stream")
+
+    def _azure(self, data: bytes) -> Response:
+        """A simulated Azure VM's answer, as guest-components' az-snp-vtpm attester gives it:
+        the quote's nonce is the runtime data as received."""
+        if self.azure_ak is None:
+            self.azure_ak = new_attestation_key()
+        nonce = data if self.mode == "azure-sim" else bytes(len(data))
+        evidence = simulated_vtpm_evidence(
+            self.amd,
+            nonce=nonce,
+            ak=self.azure_ak,
+            init_data_digest=self.azure_init_data,
+            format_version=self.azure_version,
+            product_line=self.product_line,
+        )
+        return Response(json.dumps(evidence.agent_answer()), content_type="application/json")
 
 
 # ------------------------------------------------------------------------- configfs-tsm

@@ -6,24 +6,27 @@ import base64
 import datetime as dt
 import hashlib
 import http.server
+import json
 import socket
 import threading
 import time
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from pytest_httpserver import HTTPServer
 
 from attestation.abi.product import ProductLine
+from attestation.abi.tpm import parse_quote
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.binding import report_data_from_canonical
 from attestation.verify.policy import CRYPTO_ONLY
 from attestation.verify.verifier import verify_report
 from runner.errors import EvidenceError, EvidenceUnavailableError
+from runner.evidence.az_vtpm_json import AzVtpmJsonError, az_vtpm_evidence_from_document
 from runner.evidence.coco_aa import (
     AgentVersionError,
     CocoAgentProvider,
-    UnsupportedTeeError,
     parse_agent_version,
 )
 from runner.evidence.common import (
@@ -33,7 +36,9 @@ from runner.evidence.common import (
 )
 from runner.exit_codes import exit_code_for
 from simulated_amd import SimulatedAmd
-from tests.evidence.emulators import AgentEmulator, assert_chain_signs
+from tests.azure_sets import AZURE
+from tests.azure_sets import load as load_azure_set
+from tests.evidence.emulators import AZURE_EVIDENCE, AgentEmulator, assert_chain_signs
 
 
 def _serve(server: HTTPServer, agent: AgentEmulator) -> CocoAgentProvider:
@@ -124,26 +129,56 @@ def test_agents_at_or_above_the_floor_are_accepted(
     assert provider.obtain(binding).provider == "coco-aa"
 
 
-def test_azure_vtpm_agent_is_refused_before_the_replay(
-    httpserver: HTTPServer, sim_amd: SimulatedAmd
+@pytest.mark.parametrize("version", [1, 2])
+def test_azure_vtpm_evidence_over_the_requested_nonce_is_accepted(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes, version: int
 ) -> None:
-    agent = AgentEmulator(sim_amd, tee="azsnpvtpm")
-    with pytest.raises(
-        UnsupportedTeeError, match="az-snp-vtpm evidence is not supported"
-    ) as caught:
-        _serve(httpserver, agent).check_available()
-    assert "the agent's TEE is azsnpvtpm" in str(caught.value)
-    assert exit_code_for(caught.value) == 3
+    agent = AgentEmulator(sim_amd, tee="azsnpvtpm", mode="azure-sim", azure_version=version)
+    provider = _serve(httpserver, agent)
+    provider.check_available()
+    evidence = provider.obtain(binding)
+    assert evidence.vtpm is not None
+    assert evidence.vtpm.format_version == version
+    assert evidence.report == evidence.vtpm.hcl_report
+    assert len(evidence.report) == 2600
+    assert parse_quote(evidence.vtpm.quote).extra_data == hashlib.sha512(binding).digest()
+    assert len(evidence.cert_chain) == 1  # the VCEK; the pod mounts ASK and ARK
+    assert agent.requests[0]["encoding"] == "base64"
 
 
-def test_azure_vtpm_evidence_is_refused(
+def test_azure_vtpm_quote_over_another_nonce_is_refused(
     httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
 ) -> None:
-    """Real az-snp-vtpm evidence (trustee's test data), from an agent whose /info names no TEE."""
-    agent = AgentEmulator(sim_amd, tee=None, mode="azure")
-    with pytest.raises(UnsupportedTeeError, match="answered with az-snp-vtpm evidence") as caught:
+    agent = AgentEmulator(sim_amd, tee="azsnpvtpm", mode="azure-sim-wrong-nonce")
+    with pytest.raises(ReportDataMismatchError, match="the vTPM quote's nonce") as caught:
         _serve(httpserver, agent).obtain(binding)
     assert exit_code_for(caught.value) == 3
+
+
+def test_real_azure_evidence_is_refused_for_its_nonce(
+    httpserver: HTTPServer, sim_amd: SimulatedAmd, binding: bytes
+) -> None:
+    """Real az-snp-vtpm evidence (trustee's test data, nonce "challenge") answers any request:
+    the quote's nonce is not the one asked for."""
+    agent = AgentEmulator(sim_amd, tee=None, mode="azure")
+    with pytest.raises(ReportDataMismatchError, match=b"challenge".hex()):
+        _serve(httpserver, agent).obtain(binding)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"version": 3}, "version 3 is not 1 or 2"),
+        ({"hcl_report": "***"}, "hcl_report is not base64url"),
+        ({"tpm_quote": {"message": "00"}}, "tpm_quote must be an object"),
+        ({"extra": 1}, "keys "),
+    ],
+)
+def test_malformed_azure_evidence_is_refused(change: dict[str, object], message: str) -> None:
+    document = json.loads(AZURE_EVIDENCE.read_text())
+    document.update(change)
+    with pytest.raises(AzVtpmJsonError, match=message):
+        az_vtpm_evidence_from_document(document)
 
 
 def test_sample_tee_is_no_tee(httpserver: HTTPServer, sim_amd: SimulatedAmd) -> None:
@@ -406,3 +441,14 @@ def test_agent_evidence_verifies_with_the_simulated_root_pinned(
         now=dt.datetime.now(dt.UTC),
     )
     assert not untrusting.ok  # without pinning, simulated evidence never verifies
+
+
+@pytest.mark.parametrize(
+    "name", ["evidence-v0.json", "evidence-v1.json", "evidence-v2.json", "evidence-genoa.json"]
+)
+def test_every_real_azure_answer_decodes_to_its_evidence(name: str) -> None:
+    evidence_set = load_azure_set(name)
+    answer = az_vtpm_evidence_from_document(json.loads((AZURE / name).read_text()))
+    assert answer.evidence == evidence_set.evidence
+    first = x509.load_pem_x509_certificates(evidence_set.endorsement)[0]
+    assert answer.vcek_der == first.public_bytes(serialization.Encoding.DER)

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import base64
+import copy
+import dataclasses
+import hashlib
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from pytest_httpserver import HTTPServer
 
 from attestation.abi.product import ProductLine
+from attestation.abi.tpm import QuoteSignature, parse_quote, serialize_quote, serialize_signature
 from attestation.cli import main as verify_main
 from runner.cli import main as runner_main
 from simulated_amd import SimulatedAmd
+from simulated_amd.vtpm import new_attestation_key
 from tests.evidence.emulators import AgentEmulator
 from tests.evidence.test_coco_aa import free_loopback_port
 
@@ -162,3 +171,93 @@ def test_simulated_agent_evidence_is_refused_without_opt_in(
     )
     assert code == 4
     assert list(out.iterdir()) == []
+
+
+INIT_DATA = hashlib.sha256(b"the peer pod's init-data").digest()
+
+
+def _resign(document: dict[str, Any], key: rsa.RSAPrivateKey, quote: bytes) -> None:
+    """Put ``quote`` signed by ``key`` into an envelope document."""
+    vtpm = document["evidence"]["vtpm"]
+    signature = key.sign(quote, padding.PKCS1v15(), hashes.SHA256())
+    vtpm["quote"] = base64.b64encode(quote).decode()
+    vtpm["signature"] = base64.b64encode(serialize_signature(QuoteSignature(signature))).decode()
+
+
+def test_run_with_azure_agent_emulation_verifies(
+    httpserver: HTTPServer,
+    tmp_path: Path,
+    sim_state_dir: Path,
+    sim_amd: SimulatedAmd,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A peer pod on a (simulated) Azure VM: the agent answers in az-snp-vtpm form, the
+    envelope verifies, and a changed nonce, PCR 8 or attestation key does not."""
+    ak = new_attestation_key()
+    agent = AgentEmulator(
+        sim_amd, tee="azsnpvtpm", mode="azure-sim", azure_ak=ak, azure_init_data=INIT_DATA
+    )
+    httpserver.expect_request("/info").respond_with_handler(agent.info)
+    httpserver.expect_request("/aa/evidence").respond_with_handler(agent.evidence)
+    bundle = tmp_path / "endorsement.pem"  # the agent sends the VCEK alone
+    bundle.write_text(sim_amd.cert_chain_pem(ProductLine.MILAN))
+    envelope = tmp_path / "envelope.json"
+    run_id = "run-azure"
+    code = runner_main(
+        [
+            "run",
+            "--corpus",
+            str(EXAMPLE_CORPUS),
+            "--run-id",
+            run_id,
+            "--tenant",
+            "acme",
+            "--evidence",
+            "coco-aa",
+            "--agent-url",
+            httpserver.url_for("/").rstrip("/"),
+            "--state-dir",
+            str(sim_state_dir),
+            "--trust-simulated-root",
+            "--endorsement-bundle",
+            str(bundle),
+            "--out",
+            str(envelope),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    document = json.loads(envelope.read_bytes())
+    assert document["evidence"]["kind"] == "az-snp-vtpm"
+    assert document["platform"] == "simulated"
+    assert document["hostData"] == "00" * 32  # a peer pod's VM has no HOST_DATA
+    expected = _expected(tmp_path, run_id, sim_amd)
+    pinned = json.loads(expected.read_text())
+    pinned["initDataDigest"] = INIT_DATA.hex()
+    expected.write_text(json.dumps(pinned))
+    capsys.readouterr()
+
+    def verdict(changed: dict[str, Any], name: str) -> int:
+        path = tmp_path / name
+        path.write_text(json.dumps(changed))
+        code = verify_main(["--envelope", str(path), "--expected", str(expected)])
+        capsys.readouterr()
+        return code
+
+    assert verdict(document, "as-run.json") == 0
+    quote = parse_quote(base64.b64decode(document["evidence"]["vtpm"]["quote"]))
+
+    other_nonce = copy.deepcopy(document)
+    _resign(other_nonce, ak, serialize_quote(dataclasses.replace(quote, extra_data=bytes(64))))
+    assert verdict(other_nonce, "nonce.json") == 7
+
+    pcr8 = copy.deepcopy(document)
+    pcr8["evidence"]["vtpm"]["pcrs"][8] = "ff" * 32
+    assert verdict(pcr8, "pcr8.json") == 7  # the PCR values are no longer the quoted ones
+
+    other_ak = copy.deepcopy(document)
+    _resign(other_ak, new_attestation_key(), serialize_quote(quote))
+    assert verdict(other_ak, "ak.json") == 3
+
+    pinned["initDataDigest"] = "ab" * 32  # another init-data than the VM measured
+    expected.write_text(json.dumps(pinned))
+    assert verdict(document, "as-run.json") == 6

@@ -115,7 +115,8 @@ PATCH_HEADERS = {
     "# which no tenant verifier accepts as hardware evidence.\n",
     "peer-pods": "# Peer pods (cloud-api-adaptor, kata-remote): the pod VM serves the agent's REST API\n"
     "# already, and kernel_params is not an enabled annotation there (the shim would refuse it).\n"
-    "# Azure's az-snp-vtpm evidence is not supported by the coco-aa path (docs/operator.md).\n",
+    "# On Azure the agent answers with az-snp-vtpm evidence: init-data is pinned through PCR 8\n"
+    "# (`expected --overlay peer-pods`, docs/operator.md section 9.3), not HOST_DATA.\n",
 }
 GENERATED_NOTE = (
     "# cc_init_data = base64(gzip(init-data.toml)): the agent policy in it admits only the example\n"

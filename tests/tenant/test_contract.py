@@ -69,6 +69,7 @@ def test_contract_covers_what_the_issue_and_the_seed_ask_for() -> None:
         "witnessed-publication",
         "publish-receipt",
         "commitment-scope",
+        "azure-confidential-vm",
     ]
     numbers = CONTRACT.row("published-numbers")
     assert numbers.assurance.value == "recomputed"
