@@ -328,7 +328,10 @@ def test_expected_for_peer_pods_pins_init_data_through_pcr8(
     capsys.readouterr()
     digest = hashlib.sha256(toml.read_bytes()).hexdigest()
     expected = tmp_path / "expected.json"
-    args = ["expected", *peer_pods, "--corpus-source", CORPUS, "--corpus-checksum", CHECKSUM]
+    args = [
+        *("expected", *peer_pods, "--corpus-source", CORPUS, "--corpus-checksum", CHECKSUM),
+        *("--measurement", "cd" * 48, "--evaluation-digest", "sha256:" + "ef" * 32),
+    ]
     assert main([*args, "--out", str(expected)]) == 0
     document = json.loads(expected.read_text())
     # A peer pod's VM starts without HOST_DATA: the init-data is pinned through PCR 8 instead.
@@ -347,7 +350,10 @@ def test_expected_takes_an_init_data_digest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "expected.json"
-    common = ["expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM, "--out", str(out)]
+    common = [
+        *("expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM, "--out", str(out)),
+        *("--measurement", "cd" * 48, "--evaluation-digest", "sha256:" + "ef" * 32),
+    ]
     assert main([*common, "--init-data-digest", "AB" * 32]) == 0
     assert json.loads(out.read_text())["initDataDigest"] == "ab" * 32
     assert main([*common, "--init-data-digest", "ab" * 31]) == 9

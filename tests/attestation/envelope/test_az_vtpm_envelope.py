@@ -40,6 +40,7 @@ from simulated_amd.vtpm import (
 )
 from tests.attestation.envelope.test_envelope_verify import (
     CORPUS,
+    EVALUATION,
     RUN_ID,
     make_binding,
     sim_envelope,
@@ -86,6 +87,7 @@ def expected_for(sim: SimulatedAmd, **extra: Any) -> bytes:
     document = {
         "runId": RUN_ID,
         "corpusChecksum": CORPUS,
+        "evaluationDigest": EVALUATION,
         "simulatedRoots": [sim.root_fingerprint],
         "initDataDigest": INIT_DATA.hex(),
         **extra,
