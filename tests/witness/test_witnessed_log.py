@@ -137,3 +137,61 @@ def test_a_service_without_cosigned_checkpoints_fails_a_witnessed_fetch(
         "the service has no checkpoint cosigned by witnesses (1 required; none from: "
         "witness.test/w1)" in capsys.readouterr().err
     )
+
+
+def test_a_split_view_is_refused_by_the_witness_and_caught_by_tenant_fetch(
+    tmp_path: Path,
+    setup: tuple[Deployment, list[Running], list[VerifierKey]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The operator runs a second store with the same log key and shows it to one tenant
+    fetcher: both views are signed by the log, but the witness cosigns only the one it saw
+    first, so a fetcher that requires the witness is never shown the other (exit 7)."""
+    deployment, witnesses, keys = setup
+    option = ("--witness", f"{witnesses[0].url} {witnesses[0].key_text}")
+    honest = deployment.serve(*option)
+    publish(honest, deployment, "run-1", "run-2")
+    cosigned(honest, deployment, 2, keys[:1])
+
+    fork_root = tmp_path / "fork"
+    fork_root.mkdir()
+    with Deployment(fork_root) as fork:
+        (fork_root / "state").mkdir()
+        key_file = "log-signing-key.pem"
+        (fork_root / "state" / key_file).write_bytes((tmp_path / "state" / key_file).read_bytes())
+        (fork_root / "state" / key_file).chmod(0o600)
+        forked = fork.serve(*option)
+        publish(forked, fork, "run-1", "run-9")  # the same size, another history
+        answer = requests.get(f"{forked.url}/v1/tenants/acme/log/checkpoint", timeout=5)
+        assert answer.status_code == 401  # a token is needed; the fork's own tenant token:
+        plain = requests.get(
+            f"{forked.url}/v1/tenants/acme/log/checkpoint",
+            headers={"Authorization": f"Bearer {fork.reader}"},
+            timeout=5,
+        )
+        assert plain.text.split("\n")[1] == "2"  # signed by the genuine log key
+        deadline = time.monotonic() + 20
+        while "witness_refused" not in forked.output():  # the fork's submission was refused
+            assert time.monotonic() < deadline, forked.output()
+            time.sleep(0.1)
+        assert "another root for size 2, which this witness cosigned" in forked.output()
+        refused = requests.get(
+            f"{forked.url}/v1/tenants/acme/log/checkpoint/cosigned",
+            headers={"Authorization": f"Bearer {fork.reader}"},
+            timeout=5,
+        )
+        assert refused.status_code == 404  # the witness refused to cosign the other root
+        token = tmp_path / "fork-reader.token"
+        token.write_text(fork.reader + "\n")
+        log_key = (tmp_path / "state" / "log-key.pub").read_text().strip()
+        code = runner_main(
+            [
+                "tenant", "fetch", "--server", forked.url, "--token-file", str(token),
+                "--tenant", "acme", "--out", str(tmp_path / "fork-store"),
+                "--log-key", log_key, "--witness-key", keys[0].encode(),
+            ]
+        )  # fmt: skip
+        assert code == TAMPERING
+        assert "no checkpoint cosigned by witnesses" in capsys.readouterr().err
+    # The honest view still gathers the witness's cosignature and passes.
+    assert fetch(tmp_path, honest, deployment, "--witness-key", keys[0].encode()) == 0
