@@ -34,12 +34,10 @@ deadline. Only name resolution is left to the system resolver's timeout.
 Why urllib3 and not ``requests``: a ``requests`` session would take proxies, CA bundles and
 ``.netrc`` from the environment unless told not to on every path, and its default TLS context
 (built by urllib3) honours ``SSLKEYLOGFILE``; this module drives urllib3's connection pools
-with its own TLS context instead. ``put`` (never redirected, one per published envelope) runs
-on this module's own keep-alive HTTP/1.1 connections (:class:`_LeanConnection`: the request in
-one write, the answer's head parsed once, Content-Length, chunked and close-delimited bodies
-read within the size limit) with the same deadline sockets and TLS context: urllib3's layers,
-and then ``http.client``'s header handling, cost a publisher more CPU than the rest of a
-publish.
+(keep-alive connections per origin, one connection per request in flight, so per thread) with
+its own TLS context instead, for every method. Answers are read by ``http.client`` under
+urllib3; an answer's head with defects (a folded or broken header line, a ``Content-Length``
+that is not a number) fails the attempt instead of being logged and read on.
 """
 
 from __future__ import annotations
@@ -56,21 +54,20 @@ import random
 import re
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, Literal, Self
-from urllib.parse import SplitResult, urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import certifi
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import NewConnectionError
-from urllib3.util.wait import wait_for_read
+from urllib3.exceptions import HeaderParsingError, NewConnectionError
+from urllib3.util.response import assert_header_parsing
 
 from attestation.encoding.json_document import json_nests_deeper, parse_strict_json
 from attestation.errors import MalformedError
@@ -403,12 +400,40 @@ def _adopt(sock: socket.socket) -> _DeadlineSocket:
     return adopted
 
 
+class _MalformedHeadError(http.client.HTTPException):
+    """An answer's head ``http.client`` read only with defects (a folded or broken header
+    line): the attempt failed, as for ``http.client``'s own errors."""
+
+
+class _StrictResponse(http.client.HTTPResponse):
+    """``http.client``'s answer, refused when its header lines did not parse cleanly.
+
+    urllib3 only logs such defects and goes on with the headers that did parse; a header the
+    server meant (``Content-Length``, ``Retry-After``) could then be silently missing.
+    """
+
+    def begin(self) -> None:
+        super().begin()
+        try:
+            assert_header_parsing(self.msg)
+        except HeaderParsingError as exc:
+            raise _MalformedHeadError(f"the answer's head does not parse: {exc}") from None
+        for declared in self.msg.get_all("Content-Length") or []:
+            # http.client reads a body whose length is not a number up to the connection's end
+            if not (declared.isascii() and declared.strip().isdigit()):
+                raise _MalformedHeadError(f"Content-Length {declared[:40]!r} is not a number")
+
+
 class _Connection(HTTPConnection):
+    response_class = _StrictResponse
+
     def _new_conn(self) -> socket.socket:
         return _adopt(super()._new_conn())
 
 
 class _TlsConnection(HTTPSConnection):
+    response_class = _StrictResponse
+
     def _new_conn(self) -> socket.socket:
         return _adopt(super()._new_conn())
 
@@ -434,237 +459,9 @@ def _tls_context(ca_bundle: Path) -> ssl.SSLContext:
     return context
 
 
-class _ConnectFailedError(Exception):
-    """No connection could be made (the cause is the socket's error)."""
-
-    def __init__(self, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-#: The most bytes of an answer's head (status line and headers) a PUT reads.
-_MAX_ANSWER_HEAD: Final = 64 * 1024
-#: The most bytes of one chunk-size line, or of the trailer, of a chunked answer.
-_MAX_CHUNK_LINE: Final = 4096
-_HEAD_END: Final = re.compile(rb"\r?\n\r?\n")
-_STATUS_LINE: Final = re.compile(r"HTTP/1\.(\d) ([1-9]\d\d)(?: .*)?")
-_CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?\r?\n")
 #: What may not appear in a request target (http.client's rule) or a header value.
 _TARGET_FORBIDDEN: Final = re.compile(r"[\x00-\x20\x7f]")
 _VALUE_FORBIDDEN: Final = re.compile(r"[\x00\r\n]")
-
-
-class _BadAnswerError(http.client.HTTPException):
-    """An answer that is not HTTP/1.x as :class:`_LeanConnection` reads it (handled as
-    ``http.client``'s own errors are: the attempt failed)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Head:
-    """An answer's status and headers, and how its body is framed."""
-
-    status: int
-    headers: list[tuple[str, str]]
-    length: int | None  # Content-Length; None: chunked, or up to the end of the connection
-    chunked: bool
-    will_close: bool  # the server ends the connection after this answer
-
-    def header(self, name: str) -> str | None:
-        wanted = name.lower()
-        return next((v for k, v in self.headers if k.lower() == wanted), None)
-
-
-class _LeanConnection:
-    """One keep-alive HTTP/1.1 connection for PUT: the request head and body in one write,
-    the answer read through one buffer and parsed once.
-
-    Why not ``http.client``: its request is built header by header, and its answer's headers
-    go through ``email``'s parser; for one PUT per published envelope that was most of a
-    publisher's HTTP CPU. The socket is the same deadline socket (or TLS socket of the same
-    context), so every ``recv`` and ``send`` is bounded by the call's deadline.
-    """
-
-    def __init__(self, sock: socket.socket, host: str) -> None:
-        self.sock: socket.socket | None = sock
-        self._host = host  # the Host header's value
-        self._buffer = bytearray()
-
-    @classmethod
-    def open(cls, parts: SplitResult, tls: ssl.SSLContext, timeout: float) -> _LeanConnection:
-        """Connect (and under https shake hands) to the URL's origin.
-
-        Raises:
-            ssl.SSLError: the handshake failed (a refusal: never retried).
-            TimeoutError: no connection within ``timeout`` or the call's deadline.
-            _ConnectFailedError: no connection could be made.
-        """
-        host = parts.hostname or ""
-        https = parts.scheme == "https"
-        port = parts.port or (443 if https else 80)
-        try:
-            sock: socket.socket = _adopt(socket.create_connection((host, port), timeout))
-        except TimeoutError:
-            raise
-        except OSError as exc:
-            raise _ConnectFailedError(exc) from exc
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if https:
-                sock = tls.wrap_socket(sock, server_hostname=host)
-        except (ssl.SSLError, TimeoutError):
-            sock.close()
-            raise
-        except OSError as exc:  # reset in the handshake: no connection, as when connecting
-            sock.close()
-            raise _ConnectFailedError(exc) from exc
-        except BaseException:
-            sock.close()
-            raise
-        try:  # ASCII as it is (most hosts); IDNA only for another name, as http.client does
-            name = host.encode("ascii").decode("ascii")
-        except UnicodeEncodeError:
-            name = host.encode("idna").decode("ascii")
-        if ":" in name:
-            name = f"[{name}]"  # an IPv6 literal
-        if parts.port is not None and parts.port != (443 if https else 80):
-            name = f"{name}:{parts.port}"
-        return cls(sock, name)
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        self._buffer.clear()
-
-    def dropped(self) -> bool:
-        """Whether the server closed this kept-alive connection (or sent something unasked)."""
-        return self.sock is None or bool(self._buffer) or _dropped(self.sock)
-
-    def exchange(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> _Head:
-        """Send one request and read its answer's head (an interim ``100`` skipped)."""
-        assert self.sock is not None
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host}"]
-        lines.extend(f"{name}: {value}" for name, value in headers.items())
-        lines.append(f"Content-Length: {len(body)}")
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        if len(body) <= _CHUNK:
-            self.sock.sendall(request + body)  # one write: one segment for a typical envelope
-        else:  # no copy of a large body
-            self.sock.sendall(request)
-            self.sock.sendall(body)
-        while True:
-            head = self._read_head()
-            if head.status != 100:
-                return head
-
-    def _fill(self) -> bool:
-        """Receive what the server sent next; False at the end of the connection."""
-        assert self.sock is not None
-        data = self.sock.recv(_CHUNK)
-        self._buffer += data
-        return bool(data)
-
-    def _read_head(self) -> _Head:
-        searched = 0
-        while (end := _HEAD_END.search(self._buffer, max(searched - 3, 0))) is None:
-            searched = len(self._buffer)
-            if searched > _MAX_ANSWER_HEAD:
-                raise _BadAnswerError(f"the answer's head exceeds {_MAX_ANSWER_HEAD} bytes")
-            if not self._fill():
-                if not self._buffer:
-                    raise http.client.RemoteDisconnected("the server closed without answering")
-                raise _BadAnswerError("the server closed in the middle of the answer's head")
-        text = self._buffer[: end.start()].decode("latin-1")
-        del self._buffer[: end.end()]
-        status_line, *lines = text.split("\n")
-        status = _STATUS_LINE.fullmatch(status_line.rstrip("\r"))
-        if status is None:
-            raise _BadAnswerError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
-        headers: list[tuple[str, str]] = []
-        for line in lines:
-            name, colon, value = line.rstrip("\r").partition(":")
-            if not colon or not name or name != name.strip():
-                raise _BadAnswerError(f"not a header line: {line[:80]!r}")
-            headers.append((name, value.strip()))
-        return _framed(int(status[2]), headers, http_1_0=status[1] == "0")
-
-    def read_body(self, head: _Head, limit: int) -> tuple[bytes, bool]:
-        """At most ``limit + 1`` bytes of the body, and whether that is all of it."""
-        if head.chunked:
-            return self._read_chunked(limit)
-        want = limit + 1 if head.length is None else min(head.length, limit + 1)
-        while len(self._buffer) < want:
-            if not self._fill():
-                if head.length is None:
-                    break  # the end of the connection is the end of the body
-                raise _BadAnswerError(
-                    f"the answer ended after {len(self._buffer)} of {head.length} bytes"
-                )
-        with memoryview(self._buffer) as view:
-            body = bytes(view[:want])  # one copy: a slice of the bytearray would be another
-        del self._buffer[:want]
-        whole = head.length is not None and len(body) == head.length
-        return body, whole or (head.length is None and len(body) <= limit)
-
-    def _read_chunked(self, limit: int) -> tuple[bytes, bool]:
-        body = bytearray()
-        while True:
-            size = _CHUNK_SIZE.fullmatch(line := self._read_line())
-            if size is None:
-                raise _BadAnswerError(f"not a chunk size line: {line[:40]!r}")
-            length = int(size[1], 16)
-            if length == 0:
-                break
-            over = len(body) + length > limit
-            # The chunk and its closing CRLF, or only what passes the limit by one byte.
-            need = limit + 1 - len(body) if over else length + 2
-            while len(self._buffer) < need:
-                if not self._fill():
-                    raise _BadAnswerError("the answer ended in the middle of a chunk")
-            if over:
-                body += self._buffer[:need]
-                return bytes(body), False  # over the limit: the rest is never read
-            if self._buffer[length : length + 2] != b"\r\n":
-                raise _BadAnswerError("a chunk does not end with CRLF")
-            body += self._buffer[:length]
-            del self._buffer[: length + 2]
-        while self._read_line() not in (b"\r\n", b"\n"):
-            pass  # trailer fields: not used
-        return bytes(body), True
-
-    def _read_line(self) -> bytes:
-        searched = 0
-        while (end := self._buffer.find(b"\n", searched)) < 0:
-            searched = len(self._buffer)
-            if searched > _MAX_CHUNK_LINE:
-                raise _BadAnswerError(f"a chunk line exceeds {_MAX_CHUNK_LINE} bytes")
-            if not self._fill():
-                raise _BadAnswerError("the answer ended in the middle of a chunked body")
-        line = bytes(self._buffer[: end + 1])
-        del self._buffer[: end + 1]
-        return line
-
-
-def _framed(status: int, headers: list[tuple[str, str]], *, http_1_0: bool) -> _Head:
-    """The answer's head with its body's framing (RFC 9112, section 6.3)."""
-
-    def first(name: str) -> str | None:
-        return next((v for k, v in headers if k.lower() == name), None)
-
-    tokens = {t.strip().lower() for t in (first("connection") or "").split(",")}
-    will_close = "close" in tokens or (http_1_0 and "keep-alive" not in tokens)
-    if status < 200 or status in (204, 304):
-        return _Head(status, headers, 0, chunked=False, will_close=will_close)
-    coding = first("transfer-encoding")
-    if coding is not None:  # chunked when that is the last coding, else up to the end
-        chunked = coding.rsplit(",", 1)[-1].strip().lower() == "chunked"
-        return _Head(status, headers, None, chunked=chunked, will_close=will_close or not chunked)
-    declared = first("content-length")
-    if declared is None:  # the body ends with the connection
-        return _Head(status, headers, None, chunked=False, will_close=True)
-    if not (declared.isascii() and declared.isdigit()):
-        raise _BadAnswerError(f"Content-Length {declared[:40]!r} is not a number")
-    return _Head(status, headers, int(declared), chunked=False, will_close=will_close)
 
 
 def _checked_request(target: str, headers: Mapping[str, str]) -> None:
@@ -687,63 +484,6 @@ def _checked_request(target: str, headers: Mapping[str, str]) -> None:
             value.encode("latin-1")
         except UnicodeEncodeError:
             raise HttpRefusedError(f"header {name} is not Latin-1 text") from None
-
-
-class _LeanConnections:
-    """Keep-alive :class:`_LeanConnection` s, one per origin and thread (``HttpClient`` is
-    shared between threads; a connection never is)."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._all: list[_LeanConnection] = []
-        self._lock = threading.Lock()
-
-    def exchange(
-        self,
-        tls: ssl.SSLContext,
-        parts: SplitResult,
-        target: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        *,
-        timeouts: tuple[float, float],
-    ) -> tuple[_LeanConnection, _Head]:
-        """Send one request on this thread's connection to the URL's origin (a new one
-        when there is none or the server closed it) and read the answer's head."""
-        mine: dict[tuple[str, str, int | None], _LeanConnection] = self._local.__dict__.setdefault(
-            "c", {}
-        )
-        origin = (parts.scheme, parts.hostname or "", parts.port)
-        connection = mine.get(origin)
-        if connection is not None and connection.dropped():
-            connection.close()
-            connection = None
-        if connection is None:
-            connection = _LeanConnection.open(parts, tls, timeouts[0])
-            mine[origin] = connection
-            with self._lock:
-                self._all.append(connection)
-        assert connection.sock is not None
-        connection.sock.settimeout(timeouts[1])
-        try:
-            return connection, connection.exchange("PUT", target, headers, body)
-        except BaseException:
-            connection.close()
-            raise
-
-    def close_all(self) -> None:
-        with self._lock:
-            connections, self._all = self._all, []
-        for connection in connections:
-            connection.close()
-
-
-def _dropped(sock: socket.socket) -> bool:
-    """Whether a kept-alive connection was closed by the server (or sent something unasked)."""
-    try:
-        return wait_for_read(sock, timeout=0.0)
-    except OSError:
-        return True
 
 
 @contextmanager
@@ -806,7 +546,6 @@ class HttpClient:
         self._ca_source = "certifi" if ca_bundle is None else "--ca-bundle"
         self.ca_bundle = Path(certifi.where()) if ca_bundle is None else ca_bundle
         self._tls = _tls_context(self.ca_bundle)
-        self._lean = _LeanConnections()
         self._pools = urllib3.PoolManager(
             num_pools=connections,
             maxsize=connections,
@@ -827,7 +566,6 @@ class HttpClient:
 
     def close(self) -> None:
         self._pools.clear()
-        self._lean.close_all()
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -855,119 +593,15 @@ class HttpClient:
         body: bytes,
         headers: Mapping[str, str] | None = None,
     ) -> Answer:
-        """PUT ``body`` to ``url`` (idempotent by HTTP's definition, so retried).
-
-        A PUT never follows a redirect, so it runs on the lean keep-alive connections of
-        :class:`_LeanConnections` (one :class:`_LeanConnection` per origin and thread, under
-        the same deadline sockets and TLS context) instead of urllib3's pools: a publisher
-        makes one PUT per envelope, and urllib3's pool manager, pool and response layers, and
-        then ``http.client``'s header handling, cost it more CPU than the rest of a publish.
-        Retries, ``Retry-After``, the deadline, the size limit and the URL policy are the same
-        as for every call.
+        """PUT ``body`` to ``url`` (idempotent by HTTP's definition, so retried; never
+        redirected).
 
         Raises:
             HttpRefusedError: also for a path or header that holds a line break or control
                 character (it would change the request's framing), before anything is sent.
         """
-        self._check(url)
-        call = _Call("PUT", url, limit)
-        all_headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-        all_headers.update(headers or {})
-        if self._token is not None:  # the URL called directly: its own origin
-            all_headers.setdefault("Authorization", f"Bearer {self._token}")
-        parts = urlsplit(url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        _checked_request(target, all_headers)
-        with _deadline(call):
-            return self._lean_attempts(call, parts, target, all_headers, body)
-
-    def _lean_attempts(
-        self,
-        call: _Call,
-        parts: SplitResult,
-        target: str,
-        headers: dict[str, str],
-        body: bytes,
-    ) -> Answer:
-        policy = self.retry
-        last_error: HttpUnavailableError | None = None
-        for attempt in range(policy.attempts):
-            left = call.left_before_attempt(last_error)
-            try:
-                connection, head = self._lean.exchange(
-                    self._tls,
-                    parts,
-                    target,
-                    headers,
-                    body,
-                    timeouts=(min(policy.connect_timeout, left), min(policy.read_timeout, left)),
-                )
-            except ssl.SSLError as exc:
-                raise HttpRefusedError(f"{call.method} {call.url}: TLS failed: {exc}") from exc
-            except _ConnectFailedError as exc:
-                last_error = _unavailable(call, exc.cause, refused=True)
-            except (http.client.HTTPException, OSError) as exc:
-                last_error = _unavailable(call, exc)
-            else:
-                if head.status in _REDIRECT_STATUSES:
-                    location = head.header("Location") or ""
-                    connection.close()
-                    raise HttpRefusedError(
-                        f"{call.url} answered HTTP {head.status} redirecting to "
-                        f"{location!r}, which this call does not follow"
-                    )
-                if head.status not in policy.retry_statuses or attempt + 1 == policy.attempts:
-                    return self._lean_answer(connection, head, call)
-                retry_after = head.header("Retry-After")
-                connection.close()  # the unread answer must never become the next one
-                self._wait_to_retry(call, head.status, retry_after, attempt)
-                continue
-            if attempt + 1 == policy.attempts:
-                break
-            self._wait(call, policy.delay(attempt), last_error)
-        assert last_error is not None
-        if isinstance(last_error, DeadlineExceededError):
-            raise last_error
-        raise HttpUnavailableError(
-            f"{call.method} {call.url} failed after {policy.attempts} attempts: {last_error}",
-            refused=last_error.refused,
-        )
-
-    @staticmethod
-    def _lean_answer(connection: _LeanConnection, head: _Head, call: _Call) -> Answer:
-        ok = 200 <= head.status < 300
-        limit = call.limit.max_bytes if ok else min(call.limit.max_bytes, MAX_ERROR_BODY_BYTES)
-        if ok and head.length is not None and head.length > limit:
-            connection.close()
-            raise AnswerTooLargeError(
-                f"{call.url} announces {head.length} bytes, over the {limit}-byte limit",
-                limit=limit,
-            )
-        try:
-            body, whole = connection.read_body(head, limit)
-        except (http.client.HTTPException, OSError) as exc:
-            connection.close()
-            if call.left() <= 0:
-                raise DeadlineExceededError(
-                    f"{call.method} {call.url}: the answer did not arrive within the "
-                    f"{call.limit.deadline:g} s deadline"
-                ) from exc
-            raise HttpUnavailableError(
-                f"{call.method} {call.url}: reading the answer failed: {exc}"
-            ) from exc
-        if len(body) > limit:
-            connection.close()
-            if ok:
-                raise AnswerTooLargeError(
-                    f"{call.url} answered more than the {limit}-byte limit", limit=limit
-                )
-            body = body[:limit]
-        elif not whole or head.will_close:
-            connection.close()  # the server ends the connection, or left part of the body
-        headers: dict[str, str] = {}
-        for name, value in head.headers:
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        return Answer(head.status, headers, body, call.url)
+        with self._exchange("PUT", url, limit, 0, headers, None, body) as (response, call):
+            return self._answer(response, call)
 
     def download(self, url: str, sink: IO[bytes], *, limit: Limits, redirects: int = 0) -> Answer:
         """GET ``url`` and write a 2xx body to ``sink`` as it arrives (``Answer.body`` is empty);
@@ -1033,6 +667,10 @@ class HttpClient:
         all_headers.update(headers or {})
         if self._token is not None and _origin(call.url) == origin:
             all_headers.setdefault("Authorization", f"Bearer {self._token}")
+        parts = urlsplit(call.url)
+        _checked_request(
+            (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), all_headers
+        )
         last_error: HttpUnavailableError | None = None
         for attempt in range(policy.attempts):
             left = call.left_before_attempt(last_error)
