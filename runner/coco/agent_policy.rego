@@ -46,7 +46,7 @@ default ResumeContainerRequest := false
 default SetGuestDateTimeRequest := false
 default SetIPTablesRequest := false
 default SetPolicyRequest := false
-default SignalProcessRequest := true
+default SignalProcessRequest := false
 default StartContainerRequest := true
 default StartTracingRequest := false
 default StatsContainerRequest := true
@@ -66,11 +66,25 @@ default WriteStreamRequest := false
 CreateContainerRequest := {"allowed": true, "ops": ops} if {
 	data.pstate.sandbox
 	role := container_role
+	role_order_ok(role)
 	ops := [
 		{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
+		{"op": "add", "path": concat("", ["/pstate/", ROLE_KEY[role]]), "value": input.container_id},
 		{"op": "add", "path": "/pstate/sandbox-name", "value": input.OCI.Annotations["io.kubernetes.cri.sandbox-name"]},
 	]
 }
+
+# One pause container, then one replay container, each once in the VM's life: a second replay
+# (or the same one again, after RemoveContainerRequest) would share the first one's emptyDirs
+# and run beside or after it; restartPolicy Never means the kubelet never asks for either.
+role_order_ok("sandbox") if not data.pstate.sandbox_container
+
+role_order_ok("replay") if {
+	data.pstate.sandbox_container
+	not data.pstate.replay
+}
+
+ROLE_KEY := {"sandbox": "sandbox_container", "replay": "replay"}
 
 container_role := "sandbox" if {
 	common_container_input("sandbox")
@@ -105,6 +119,7 @@ common_container_input(cri_type) if {
 	process.SelinuxLabel == ""
 	process.ApparmorProfile == ""
 	process.User.Username == ""
+	count(process.Rlimits) == 0
 
 	linux_ok(oci.Linux)
 	annotations_ok(oci.Annotations, cri_type)
@@ -164,6 +179,10 @@ linux_ok(linux) if {
 	is_null(linux.Resources.Pids)
 	is_null(linux.Resources.BlockIO)
 	is_null(linux.Resources.Network)
+	count(linux.Resources.HugepageLimits) == 0
+	memory_ok(linux.Resources.Memory)
+	cpu_ok(linux.Resources.CPU)
+	cgroups_path_ok(linux.CgroupsPath)
 
 	# kata drops network, cgroup and time and empties the other paths; pid goes to sandbox_pidns.
 	count(linux.Namespaces) == 3
@@ -185,6 +204,51 @@ linux_ok(linux) if {
 		kernel_path(path)
 	}
 	sysctls_ok(linux.Sysctl)
+}
+
+# Limits the kubelet derives from the pod's resources (containerd WithResources): the pod's
+# size is not part of the policy (one init-data for every node size), so the policy sets a
+# floor, the smallest pod attested-replay builds, below which the host could only starve the
+# replay, never run it; the OOM killer stays on.
+memory_ok(memory) if is_null(memory)
+
+memory_ok(memory) if {
+	memory_limit_ok(memory.Limit)
+	not memory.DisableOOMKiller == true
+}
+
+memory_limit_ok(limit) if is_null(limit)
+
+memory_limit_ok(limit) if limit >= policy_data.linux.min_memory_limit
+
+cpu_ok(cpu) if is_null(cpu)
+
+cpu_ok(cpu) if {
+	cpu_quota_ok(cpu)
+	not_realtime(cpu.RealtimeRuntime)
+	cpu.Cpus == ""
+	cpu.Mems == ""
+}
+
+# A quota of 0 or -1 (or none) is "no limit"; a quota below one vCPU per period is refused.
+cpu_quota_ok(cpu) if is_null(cpu.Quota)
+
+cpu_quota_ok(cpu) if cpu.Quota <= 0
+
+cpu_quota_ok(cpu) if {
+	cpu.Period > 0
+	cpu.Quota >= cpu.Period * policy_data.linux.min_cpu_quota_per_period
+}
+
+not_realtime(runtime) if is_null(runtime)
+
+not_realtime(runtime) if runtime == 0
+
+# The cgroup the kubelet names for the container (systemd or cgroupfs driver, containerd or
+# CRI-O): below the pod's slice, never the agent's root or a path out of it.
+cgroups_path_ok(path) if {
+	some pattern in policy_data.linux.cgroups_path_patterns
+	regex.match(replace(pattern, "$(container-id)", input.container_id), path)
 }
 
 # The agent bind-mounts /dev/null over each masked file and remounts each read-only path
@@ -217,8 +281,9 @@ pause_container if {
 	oci := input.OCI
 	not oci.Annotations["io.kubernetes.cri.container-name"]
 	oci.Process.Args == ["/pause"]
+	regex.match(policy_data.pod.hostname_regex, oci.Hostname)
 	count(input.storages) == 1
-	guest_pull_storage(input.storages[0], "pause")
+	guest_pull_storage(input.storages[0], "pause", "sandbox")
 	every mount in oci.Mounts {
 		mount_allowed(policy_data.sandbox.mounts, mount)
 	}
@@ -230,6 +295,7 @@ replay_container if {
 	oci.Annotations["io.kubernetes.cri.container-name"] == replay.name
 	oci.Annotations["io.kubernetes.cri.image-name"] == replay.image
 
+	oci.Hostname == ""
 	process := oci.Process
 	process.Args == replay.args
 	process.Cwd == replay.cwd
@@ -243,9 +309,10 @@ replay_container if {
 	storages_ok(input.storages, oci.Mounts, replay)
 }
 
-no_capabilities(caps) if is_null(caps)
-
+# An empty set, never null: with no capabilities object the agent leaves the process the
+# capabilities it was started with (rustjail only drops what the spec lists).
 no_capabilities(caps) if {
+	is_object(caps)
 	count(caps.Bounding) == 0
 	count(caps.Effective) == 0
 	count(caps.Inheritable) == 0
@@ -320,9 +387,13 @@ storages_ok(storages, mounts, replay) if {
 	every mount in mounts {
 		mount_has_storage(mount, storages, replay)
 	}
+	emptydir_sources := [m.source | some m in mounts; m.destination in replay.emptydir_destinations]
+	count(emptydir_sources) == count({source | some source in emptydir_sources})
+	mount_points := [s.mount_point | some s in storages]
+	count(mount_points) == count({point | some point in mount_points})
 }
 
-storage_allowed(storage, mounts, replay) if guest_pull_storage(storage, replay.image)
+storage_allowed(storage, mounts, replay) if guest_pull_storage(storage, replay.image, "container")
 
 storage_allowed(storage, mounts, replay) if {
 	emptydir_storage(storage, replay)
@@ -339,7 +410,7 @@ mount_has_storage(mount, storages, replay) if {
 	storage.mount_point == mount.source
 }
 
-guest_pull_storage(storage, image) if {
+guest_pull_storage(storage, image, cri_type) if {
 	storage.driver == "image_guest_pull"
 	storage.source == image
 	storage.fstype == "overlay"
@@ -348,8 +419,28 @@ guest_pull_storage(storage, image) if {
 	storage.shared == false
 	is_null(storage.fs_group)
 	count(storage.driver_options) == 1
-	startswith(storage.driver_options[0], "image_guest_pull=")
+	guest_pull_metadata_ok(storage.driver_options[0], cri_type)
 }
+
+# The agent reads the container type from this JSON, not from the OCI annotations, and on
+# "sandbox" unpacks its own pause bundle as the rootfs (agent confidential_data_hub/image.rs):
+# the metadata must be a flat object of CRI and kata keys, stating the type once, the right
+# one. (Each quote is `\\?"`: regopy hands the rules input strings with escaped quotes.)
+guest_pull_metadata_ok(option, cri_type) if {
+	regex.match(GUEST_PULL_OPTION, option)
+	types := regex.find_all_string_submatch_n(`\\?"io\.kubernetes\.cri\.container-type\\?":\\?"([a-z_]*)\\?"`, option, -1)
+	count(types) == 1
+	types[0][1] == cri_type
+	kata_types := regex.find_all_string_submatch_n(`\\?"io\.katacontainers\.pkg\.oci\.container_type\\?":\\?"([a-z_]*)\\?"`, option, -1)
+	count(kata_types) <= 1
+	every kata_type in kata_types {
+		kata_type[1] == KATA_CONTAINER_TYPE[cri_type]
+	}
+}
+
+GUEST_PULL_PAIR := `\\?"(?:io\.kubernetes\.cri\.[a-z-]+|io\.katacontainers\.pkg\.oci\.[a-z_]+)\\?":\\?"[^"\\]*\\?"`
+
+GUEST_PULL_OPTION := concat("", [`^image_guest_pull=\{\\?"metadata\\?":\{(?:`, GUEST_PULL_PAIR, `(?:,`, GUEST_PULL_PAIR, `)*)?\}\}$`])
 
 # emptydir_mode = "block-encrypted" (kata >= 3.28 CoCo default): a disk encrypted with a key
 # the guest makes and never shows the host.
@@ -483,9 +574,15 @@ shm_option(option) if regex.match("^size=[0-9]+$", option)
 
 UpdateInterfaceRequest if {
 	interface := input.interface
+	not loopback_interface_address(interface)
 	bits.and(interface.raw_flags, bits.negate(policy_data.network.interface_raw_flags)) == 0
 	not interface.name in policy_data.network.forbidden_devices
 	not interface.hwAddr in {"00:00:00:00:00:00"}
+}
+
+loopback_interface_address(interface) if {
+	some address in interface.IPAddresses
+	loopback_address(address.address)
 }
 
 UpdateRoutesRequest if not forbidden_route
@@ -497,9 +594,12 @@ forbidden_route if {
 
 forbidden_route if {
 	some route in input.routes.Routes
-	some pattern in policy_data.network.loopback_address_patterns
-	regex.match(pattern, route.source)
+	some field in ["source", "dest", "gateway"]
+	loopback_address(route_address(route[field]))
 }
+
+# A destination comes as "address/prefix" (kata's network.go); the prefix does not matter.
+route_address(text) := split(text, "/")[0]
 
 AddARPNeighborsRequest if not forbidden_neighbor
 
@@ -525,3 +625,15 @@ loopback_address(address) if {
 # Output: the container log (kubectl logs) and, on kata >= 3.29, the termination message.
 
 GetDiagnosticDataRequest if input.log_type == "termination_log"
+
+# ---------------------------------------------------------------------------------------------
+# Signals: only the two the kubelet's StopContainer has the runtime send (the image's stop
+# signal, SIGTERM when it names none, then SIGKILL after the grace period), and only to this
+# pod's containers' init processes.
+
+SignalProcessRequest if {
+	input.signal in policy_data.signals
+	some key in ["sandbox_container", "replay"]
+	data.pstate[key] == input.container_id
+	input.exec_id in {"", input.container_id}
+}

@@ -122,6 +122,31 @@ NETWORK: Final = {
     "neighbor_flags": 136,
 }
 
+#: The smallest memory limit a replay container may get (``--memory`` refuses less): the
+#: policy's floor for ``Linux.Resources.Memory.Limit``, so that the host cannot starve it.
+MIN_MEMORY_LIMIT: Final = 256 * 1024 * 1024
+
+#: The smallest CPU quota per CFS period (one vCPU; ``--cpu`` is a whole number >= 1).
+MIN_CPU_QUOTA_PER_PERIOD: Final = 1
+
+#: ``Linux.CgroupsPath`` as the kubelet names it for a container of a pod, with the systemd
+#: driver (``<slice>:<prefix>:<id>``: containerd ``cri-containerd``, CRI-O ``crio``) or the
+#: cgroupfs driver (``/kubepods[/<qos>]/pod<uid>/<id>``); kubelet cm/cgroup_manager_linux.go,
+#: containerd internal/cri/server/helpers_linux.go, cri-o internal/config/cgmgr.
+CGROUPS_PATH_PATTERNS: Final = (
+    (
+        r"^kubepods(-besteffort|-burstable)?-pod[0-9a-f_]{36}\.slice:(cri-containerd|crio):"
+        r"$(container-id)$"
+    ),
+    r"^/kubepods(/besteffort|/burstable)?/pod[0-9a-f-]{36}/$(container-id)$",
+)
+
+#: Signals the kubelet has a container's runtime send to stop it: containerd's StopContainer
+#: sends the image's stop signal, SIGTERM when it names none (our image names none), then
+#: SIGKILL after the grace period (internal/cri/server/container_stop.go); kata's shim stops
+#: a sandbox's containers with SIGKILL (virtcontainers container.go stop -> signalProcess).
+STOP_SIGNALS: Final = (9, 15)
+
 #: The pod name the API server generates from a Job's ``<name>-``: at most 58 characters of
 #: it, then 5 random ones (apiserver ``names.SimpleNameGenerator``; job controller
 #: ``podGenerateName``). It is also the pod's hostname.

@@ -26,18 +26,22 @@ RULES_RESOURCE: Final = "agent_policy.rego"
 
 #: The ``KUBERNETES_*`` variables kubelet sets in every container for the API server's Service,
 #: even with ``enableServiceLinks: false`` (kubelet ``getServiceEnvVarMap``), in the formats it
-#: writes them; their values are the cluster's, not ours.
+#: writes them (pkg/kubelet/envvars/envvars.go: the ClusterIP as Go prints it, IPv6 in
+#: brackets inside the ``tcp://`` URLs, ``net.JoinHostPort``); their values are the cluster's.
 _IPV4: Final = r"(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}"
+_IPV6: Final = r"[0-9a-f]{0,4}(:[0-9a-f]{0,4}){2,7}"
+_IP: Final = f"({_IPV4}|{_IPV6})"
+_URL_HOST: Final = rf"({_IPV4}|\[{_IPV6}\])"
 _PORT: Final = "[0-9]{1,5}"
 KUBELET_SERVICE_ENV_PATTERNS: Final = (
-    f"^KUBERNETES_SERVICE_HOST={_IPV4}$",
+    f"^KUBERNETES_SERVICE_HOST={_IP}$",
     f"^KUBERNETES_SERVICE_PORT={_PORT}$",
     f"^KUBERNETES_SERVICE_PORT_HTTPS={_PORT}$",
-    f"^KUBERNETES_PORT=tcp://{_IPV4}:{_PORT}$",
-    f"^KUBERNETES_PORT_{_PORT}_TCP=tcp://{_IPV4}:{_PORT}$",
+    f"^KUBERNETES_PORT=tcp://{_URL_HOST}:{_PORT}$",
+    f"^KUBERNETES_PORT_{_PORT}_TCP=tcp://{_URL_HOST}:{_PORT}$",
     f"^KUBERNETES_PORT_{_PORT}_TCP_PROTO=tcp$",
     f"^KUBERNETES_PORT_{_PORT}_TCP_PORT={_PORT}$",
-    f"^KUBERNETES_PORT_{_PORT}_TCP_ADDR={_IPV4}$",
+    f"^KUBERNETES_PORT_{_PORT}_TCP_ADDR={_IP}$",
 )
 
 _REGEX_SPECIALS: Final = frozenset(".^$*+?()[]{}|\\")
@@ -106,7 +110,10 @@ def policy_data(
         # index label or annotation): the only thing that differs between the indices' pods.
         env_patterns.append(f"^{SHARD_INDEX_VARIABLE}={index_pattern(shard_count)}$")
     return {
-        "pod": {"name_regex": pod_name_pattern(job_name, shard_count=shard_count)},
+        "pod": {
+            "name_regex": pod_name_pattern(job_name, shard_count=shard_count),
+            "hostname_regex": hostname_pattern(job_name, shard_count=shard_count),
+        },
         "replay": {
             "name": container["name"],
             "image": container["image"],
@@ -128,7 +135,11 @@ def policy_data(
             "masked_paths": list(kata.MASKED_PATHS),
             "readonly_paths": list(kata.READONLY_PATHS),
             "sysctls": dict(kata.DEFAULT_SYSCTLS),
+            "min_memory_limit": kata.MIN_MEMORY_LIMIT,
+            "min_cpu_quota_per_period": kata.MIN_CPU_QUOTA_PER_PERIOD,
+            "cgroups_path_patterns": list(kata.CGROUPS_PATH_PATTERNS),
         },
+        "signals": list(kata.STOP_SIGNALS),
         "copy_file": {"files": sorted(files), "trees": sorted(trees)},
         "network": kata.NETWORK,
     }

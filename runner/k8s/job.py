@@ -31,6 +31,7 @@ from attestation.contracts import (
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
+from runner.coco import kata
 from runner.coco.policy import render_policy
 from runner.errors import UsageError
 from runner.publish.client import check_target
@@ -283,6 +284,11 @@ class ReplaySpec:
             )
         if not _MEMORY.fullmatch(self.memory):
             raise UsageError(f"--memory {self.memory!r}: must look like 4Gi or 512Mi")
+        if quantity_bytes(self.memory, what="--memory") < kata.MIN_MEMORY_LIMIT:
+            raise UsageError(
+                f"--memory {self.memory!r}: must be at least "
+                f"{kata.MIN_MEMORY_LIMIT // 1024**2}Mi (the agent policy's floor)"
+            )
         quantity_bytes(self.scratch_size, what="--scratch-size")
         quantity_bytes(self.node_disk, what="--node-disk")
         for option, value, low in (

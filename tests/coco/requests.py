@@ -27,6 +27,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
+from runner.k8s.job import quantity_bytes
+
 #: How kata backs an emptyDir: "block" = ``emptydir_mode = block-encrypted`` on kata >= 4.0
 #: (driver options ``encryption_key=ephemeral`` and ``create_filesystem``), "block-kata3" = the
 #: same mode on kata 3.28-3.29, whose runtime sends ``encryption_key=ephemeral`` alone
@@ -304,6 +306,7 @@ class ReplayPod:
             oom=1000,
         )
         oci = _oci(process, cid, mounts, annotations, hostname="")
+        oci["Linux"]["Resources"] |= _guaranteed_resources(container["resources"]["limits"])
         return _request(cid, oci, storages)
 
     def _annotations(self, cri_type: str, cid: str) -> dict[str, str]:
@@ -480,13 +483,45 @@ def _guest_pull(cid: str, image: str, cri_type: str) -> dict[str, Any]:
     metadata = {"io.kubernetes.cri.container-type": cri_type, "io.kubernetes.cri.image-name": image}
     return {
         "driver": "image_guest_pull",
-        "driver_options": ["image_guest_pull=" + json.dumps({"metadata": metadata})],
+        "driver_options": [
+            "image_guest_pull=" + json.dumps({"metadata": metadata}, separators=(",", ":"))
+        ],
         "source": image,
         "fstype": "overlay",
         "options": [],
         "mount_point": f"/run/kata-containers/{cid}/rootfs",
         "fs_group": None,
         "shared": False,
+    }
+
+
+def _guaranteed_resources(limits: dict[str, str]) -> dict[str, Any]:
+    """What containerd writes for a container whose requests equal its limits: kubelet's
+    shares (milliCPU * 1024 / 1000), quota (milliCPU * period / 1000) and the memory limit
+    (kubelet kuberuntime_container_linux.go calculateLinuxResources, containerd
+    internal/cri/opts/spec_linux.go WithResources); the field set of the logged upstream
+    request tests/assets/coco/requests/kata-createcontainer_cgroup_mount_extras-00."""
+    cpus = int(limits["cpu"])
+    memory = quantity_bytes(limits["memory"], what="memory")
+    return {
+        "Memory": {
+            "Limit": memory,
+            "Reservation": 0,
+            "Swap": 0,
+            "Kernel": 0,
+            "KernelTCP": 0,
+            "Swappiness": 0,
+            "DisableOOMKiller": False,
+        },
+        "CPU": {
+            "Shares": cpus * 1024,
+            "Quota": cpus * 100_000,
+            "Period": 100_000,
+            "RealtimeRuntime": 0,
+            "RealtimePeriod": 0,
+            "Cpus": "",
+            "Mems": "",
+        },
     }
 
 

@@ -58,6 +58,8 @@ def test_the_replay_pod_runs_from_start_to_end(
             "sandbox": True,
             f"created-{pod.sandbox_id}": "sandbox",
             f"created-{pod.replay_id}": "replay",
+            "sandbox_container": pod.sandbox_id,
+            "replay": pod.replay_id,
             "sandbox-name": pod.pod_name,
         }
     }
@@ -341,12 +343,78 @@ def _other_mutations(pod: ReplayPod) -> dict[str, Mutation]:
     }
 
 
+def _rlimit(kind: str, limit: int) -> Mutation:
+    return _set("OCI.Process.Rlimits", [{"Type": kind, "Hard": limit, "Soft": limit}])
+
+
+def _pull_metadata(metadata: str) -> Mutation:
+    return _set("storages.0.driver_options", [f"image_guest_pull={metadata}"])
+
+
+def _emptydirs_share_one_storage(request: Request) -> None:
+    """/tmp mounted from /replay/out's storage: a scratch file could overwrite the output."""
+    mounts = {m["destination"]: m for m in request["OCI"]["Mounts"]}
+    tmp_source = mounts["/tmp"]["source"]
+    mounts["/tmp"]["source"] = mounts["/replay/out"]["source"]
+    request["storages"] = [s for s in request["storages"] if s["mount_point"] != tmp_source]
+
+
+def _field_mutations(pod: ReplayPod) -> dict[str, Mutation]:
+    """The fields the red team found admitted (issue 28): each pinned or denied now."""
+    image = pod.container["image"]
+    meta = (
+        '{"metadata":{"io.kubernetes.cri.container-type":"%s","io.kubernetes.cri.image-name":"%s"}}'
+    )
+    return {
+        "rlimit nofile": _rlimit("RLIMIT_NOFILE", 3),
+        "rlimit fsize": _rlimit("RLIMIT_FSIZE", 4096),
+        "rlimit as": _rlimit("RLIMIT_AS", 256 * 1024**2),
+        "rlimit cpu": _rlimit("RLIMIT_CPU", 5),
+        "rlimit stack": _rlimit("RLIMIT_STACK", 65536),
+        "memory limit 16Mi": _set("OCI.Linux.Resources.Memory.Limit", 16 * 1024**2),
+        "OOM killer disabled": _set("OCI.Linux.Resources.Memory.DisableOOMKiller", True),
+        "cpu quota 1ms per 100ms": _set("OCI.Linux.Resources.CPU.Quota", 1000),
+        "cpu period stretched": _set("OCI.Linux.Resources.CPU.Period", 1_000_000_000),
+        "cpu pinned to one": _set("OCI.Linux.Resources.CPU.Cpus", "0"),
+        "cpu realtime": _set("OCI.Linux.Resources.CPU.RealtimeRuntime", 950000),
+        "hugepage limits": _set(
+            "OCI.Linux.Resources.HugepageLimits", [{"Pagesize": "2MB", "Limit": 0}]
+        ),
+        "cgroups path root": _set("OCI.Linux.CgroupsPath", "/"),
+        "cgroups path dotdot": _set("OCI.Linux.CgroupsPath", "../../.."),
+        "cgroups path of another container": _edit(
+            "OCI.Linux.CgroupsPath", lambda p: p.replace(pod.replay_id, pod.sandbox_id)
+        ),
+        "hostname": _set("OCI.Hostname", "evil"),
+        "capabilities null": _set("OCI.Process.Capabilities", None),
+        "pull metadata says sandbox": _pull_metadata(meta % ("sandbox", image)),
+        "pull metadata of the pause image": _pull_metadata(meta % ("sandbox", "pause")),
+        "pull metadata CRI-O sandbox": _pull_metadata(
+            meta[:-2] % ("container", image) + ',"io.kubernetes.cri-o.ContainerType":"sandbox"}}'
+        ),
+        "pull metadata type twice": _pull_metadata(
+            meta[:-2] % ("container", image) + ',"io.kubernetes.cri.container-type":"sandbox"}}'
+        ),
+        "pull metadata kata type sandbox": _pull_metadata(
+            meta[:-2] % ("container", image)
+            + ',"io.katacontainers.pkg.oci.container_type":"pod_sandbox"}}'
+        ),
+        "pull metadata garbage": _pull_metadata("not-json"),
+        "pull metadata escaped": _pull_metadata(
+            '{"metadata":{"io.kubernetes.cri.container-type":"container",'
+            '"io.kubernetes.cri\\u002dcontainer-type":"sandbox"}}'
+        ),
+        "/tmp and /replay/out from one storage": _emptydirs_share_one_storage,
+    }
+
+
 def _mutations(pod: ReplayPod) -> dict[str, Mutation]:
     return {
         **_arg_mutations(pod),
         **_env_mutations(),
         **_mount_mutations(pod),
         **_other_mutations(pod),
+        **_field_mutations(pod),
     }
 
 
@@ -359,8 +427,10 @@ def test_every_single_field_mutation_of_the_replay_container_is_denied(
     verdicts: dict[str, dict[str, bool]] = {}
     for engine, factory in ENGINES.items():
         agent = factory(snp_policy)
-        assert agent.allows("CreateSandboxRequest", snp_pod.create_sandbox())
-        assert agent.allows("CreateContainerRequest", genuine)
+        start_pod(agent, snp_pod)
+        assert agent.allows("CreateContainerRequest", copy.deepcopy(genuine))
+        agent = factory(snp_policy)  # a fresh VM: the replay container is created only once
+        start_pod(agent, snp_pod)
         for name, mutation in mutations.items():
             request = copy.deepcopy(genuine)
             mutation(request)
@@ -373,9 +443,9 @@ def test_every_single_field_mutation_of_the_replay_container_is_denied(
 @pytest.fixture(scope="module")
 def snp_agent(snp_policy: str, snp_pod: ReplayPod) -> RegorusAgent:
     agent = RegorusAgent(snp_policy, rego_v0=False)
-    assert agent.allows("CreateSandboxRequest", snp_pod.create_sandbox())
+    start_pod(agent, snp_pod)
     witness = RegorusAgent(snp_policy, rego_v0=False)  # the unmutated request passes here
-    assert witness.allows("CreateSandboxRequest", snp_pod.create_sandbox())
+    start_pod(witness, snp_pod)
     assert witness.allows("CreateContainerRequest", snp_pod.replay())
     return agent
 
@@ -390,8 +460,10 @@ def test_no_unpinned_environment_variable_is_admitted(
     """A denial changes no state, so one agent answers every example."""
     request = snp_pod.replay()
     request["OCI"]["Process"]["Env"].append(f"{name}={value}")
+    before = copy.deepcopy(snp_agent.data)
     assert not snp_agent.allows("CreateContainerRequest", request)
-    assert snp_agent.data == {"pstate": {"sandbox": True}}
+    assert snp_agent.data == before
+    assert "replay" not in before["pstate"]
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
@@ -531,6 +603,7 @@ def test_an_upstream_pause_container_runs_when_kata_pulls_it_in_the_guest(
         snp_pod.pause()["storages"][0] | {"mount_point": f"/run/kata-containers/{cid}/rootfs"}
     ]
     guest_pulled["OCI"]["Annotations"]["io.kubernetes.cri.sandbox-name"] = snp_pod.pod_name
+    guest_pulled["OCI"]["Hostname"] = snp_pod.hostname  # the logged one is its pod's name too
     for factory in ENGINES.values():
         agent = factory(snp_policy)
         assert agent.allows("CreateSandboxRequest", snp_pod.create_sandbox())
