@@ -22,6 +22,7 @@ What each object tells, as the Kubernetes components write it:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -311,17 +312,23 @@ def event_count(event: dict[str, Any]) -> int:
     return 1
 
 
-def event_span(event: dict[str, Any]) -> float:
-    """Seconds between the first and the last occurrence, both by the reporting component's
-    clock (so no skew with ours)."""
-    series = event.get("series") or {}
-    first = _timestamp(event.get("firstTimestamp") or event.get("eventTime"))
-    last = _timestamp(
-        series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
-    )
-    if first is None or last is None:
+def events_span(events: Iterable[dict[str, Any]]) -> float:
+    """Seconds from the first occurrence of the earliest event to the last of the latest, by
+    the reporting component's clock (the events of one object and reason, as one sequence)."""
+    firsts: list[datetime] = []
+    lasts: list[datetime] = []
+    for event in events:
+        series = event.get("series") or {}
+        first = _timestamp(event.get("firstTimestamp") or event.get("eventTime"))
+        last = _timestamp(
+            series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
+        )
+        if first is not None and last is not None:
+            firsts.append(first)
+            lasts.append(last)
+    if not firsts:
         return 0.0
-    return max(0.0, (last - first).total_seconds())
+    return max(0.0, (max(lasts) - min(firsts)).total_seconds())
 
 
 def pod_failure(pod: dict[str, Any]) -> PodFailure | None:

@@ -630,21 +630,34 @@ class FakeCluster(Store):
         with self.cond:
             messages = self._similar.setdefault(similar_key, set())
             messages.add(message)
-            if component in {"kubelet", "job-controller"} and len(messages) >= AGGREGATE_MAX_EVENTS:
+            aggregate = component in {"kubelet", "job-controller"} and (
+                len(messages) >= AGGREGATE_MAX_EVENTS
+            )
+            if aggregate:
+                # EventAggregate: from the 10th distinct message on, one event keyed by the
+                # similar-key; eventObserve patches its count and message (the latest).
                 message = "(combined from similar events): " + message
             for existing in self.events.values():
                 if (
                     existing["involvedObject"]["uid"] == meta["uid"]
                     and existing["reason"] == reason
-                    and existing["message"] == message
                     and existing["type"] == type_
+                    and (
+                        existing["message"] == message
+                        or (
+                            aggregate
+                            and existing["message"].startswith("(combined from similar events)")
+                        )
+                    )
                 ):
                     event = copy.deepcopy(existing)
                     if "series" in event or component not in {"kubelet", "job-controller"}:
                         series = event.setdefault("series", {"count": 1})
                         series.update(count=series["count"] + 1, lastObservedTime=_micro_time())
                     else:
-                        event.update(count=event["count"] + 1, lastTimestamp=now_rfc3339())
+                        event.update(
+                            count=event["count"] + 1, lastTimestamp=now_rfc3339(), message=message
+                        )
                     return self.commit("events", "MODIFIED", event)
             stamp = time.time_ns()
             event = {

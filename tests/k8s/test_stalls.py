@@ -387,3 +387,32 @@ def test_a_pod_refused_at_admission_is_named_and_the_job_stopped(  # noqa: PLR09
         "and submit again; the Job was stopped (deleted) so that no further VM boots"
     )
     assert not job_exists(cluster)
+
+
+def test_vm_boots_are_counted_across_aggregated_events(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kata's sandbox errors name per-attempt IDs, so each message differs: the kubelet's
+    recorder keeps nine events of count 1, then folds the rest into one "(combined from similar
+    events)" event whose count grows. Twelve boots are twelve, not one or three."""
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        watching(c)
+        pod = c.start_pod(job["metadata"]["name"])
+        for attempt in range(12):
+            c.sandbox_failed(pod, f"{VM_FAILED} (vsock cid {attempt + 3})")
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods, "--sandbox-grace", "0.5"))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    counts = sorted(
+        event["count"]
+        for event in cluster.events.values()
+        if event["reason"] == "FailedCreatePodSandBox"
+    )
+    assert counts == [1] * 9 + [3]
+    assert error_line(captured.err).startswith(
+        f"Job {name_of()}: cannot-run (FailedCreatePodSandBox): (combined from similar events): "
+        f"Failed to create pod sandbox: {VM_FAILED} (vsock cid 14) (12 attempts, each a VM boot); "
+    )
