@@ -19,8 +19,8 @@ from runner.k8s.state import (
     Stall,
     StallKind,
     event_count,
-    event_span,
     event_stall,
+    events_span,
     job_outcome,
     pod_failure,
     pod_stall,
@@ -72,9 +72,25 @@ class Report:
 @dataclass
 class _PodState:
     pod: dict[str, Any]
+    #: The pod's sandbox-failure events by name. The kubelet's recorder patches the count of an
+    #: identical repeat, keeps up to 9 differently-worded ones (Kata messages carry per-attempt
+    #: IDs) as events of their own, then folds every further one into a single "(combined from
+    #: similar events)" event whose count grows (client-go ``tools/record/events_cache.go``
+    #: EventAggregate, eventObserve): the attempts are the sum over all of them.
+    sandbox_events: dict[str, dict[str, Any]] = field(default_factory=dict)
     sandbox_count: int = 0
     sandbox_span: float = 0.0
     sandbox_event: dict[str, Any] | None = None
+
+    def add_sandbox_event(self, event: dict[str, Any]) -> None:
+        key = str((event.get("metadata") or {}).get("name") or len(self.sandbox_events))
+        known = self.sandbox_events.get(key)
+        if known is not None and event_count(known) > event_count(event):
+            return  # an older copy of an event already counted further
+        self.sandbox_events[key] = event
+        self.sandbox_count = sum(event_count(seen) for seen in self.sandbox_events.values())
+        self.sandbox_span = max(self.sandbox_span, events_span(self.sandbox_events.values()))
+        self.sandbox_event = event
 
 
 @dataclass
@@ -124,11 +140,7 @@ class RunProgress:
         state = self.pods.get(pod_name)
         if stall is None or state is None:
             return None
-        count = event_count(event)
-        if count >= state.sandbox_count:
-            state.sandbox_count = count
-            state.sandbox_span = max(state.sandbox_span, event_span(event))
-            state.sandbox_event = event
+        state.add_sandbox_event(event)
         if stall.kind == "final":
             return self._cannot_run(stall.reason, stall.message)
         self._restall(now)

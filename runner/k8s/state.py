@@ -22,6 +22,7 @@ What each object tells, as the Kubernetes components write it:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -64,6 +65,21 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 #: The outcome reason of a run whose Job did not exist when the wait began.
 JOB_NOT_FOUND: Final = "JobNotFound"
 START_ERROR: Final = "StartError"
+#: The Job controller's Warning on the *Job* when the API server refused its pod
+#: (``pkg/controller/job/job_controller.go`` → ``controller_utils.go`` CreatePods:
+#: "Error creating: <err>"); no pod exists, so nothing else would ever show it.
+FAILED_CREATE: Final = "FailedCreate"
+#: Which admission refused the pod, by the text its plugin writes (kubernetes
+#: ``plugin/pkg/admission/serviceaccount/admission.go`` "error looking up service account",
+#: pod-security-admission ``admission/admission.go`` "violates PodSecurity",
+#: ``plugin/pkg/admission/resourcequota`` "exceeded quota", apiserver
+#: ``admission/plugin/webhook/errors`` "admission webhook %q denied the request").
+_ADMISSIONS: Final = (
+    ("error looking up service account", "ServiceAccount"),
+    ("violates PodSecurity", "PodSecurity"),
+    ("exceeded quota", "ResourceQuota"),
+    ("admission webhook", "a validating/mutating webhook"),
+)
 
 _HINTS: Final = {
     "Unschedulable": "no node can run this pod: check that SNP nodes exist and carry the "
@@ -78,6 +94,8 @@ _HINTS: Final = {
     "runtime configuration, init-data, firmware); every attempt boots a new VM",
     POLICY_DENIED_REASON: "the agent policy in the pod's init-data refuses the replay's "
     "request; regenerate init-data from the same run parameters as the Job",
+    FAILED_CREATE: "the API server refused the Job's pod at admission, so no pod (and no VM) "
+    "will ever start; fix what the message names (in the Job's namespace) and submit again",
     "DeadlineExceeded": "the Job ran longer than activeDeadlineSeconds",
     "BackoffLimitExceeded": "every attempt failed (the pod failures are listed); each attempt "
     "was a new VM",
@@ -259,6 +277,32 @@ def event_stall(event: dict[str, Any]) -> Stall | None:
     return Stall(SANDBOX_EVENT, message, "sandbox")
 
 
+def admission_of(message: str) -> str:
+    """The admission that refused a pod, named from a ``FailedCreate`` message."""
+    for marker, admission in _ADMISSIONS:
+        if marker in message:
+            return admission
+    return "an admission plugin"
+
+
+def job_event_outcome(event: dict[str, Any]) -> RunOutcome | None:
+    """A Warning event on a Job that ends the wait: ``FailedCreate`` (its pod was refused)."""
+    involved = event.get("involvedObject") or {}
+    if (
+        involved.get("kind") != "Job"
+        or event.get("reason") != FAILED_CREATE
+        or event.get("type") != "Warning"
+    ):
+        return None
+    message = str(event.get("message") or "")
+    return RunOutcome(
+        str(involved.get("name", "")),
+        "cannot-run",
+        FAILED_CREATE,
+        f"refused by {admission_of(message)}: {message}",
+    )
+
+
 def event_count(event: dict[str, Any]) -> int:
     """How many times it happened: ``series.count`` (events.k8s.io recorders) or ``count``."""
     series = event.get("series") or {}
@@ -268,17 +312,23 @@ def event_count(event: dict[str, Any]) -> int:
     return 1
 
 
-def event_span(event: dict[str, Any]) -> float:
-    """Seconds between the first and the last occurrence, both by the reporting component's
-    clock (so no skew with ours)."""
-    series = event.get("series") or {}
-    first = _timestamp(event.get("firstTimestamp") or event.get("eventTime"))
-    last = _timestamp(
-        series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
-    )
-    if first is None or last is None:
+def events_span(events: Iterable[dict[str, Any]]) -> float:
+    """Seconds from the first occurrence of the earliest event to the last of the latest, by
+    the reporting component's clock (the events of one object and reason, as one sequence)."""
+    firsts: list[datetime] = []
+    lasts: list[datetime] = []
+    for event in events:
+        series = event.get("series") or {}
+        first = _timestamp(event.get("firstTimestamp") or event.get("eventTime"))
+        last = _timestamp(
+            series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
+        )
+        if first is not None and last is not None:
+            firsts.append(first)
+            lasts.append(last)
+    if not firsts:
         return 0.0
-    return max(0.0, (last - first).total_seconds())
+    return max(0.0, (max(lasts) - min(firsts)).total_seconds())
 
 
 def pod_failure(pod: dict[str, Any]) -> PodFailure | None:

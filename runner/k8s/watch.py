@@ -6,10 +6,12 @@ version seen (bookmarks keep it fresh). A ``410 Gone`` means the version was com
 the state is re-listed. Transient failures back off and re-list. The API request count
 therefore depends on time and failures, not on the number of runs.
 
-Events carry no labels of their pod, so the event watch is namespace-wide with
-``fieldSelector=involvedObject.kind=Pod,type=Warning`` (core/v1 event selectable fields,
-``pkg/registry/core/event/strategy.go``) and is matched to runs here by pod name. An event can
-arrive before its pod: it is kept (boundedly) until the pod shows up.
+Events carry no labels of their object, so the event watch is namespace-wide with
+``fieldSelector=type=Warning`` (core/v1 event selectable fields,
+``pkg/registry/core/event/strategy.go``; a field selector cannot OR two kinds, so Pod and Job
+events share it) and is matched to runs here: a pod's by pod name, a Job's by Job name (the Job
+controller's ``FailedCreate`` when admission refused the pod, which no pod would ever show). An
+event can arrive before its pod: it is kept (boundedly) until the pod shows up.
 
 The tracker wakes at least once per second (the poll interval) to end stalls whose grace has
 passed; a run that cannot go on is stopped by the ``stop`` callback (the Job is deleted, so the
@@ -34,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
 from runner.k8s.progress import Report, RunProgress, WaitPolicy
 from runner.k8s.retry import KUBERNETES_RETRY, call, describe, is_transient, read_json
-from runner.k8s.state import JOB_NOT_FOUND, RunOutcome
+from runner.k8s.state import JOB_NOT_FOUND, RunOutcome, job_event_outcome
 from tenant.http import RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
@@ -44,8 +46,8 @@ ProgressCallback = Callable[[Report], None]
 StopCallback = Callable[[RunOutcome], RunOutcome]
 #: The tracker's wake-up interval: grace expiries are noticed within it.
 POLL_INTERVAL: Final = 1.0
-#: Warning events on pods of this namespace only; runs are matched by pod name.
-EVENT_SELECTOR: Final = "involvedObject.kind=Pod,type=Warning"
+#: Warning events of this namespace (pods' and Jobs'); runs are matched by object name.
+EVENT_SELECTOR: Final = "type=Warning"
 #: Events for pods not seen yet, kept until the pod appears (oldest dropped first).
 MAX_PENDING_EVENTS: Final = 1024
 
@@ -257,6 +259,14 @@ class JobTracker:
                 publish(run)
 
         def on_event(event: dict[str, Any], now: float) -> None:
+            involved = event.get("involvedObject") or {}
+            if involved.get("kind") == "Job":
+                refused = job_event_outcome(event)
+                if refused is not None and refused.name in runs:
+                    settle(refused)
+                return
+            if involved.get("kind") != "Pod":
+                return
             pod_name = str((event.get("involvedObject") or {}).get("name", ""))
             run_name = pod_runs.get(pod_name)
             if run_name is None:

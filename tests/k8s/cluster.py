@@ -402,6 +402,20 @@ class FakeCluster(Store):
         )
         return int(event["count"])
 
+    def failed_create(self, job_name: str, message: str, ns: str = NAMESPACE) -> None:
+        """An admission plugin refused the Job's pod: the Job controller records a Warning
+        ``FailedCreate`` "Error creating: <err>" on the *Job* (``pkg/controller/job``
+        ``job_controller.go`` via ``controller_utils.go`` CreatePods) and creates no pod."""
+        job = self.get("jobs", ns, job_name)
+        assert job is not None
+        self.record(
+            job,
+            "FailedCreate",
+            f"Error creating: {message}",
+            component="job-controller",
+            kind="Job",
+        )
+
     def waiting(self, pod_name: str, reason: str, message: str, ns: str = NAMESPACE) -> None:
         """A container waiting reason (image pull, config), with the kubelet's event."""
         pod = self.get("pods", ns, pod_name)
@@ -588,8 +602,10 @@ class FakeCluster(Store):
         type_: str = "Warning",
         component: str = "kubelet",
         field_path: str = "",
+        kind: str = "Pod",
     ) -> dict[str, Any]:
-        """Record an event about ``pod`` as the component's recorder would.
+        """Record an event about ``pod`` (or a Job, ``kind="Job"``) as the component's recorder
+        would.
 
         kubelet (legacy core/v1 recorder, ``tools/record/event.go``): name ``<pod>.<hex ns>``,
         ``count: 1``, first/lastTimestamp, ``source``; an identical repeat patches the same
@@ -600,11 +616,11 @@ class FakeCluster(Store):
         """
         meta = pod["metadata"]
         involved = {
-            "kind": "Pod",
+            "kind": kind,
             "namespace": meta["namespace"],
             "name": meta["name"],
             "uid": meta["uid"],
-            "apiVersion": "v1",
+            "apiVersion": "batch/v1" if kind == "Job" else "v1",
             "resourceVersion": meta["resourceVersion"],
         }
         if field_path:
@@ -614,21 +630,34 @@ class FakeCluster(Store):
         with self.cond:
             messages = self._similar.setdefault(similar_key, set())
             messages.add(message)
-            if component == "kubelet" and len(messages) >= AGGREGATE_MAX_EVENTS:
+            aggregate = component in {"kubelet", "job-controller"} and (
+                len(messages) >= AGGREGATE_MAX_EVENTS
+            )
+            if aggregate:
+                # EventAggregate: from the 10th distinct message on, one event keyed by the
+                # similar-key; eventObserve patches its count and message (the latest).
                 message = "(combined from similar events): " + message
             for existing in self.events.values():
                 if (
                     existing["involvedObject"]["uid"] == meta["uid"]
                     and existing["reason"] == reason
-                    and existing["message"] == message
                     and existing["type"] == type_
+                    and (
+                        existing["message"] == message
+                        or (
+                            aggregate
+                            and existing["message"].startswith("(combined from similar events)")
+                        )
+                    )
                 ):
                     event = copy.deepcopy(existing)
-                    if "series" in event or component != "kubelet":
+                    if "series" in event or component not in {"kubelet", "job-controller"}:
                         series = event.setdefault("series", {"count": 1})
                         series.update(count=series["count"] + 1, lastObservedTime=_micro_time())
                     else:
-                        event.update(count=event["count"] + 1, lastTimestamp=now_rfc3339())
+                        event.update(
+                            count=event["count"] + 1, lastTimestamp=now_rfc3339(), message=message
+                        )
                     return self.commit("events", "MODIFIED", event)
             stamp = time.time_ns()
             event = {
@@ -645,13 +674,13 @@ class FakeCluster(Store):
                 "message": message,
                 "type": type_,
             }
-            if component == "kubelet":
+            if component in {"kubelet", "job-controller"}:
                 event.update(
                     count=1,
                     firstTimestamp=now_rfc3339(),
                     lastTimestamp=now_rfc3339(),
-                    source={"component": "kubelet", "host": host},
-                    reportingComponent="kubelet",
+                    source={"component": component, "host": host},
+                    reportingComponent=component,
                     reportingInstance=host,
                 )
             else:

@@ -31,8 +31,8 @@ from runner.k8s.job import (
 )
 from runner.k8s.state import (
     event_count,
-    event_span,
     event_stall,
+    events_span,
     job_outcome,
     pod_failure,
     pod_stall,
@@ -371,13 +371,13 @@ def test_event_count_and_span_from_either_recorder() -> None:
         "firstTimestamp": "2026-12-01T10:00:00Z",
         "lastTimestamp": "2026-12-01T10:01:30Z",
     }
-    assert (event_count(legacy), event_span(legacy)) == (7, 90.0)
+    assert (event_count(legacy), events_span([legacy])) == (7, 90.0)
     series = {
         "eventTime": "2026-12-01T10:00:00.000000Z",
         "series": {"count": 3, "lastObservedTime": "2026-12-01T10:00:20.500000Z"},
     }
-    assert (event_count(series), event_span(series)) == (3, 20.5)
-    assert (event_count({}), event_span({})) == (1, 0.0)
+    assert (event_count(series), events_span([series])) == (3, 20.5)
+    assert (event_count({}), events_span([{}])) == (1, 0.0)
 
 
 def failed_pod(**status: Any) -> dict[str, Any]:

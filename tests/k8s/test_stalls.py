@@ -329,3 +329,90 @@ def test_evictions_are_bounded_by_the_backoff_limit_and_listed(
         f"(EvictionByEvictionAPI): Eviction API: evicting; {name_of()}-dbbbb disrupted (Evicted): "
         f"{emptydir}"
     )
+
+
+@pytest.mark.parametrize(
+    ("refusal", "admission"),
+    [
+        (
+            (
+                'pods "replay-" is forbidden: error looking up service account '
+                'other/attested-replay-job: serviceaccount "attested-replay-job" not found'
+            ),
+            "ServiceAccount",
+        ),
+        (
+            (
+                'pods "replay-" is forbidden: violates PodSecurity "restricted:latest": '
+                'allowPrivilegeEscalation != false (container "replay" must set '
+                "securityContext.allowPrivilegeEscalation=false)"
+            ),
+            "PodSecurity",
+        ),
+        (
+            (
+                'pods "replay-" is forbidden: exceeded quota: compute, requested: limits.cpu=2, '
+                "used: limits.cpu=8, limited: limits.cpu=8"
+            ),
+            "ResourceQuota",
+        ),
+        (
+            'admission webhook "policy.example.com" denied the request: no',
+            "a validating/mutating webhook",
+        ),
+    ],
+)
+def test_a_pod_refused_at_admission_is_named_and_the_job_stopped(  # noqa: PLR0917 - fixtures
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    capsys: pytest.CaptureFixture[str],
+    refusal: str,
+    admission: str,
+) -> None:
+    """No pod exists: the only sign is the Job controller's ``FailedCreate`` on the Job."""
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        watching(c)
+        c.failed_create(job["metadata"]["name"], refusal)
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods, "--start-grace", "3600"))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: cannot-run (FailedCreate): refused by {admission}: "
+        f"Error creating: {refusal}; the API server refused the Job's pod at admission, so no "
+        "pod (and no VM) will ever start; fix what the message names (in the Job's namespace) "
+        "and submit again; the Job was stopped (deleted) so that no further VM boots"
+    )
+    assert not job_exists(cluster)
+
+
+def test_vm_boots_are_counted_across_aggregated_events(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kata's sandbox errors name per-attempt IDs, so each message differs: the kubelet's
+    recorder keeps nine events of count 1, then folds the rest into one "(combined from similar
+    events)" event whose count grows. Twelve boots are twelve, not one or three."""
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        watching(c)
+        pod = c.start_pod(job["metadata"]["name"])
+        for attempt in range(12):
+            c.sandbox_failed(pod, f"{VM_FAILED} (vsock cid {attempt + 3})")
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods, "--sandbox-grace", "0.5"))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    counts = sorted(
+        event["count"]
+        for event in cluster.events.values()
+        if event["reason"] == "FailedCreatePodSandBox"
+    )
+    assert counts == [1] * 9 + [3]
+    assert error_line(captured.err).startswith(
+        f"Job {name_of()}: cannot-run (FailedCreatePodSandBox): (combined from similar events): "
+        f"Failed to create pod sandbox: {VM_FAILED} (vsock cid 14) (12 attempts, each a VM boot); "
+    )
