@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from runner.k8s.state import (
+    FAILED_MOUNT,
     POLICY_DENIED_REASON,
     SANDBOX_EVENT,
     PodFailure,
@@ -81,6 +82,8 @@ class _PodState:
     sandbox_count: int = 0
     sandbox_span: float = 0.0
     sandbox_event: dict[str, Any] | None = None
+    #: The latest ``FailedMount``: the pod stays ContainerCreating while a volume is missing.
+    mount_event: dict[str, Any] | None = None
 
     def add_sandbox_event(self, event: dict[str, Any]) -> None:
         key = str((event.get("metadata") or {}).get("name") or len(self.sandbox_events))
@@ -140,7 +143,10 @@ class RunProgress:
         state = self.pods.get(pod_name)
         if stall is None or state is None:
             return None
-        state.add_sandbox_event(event)
+        if stall.reason == FAILED_MOUNT:
+            state.mount_event = event
+        else:
+            state.add_sandbox_event(event)
         if stall.kind == "final":
             return self._cannot_run(stall.reason, stall.message)
         self._restall(now)
@@ -215,6 +221,10 @@ class RunProgress:
                 found = event_stall(state.sandbox_event)
                 if found is not None:
                     return found, name, state.sandbox_span
+            if state.mount_event is not None:
+                found = event_stall(state.mount_event)
+                if found is not None:
+                    return found, name, 0.0
             return None, name, 0.0
         return None, "", 0.0
 

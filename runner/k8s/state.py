@@ -65,6 +65,17 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 #: The outcome reason of a run whose Job did not exist when the wait began.
 JOB_NOT_FOUND: Final = "JobNotFound"
 START_ERROR: Final = "StartError"
+#: kubelet volume manager: a volume (a Secret the pod mounts) cannot be set up; the pod stays
+#: ``ContainerCreating`` and only this Warning says why ("MountVolume.SetUp failed for volume
+#: … : secret "…" not found", later "Unable to attach or mount volumes: …").
+FAILED_MOUNT: Final = "FailedMount"
+#: CoCo pulls the image inside the guest: the agent's CreateContainer asks the Confidential
+#: Data Hub, whose ttRPC server answers ``"[CDH] [ERROR]: {e}"`` with ``e`` = "Image Pull error:
+#: {PullImageError}" (guest-components v0.21.0 ``confidential-data-hub/hub/src/bin/ttrpc_server/
+#: mod.rs`` and ``hub/src/error.rs``; kata 4.1 ``src/agent/src/storage/image_pull_handler.rs``);
+#: containerd fails the container with ``StartError``, not an image-pull waiting reason.
+CDH_IMAGE_PULL: Final = "[CDH] [ERROR]: Image Pull error"
+GUEST_IMAGE_PULL_REASON: Final = "GuestImagePullFailed"
 #: The Job controller's Warning on the *Job* when the API server refused its pod
 #: (``pkg/controller/job/job_controller.go`` → ``controller_utils.go`` CreatePods:
 #: "Error creating: <err>"); no pod exists, so nothing else would ever show it.
@@ -85,17 +96,24 @@ _HINTS: Final = {
     "Unschedulable": "no node can run this pod: check that SNP nodes exist and carry the "
     "runtime class's node labels, and that they have room for the pod plus the runtime "
     "class overhead",
-    "ImagePullBackOff": "the image cannot be pulled: check the digest exists in the registry "
-    "and that the CoCo guest can reach the registry",
+    "ImagePullBackOff": "the node cannot pull the image: check the digest exists in the "
+    "registry and the node's pull credentials",
     "ErrImagePull": "the image cannot be pulled: check the digest exists in the registry",
-    "CreateContainerConfigError": "the container configuration is invalid: a referenced "
-    "Secret, ConfigMap or volume is missing",
+    "CreateContainerConfigError": "the container configuration is invalid: a Secret or "
+    "ConfigMap its environment references is missing",
     SANDBOX_EVENT: "the Kata runtime could not start the confidential VM (see the message: "
     "runtime configuration, init-data, firmware); every attempt boots a new VM",
     POLICY_DENIED_REASON: "the agent policy in the pod's init-data refuses the replay's "
     "request; regenerate init-data from the same run parameters as the Job",
     FAILED_CREATE: "the API server refused the Job's pod at admission, so no pod (and no VM) "
     "will ever start; fix what the message names (in the Job's namespace) and submit again",
+    FAILED_MOUNT: "a volume of the pod cannot be mounted: a Secret it mounts "
+    "(--publish-token-secret, --endorsement-secret) is missing in the Job's namespace; create "
+    "it there (the pod starts as soon as it exists)",
+    GUEST_IMAGE_PULL_REASON: "the image is pulled inside the confidential VM (CoCo guest pull "
+    "through the Confidential Data Hub), not by the node: check the digest, the guest's egress "
+    "to the registry (the NetworkPolicy applies), registry credentials and the image policy in "
+    "init-data; node-side pull settings do not apply",
     "DeadlineExceeded": "the Job ran longer than activeDeadlineSeconds",
     "BackoffLimitExceeded": "every attempt failed (the pod failures are listed); each attempt "
     "was a new VM",
@@ -266,8 +284,13 @@ def pod_stall(pod: dict[str, Any]) -> Stall | None:
 
 def event_stall(event: dict[str, Any]) -> Stall | None:
     """A ``FailedCreatePodSandBox`` event: final at once when the message shows a cause no
-    retry changes (agent policy, an annotation the runtime refuses)."""
-    if event.get("reason") != SANDBOX_EVENT or event.get("type") != "Warning":
+    retry changes (agent policy, an annotation the runtime refuses); a ``FailedMount`` event:
+    the start grace (the Secret may still be created)."""
+    if event.get("type") != "Warning":
+        return None
+    if event.get("reason") == FAILED_MOUNT:
+        return Stall(FAILED_MOUNT, str(event.get("message") or ""), "start")
+    if event.get("reason") != SANDBOX_EVENT:
         return None
     message = str(event.get("message") or "")
     if POLICY_DENIED in message:
@@ -355,6 +378,10 @@ def pod_failure(pod: dict[str, Any]) -> PodFailure | None:
         if terminated.get("reason") == START_ERROR:
             if POLICY_DENIED in message:
                 return PodFailure(name, POLICY_DENIED_REASON, message, final=True)
+            if CDH_IMAGE_PULL in message:
+                # The guest pulls afresh in every new VM and fails the same way (digest,
+                # credentials, policy, the guest's route to the registry): stop, do not boot more.
+                return PodFailure(name, GUEST_IMAGE_PULL_REASON, message, final=True)
             return PodFailure(name, START_ERROR, message)
         code = terminated.get("exitCode")
         return PodFailure(name, f"exit code {code}", str(terminated.get("reason") or ""))

@@ -387,6 +387,22 @@ class FakeCluster(Store):
 
         self.change("pods", ns, pod_name, creating)
 
+    def mount_failed(self, pod_name: str, volume: str, secret: str, ns: str = NAMESPACE) -> None:
+        """A Secret volume whose Secret is missing: the kubelet's volume manager leaves the pod
+        ``ContainerCreating`` and records ``FailedMount`` "MountVolume.SetUp failed for volume
+        "<v>" : secret "<s>" not found" (operation_generator.go; secret volume plugin)."""
+        pod = self.get("pods", ns, pod_name)
+        assert pod is not None
+        if not pod["spec"].get("nodeName"):
+            self.container_creating(pod_name, ns)
+            pod = self.get("pods", ns, pod_name)
+            assert pod is not None
+        self.record(
+            pod,
+            "FailedMount",
+            f'MountVolume.SetUp failed for volume "{volume}" : secret "{secret}" not found',
+        )
+
     def sandbox_failed(self, pod_name: str, message: str, ns: str = NAMESPACE) -> int:
         """One failed sandbox attempt (under Kata: one VM boot). The pod stays
         ContainerCreating; kubelet ``SyncPod`` records ``FailedCreatePodSandBox`` "Failed to

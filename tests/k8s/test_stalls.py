@@ -416,3 +416,66 @@ def test_vm_boots_are_counted_across_aggregated_events(
         f"Job {name_of()}: cannot-run (FailedCreatePodSandBox): (combined from similar events): "
         f"Failed to create pod sandbox: {VM_FAILED} (vsock cid 14) (12 attempts, each a VM boot); "
     )
+
+
+def test_a_missing_secret_volume_is_a_failed_mount_stall_with_the_right_hint(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mounted Secret that does not exist never shows as a waiting reason: the pod stays
+    ContainerCreating and only ``FailedMount`` says why."""
+    message = (
+        'MountVolume.SetUp failed for volume "publish-token" : secret "acme-publish" not found'
+    )
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        watching(c)
+        c.mount_failed(c.start_pod(job["metadata"]["name"]), "publish-token", "acme-publish")
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods, "--start-grace", "0.5"))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: cannot-run (FailedMount): {message}; a volume of the pod cannot be "
+        "mounted: a Secret it mounts (--publish-token-secret, --endorsement-secret) is missing "
+        "in the Job's namespace; create it there (the pod starts as soon as it exists); the Job "
+        "was stopped (deleted) so that no further VM boots"
+    )
+    assert {"phase": "pending", "reason": "FailedMount", "message": message} in progress(
+        captured.err
+    )
+    assert not job_exists(cluster)
+
+
+#: What a guest pull failure reads as in the container's StartError: the CDH's ttRPC status
+#: message (guest-components v0.21.0 ttrpc_server/mod.rs "[CDH] [ERROR]: {e}", error.rs
+#: "Image Pull error: {0}", image-rs image.rs PullImageError) inside the agent's rpc status.
+CDH_PULL_FAILED = (
+    'rpc status: Status { code: INTERNAL, message: "[CDH] [ERROR]: Image Pull error: Failed to '
+    "pull image ghcr.io/acme/replay@sha256:00 from all mirror/mapping locations or original "
+    'location: image: ghcr.io/acme/replay@sha256:00, error: Failed to pull image manifest", '
+    "details: [], special_fields: SpecialFields { unknown_fields: UnknownFields { fields: None }"
+    ", cached_size: CachedSize { size: 0 } } }"
+)
+
+
+def test_a_guest_image_pull_failure_stops_the_job_after_one_vm_with_the_guest_hint(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        watching(c)
+        c.start_error(c.start_pod(job["metadata"]["name"]), CDH_PULL_FAILED)
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods, "--start-grace", "3600"))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    line = error_line(captured.err)
+    assert line.startswith(
+        f"Job {name_of()}: cannot-run (GuestImagePullFailed): failed to create containerd task: "
+        f"failed to create shim task: {CDH_PULL_FAILED}; the image is pulled inside the "
+        "confidential VM (CoCo guest pull through the Confidential Data Hub), not by the node"
+    )
+    assert line.endswith("; the Job was stopped (deleted) so that no further VM boots")
+    assert cluster.created[name_of()] == 1
+    assert not job_exists(cluster)
