@@ -60,6 +60,7 @@ def test_the_printed_digest_pins_submit_init_data_and_expected(
     expected = tmp_path / "expected.json"
     assert main([
         "expected", *run, "--corpus-source", CORPUS, "--corpus-checksum", CHECKSUM,
+        "--measurement", "cd" * 48, "--evaluation-digest", "sha256:" + "ef" * 32,
         "--out", str(expected),
     ]) == 0  # fmt: skip
     assert json.loads(expected.read_text())["imageDigest"] == digest
@@ -67,6 +68,7 @@ def test_the_printed_digest_pins_submit_init_data_and_expected(
     alone = tmp_path / "alone.json"
     assert main([
         "expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM,
+        "--measurement", "cd" * 48, "--evaluation-digest", "sha256:" + "ef" * 32,
         "--image-layout", str(directory), "--out", str(alone),
     ]) == 0  # fmt: skip
     assert json.loads(alone.read_text())["imageDigest"] == digest
@@ -89,6 +91,7 @@ def test_an_image_other_than_the_layout_is_refused(
         [
             "expected", "--run-id", "run-7", "--corpus-checksum", CHECKSUM, "--image-digest",
             other, "--image-layout", str(directory), "--out", str(tmp_path / "x.json"),
+            "--measurement", "cd" * 48, "--evaluation-digest", "sha256:" + "ef" * 32,
         ],
     ):  # fmt: skip
         assert main(command) == 9, command

@@ -138,6 +138,7 @@ def test_the_tenant_pins_the_operators_digest_with_its_rebuild(
         "--run-id", "run-7", "--corpus-checksum", "sha256:" + "cd" * 32, "--tenant", "acme",
         "--overlay", "snp", "--corpus-source", "https://corpora.example/acme/run-7.tar.gz",
         "--image-layout", str(second_build.layout), "--measurement", measurement,
+        "--evaluation-digest", "sha256:" + "12" * 32,
     ]  # fmt: skip
     expected = tmp_path / "expected.json"
     assert runner_main(["expected", *job, "--image", image, "--out", str(expected)]) == 0

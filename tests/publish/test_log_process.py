@@ -54,6 +54,7 @@ from runner.publish.storage import (
 )
 from tests.publish.conftest import (
     LOG_NAME,
+    free_port,
     make_envelope,
     serve_command,
     serve_process,
@@ -450,7 +451,8 @@ def test_serve_whose_log_process_cannot_start_exits_9_naming_why(tmp_path: Path)
     """``serve`` in a real process whose interpreter path, as its log process would use it,
     is not executable: exit 9 with the reason, no traceback."""
     interpreter = _not_executable(tmp_path)
-    argv = serve_command(str(tmp_path / "publish.sqlite3"), tmp_path / "state", 0)[3:]
+    port = free_port()
+    argv = serve_command(str(tmp_path / "publish.sqlite3"), tmp_path / "state", port)[3:]
     script = (
         "import sys\n"
         f"sys.executable = {str(interpreter)!r}\n"
