@@ -50,7 +50,7 @@ from attestation.contracts import (
     is_sha256_digest,
     is_tenant_id,
 )
-from attestation.envelope.merged import AnyEnvelope, parse_any_envelope, shard_index
+from attestation.envelope.merged import AnyEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.tiles import (
@@ -71,7 +71,7 @@ from runner.publish.log import (
     Receipt,
 )
 from runner.publish.ratelimit import RateLimiter
-from runner.publish.shard_sets import shard_set_conflict
+from runner.publish.shard_sets import PartShape, part_shape
 from runner.publish.storage import (
     WHOLE_RUN,
     DigestCollisionError,
@@ -396,12 +396,12 @@ def _checked_run_id(run_id: str) -> str:
 # -- publishing -----------------------------------------------------------------------------
 
 
-def envelope_part(data: bytes, tenant: str) -> tuple[str, str]:
+def envelope_part(data: bytes, tenant: str) -> tuple[str, PartShape]:
     """The run ID and run part an envelope's bytes stand for (422 when they are no envelope
     of ``tenant``): a shard envelope is its shard's part, an unsharded or merged envelope
     the whole run's."""
     envelope = _tenant_envelope(data, tenant)
-    return envelope.run_id, _part(envelope)
+    return envelope.run_id, part_shape(envelope)
 
 
 def _tenant_envelope(data: bytes, tenant: str) -> AnyEnvelope:
@@ -417,11 +417,6 @@ def _tenant_envelope(data: bytes, tenant: str) -> AnyEnvelope:
             reason="invalid-envelope",
         )
     return envelope
-
-
-def _part(envelope: AnyEnvelope) -> str:
-    shard = shard_index(envelope)
-    return WHOLE_RUN if shard is None else str(shard)
 
 
 def _receipt_json(receipt: Receipt, digest: str, run_id: str, part: str) -> dict[str, Any]:
@@ -524,15 +519,10 @@ async def publish(service: Service, request: BodyRequest, tenant: str, digest: s
         raise ApiError(
             422, f"body digest {body_digest} does not match the path", reason="digest-mismatch"
         )
-    envelope = _tenant_envelope(body, tenant)
-    run_id, part = envelope.run_id, _part(envelope)
-    conflict = await asyncio.to_thread(
-        shard_set_conflict, service.storage, tenant, envelope, digest
-    )
-    if conflict is not None:
-        raise ApiError(409, f"{conflict}; it was not logged", reason="shard-set-conflict")
+    run_id, shape = envelope_part(body, tenant)
+    part = shape.part
     entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
-    receipt = await _integrate(service, AppendRequest(tenant, digest, body, run_id, part, entry))
+    receipt = await _integrate(service, AppendRequest(tenant, digest, body, run_id, shape, entry))
     log.info(
         "envelope_put",
         token=identity.token_id,
@@ -544,6 +534,8 @@ async def publish(service: Service, request: BodyRequest, tenant: str, digest: s
     )
     if receipt.outcome is Outcome.RUN_CONFLICT:
         raise _conflict(run_id, part, receipt.run_digest)
+    if receipt.outcome is Outcome.SHARD_SET_CONFLICT:
+        raise ApiError(409, f"{receipt.conflict}; it was not logged", reason="shard-set-conflict")
     if receipt.outcome is Outcome.CREATED:
         status = 201
     elif request.headers.get("if-none-match", "").strip() == "*":
@@ -572,13 +564,14 @@ async def put_run(service: Service, request: Request) -> Response:
         raise ApiError(
             422, f"envelope {digest} is not published for this tenant", reason="not-published"
         )
-    envelope_run, part = envelope_part(stored[0], tenant)
+    envelope_run, shape = envelope_part(stored[0], tenant)
+    part = shape.part
     if envelope_run != run_id:
         raise ApiError(422, f"envelope {digest} is not for run {run_id!r}", reason="wrong-run")
     entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
     previous = await asyncio.to_thread(service.storage.run_digest, tenant, run_id, part)
     receipt = await _integrate(
-        service, AppendRequest(tenant, digest, stored[0], run_id, part, entry)
+        service, AppendRequest(tenant, digest, stored[0], run_id, shape, entry)
     )
     if receipt.outcome is Outcome.RUN_CONFLICT:
         raise _conflict(run_id, part, receipt.run_digest)

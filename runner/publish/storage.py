@@ -151,10 +151,8 @@ class LogTransaction(Protocol):
         """Bytes and log index of those of ``digests`` that are stored."""
         ...
 
-    def run_pointers(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        """The digest each of those ``(run_id, part)`` points to, where a pointer exists."""
+    def run_parts(self, tenant: str, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Every pointer of those runs that have one: run ID -> part -> envelope digest."""
         ...
 
     def append(self, rows: Sequence[EntryRow]) -> None: ...
@@ -390,17 +388,15 @@ class _SqliteTransaction:
                 found[digest] = (bytes(row[0]), int(row[1]))
         return found
 
-    def run_pointers(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        found: dict[tuple[str, str], str] = {}
-        for run_id, part in dict.fromkeys(keys):
-            row = self._db.execute(
-                "SELECT digest FROM run_pointers WHERE tenant = ? AND run_id = ? AND part = ?",
-                (tenant, run_id, part),
-            ).fetchone()
-            if row is not None:
-                found[(run_id, part)] = str(row[0])
+    def run_parts(self, tenant: str, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        for run_id in dict.fromkeys(run_ids):
+            rows = self._db.execute(
+                "SELECT part, digest FROM run_pointers WHERE tenant = ? AND run_id = ?",
+                (tenant, run_id),
+            ).fetchall()
+            if rows:
+                found[run_id] = {str(part): str(digest) for part, digest in rows}
         return found
 
     def append(self, rows: Sequence[EntryRow]) -> None:
@@ -753,15 +749,15 @@ class _PostgresTransaction:
         ).fetchall()
         return {str(d): (_bytes(data), int(str(i))) for d, data, i in rows}
 
-    def run_pointers(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
+    def run_parts(self, tenant: str, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         rows = self._db.execute(
             "SELECT run_id, part, digest FROM run_pointers WHERE tenant = %s AND run_id = ANY(%s)",
-            (tenant, sorted({run_id for run_id, _part in keys})),
+            (tenant, sorted(set(run_ids))),
         ).fetchall()
-        wanted = set(keys)
-        return {(str(r), str(p)): str(d) for r, p, d in rows if (str(r), str(p)) in wanted}
+        found: dict[str, dict[str, str]] = {}
+        for run_id, part, digest in rows:
+            found.setdefault(str(run_id), {})[str(part)] = str(digest)
+        return found
 
     def append(self, rows: Sequence[EntryRow]) -> None:
         with self._db.cursor() as cursor:
