@@ -6,7 +6,7 @@ from __future__ import annotations
 from attestation.envelope.merged import parse_any_envelope
 from attestation.transparency.entries import LogEntry
 from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.log import AppendRequest, Outcome
+from runner.publish.log import AppendRequest, Outcome, PublicationLog
 from runner.publish.shard_sets import PartShape, part_shape, shard_set_conflict
 from runner.publish.storage import WHOLE_RUN, Storage
 from tests.publish.conftest import make_envelope, make_merged_envelope, make_service, sha256_name
@@ -19,19 +19,25 @@ def _request(data: bytes) -> AppendRequest:
     return AppendRequest("acme", digest, data, envelope.run_id, part_shape(envelope), entry)
 
 
+def _started_log(storage: Storage, signer: CheckpointSigner) -> PublicationLog:
+    log = make_service(storage, signer).log
+    assert isinstance(log, PublicationLog)  # the in-process log: one batch per call
+    log.start()
+    return log
+
+
 def test_two_splits_in_one_batch_log_only_the_first(
     storage: Storage, signer: CheckpointSigner
 ) -> None:
     of_two = make_envelope("acme", "run-s", 1, shard=(0, 2))
     of_three = make_envelope("acme", "run-s", 2, shard=(1, 3))
-    service = make_service(storage, signer)
-    service.log.start()
+    log = _started_log(storage, signer)
     try:
-        first, second = service.log.integrate([_request(of_two), _request(of_three)])
+        first, second = log.integrate([_request(of_two), _request(of_three)])
         assert first.result(timeout=30).outcome is Outcome.CREATED
         refused = second.result(timeout=30)
     finally:
-        service.log.stop()
+        log.stop()
     assert refused.outcome is Outcome.SHARD_SET_CONFLICT
     assert refused.log_index is None
     assert refused.conflict == (
@@ -46,14 +52,13 @@ def test_an_unsharded_envelope_and_a_shard_in_one_batch(
 ) -> None:
     whole = make_envelope("acme", "run-w", 1)
     shard = make_envelope("acme", "run-w", 2, shard=(0, 2))
-    service = make_service(storage, signer)
-    service.log.start()
+    log = _started_log(storage, signer)
     try:
-        first, second = service.log.integrate([_request(whole), _request(shard)])
+        first, second = log.integrate([_request(whole), _request(shard)])
         assert first.result(timeout=30).outcome is Outcome.CREATED
         refused = second.result(timeout=30)
     finally:
-        service.log.stop()
+        log.stop()
     assert refused.outcome is Outcome.SHARD_SET_CONFLICT
     assert refused.conflict == (
         f"run 'run-w' has an unsharded envelope ({sha256_name(whole)}) logged; "
