@@ -40,8 +40,13 @@ def test_drift_is_detected() -> None:
 
 
 def test_every_reference_names_an_existing_doc_and_anchor() -> None:
-    references = [*CONTRACT.see, *(ref for row in CONTRACT.rows for ref in row.see)]
-    assert references
+    references = [
+        *CONTRACT.see,
+        *(ref for row in CONTRACT.rows for ref in row.see),
+        *(ref for threat in CONTRACT.threats for ref in threat.see),
+        *(ref for link in CONTRACT.checklist for ref in link.see),
+    ]
+    assert len(references) == 16
     for reference in references:
         doc = DOCS / reference.doc
         assert doc.is_file(), reference
@@ -140,3 +145,52 @@ def test_the_checklist_is_the_chain_from_hardware_to_result() -> None:
     assert "The tenant's checklist: from the hardware to the result" in text
     assert "   pin it with: measurements: attested-replay measure" in text
     assert CONTRACT.to_json_dict()["checklist"][0]["link"] == CONTRACT.checklist[0].link
+
+
+def test_cross_references_name_rows_by_identifier_and_render_their_number() -> None:
+    """A row is referred to as {row:ID}; no text names a row by a number, which would drift."""
+    texts = re.findall(r'"((?:[^"\\]|\\.)*)"', json.dumps(CONTRACT.to_json_dict()))
+    assert [text for text in texts if re.search(r"\brows? \d", text)] == []
+    assert (
+        "verdict without changing a digest the tenant pins ({row:binding}, "
+        in (CONTRACT.threat_model[0])
+    )
+    expected = (
+        "pins (Binding (row 2), Corpus and result integrity (row 3), Commitment scope (row 9))"
+    )
+    assert expected in render_text(CONTRACT)
+    assert "pins ([Binding (row 2)](#row-binding), " in render_markdown(CONTRACT)
+    assert '| 2 | <a id="row-binding"></a>**Binding**: ' in render_markdown(CONTRACT)
+    # Reordering the rows renumbers every reference with them.
+    reordered = CONTRACT.model_copy(
+        update={"rows": (CONTRACT.rows[1], CONTRACT.rows[0], *CONTRACT.rows[2:])}
+    )
+    assert "pins (Binding (row 1), " in render_text(
+        Contract.model_validate(reordered.to_json_dict())
+    )
+
+
+def test_a_reference_to_no_row_is_refused() -> None:
+    document = CONTRACT.to_json_dict()
+    document["threatModel"] = ["see {row:no-such-row}"]
+    with pytest.raises(ValueError, match=r"\{row:no-such-row\} names no row of the matrix"):
+        Contract.model_validate(document)
+
+
+def test_every_assurance_is_defined_and_every_availability_labelled() -> None:
+    document = CONTRACT.to_json_dict()
+    document["terms"] = document["terms"][:2]
+    with pytest.raises(ValueError, match="terms define no recomputed"):
+        Contract.model_validate(document)
+    document = CONTRACT.to_json_dict()
+    del document["labels"]["availability"]["no"]
+    with pytest.raises(ValueError, match=r"labels\.availability names no label for no"):
+        Contract.model_validate(document)
+
+
+def test_publication_times_are_stated_as_recorded() -> None:
+    """The service records publishedAt (storage.py); the contract says so, and what it is not."""
+    (limit,) = [text for text in CONTRACT.panel_limits if text.startswith("Publication times")]
+    assert "not recorded yet" not in limit
+    assert "to the second in UTC" in limit
+    assert "in nothing signed" in limit
