@@ -219,7 +219,7 @@ CONTRACT: Final = Contract(
             "`sha256-hex` encoding), requested after scoring",
             commands=(_VERIFY,),
             command_note="binding failures exit 7; a different run, corpus, tenant, workload, "
-            "result, evaluation or image than `X` exits 8",
+            "result, evaluation, image, nonce or shard count than `X` exits 8",
             who=(Party.TENANT,),
             who_detail="tenant (it writes `X`: `attested-replay expected`)",
             assurance=Assurance.TAMPER_PROOF,
