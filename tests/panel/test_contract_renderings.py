@@ -85,6 +85,18 @@ def _missing(rendering: str) -> list[str]:
     ]
 
 
+def _assert_in_order(rendering: str) -> None:
+    """The matrix rows and the checklist's links appear in the contract's order: the checklist
+    is a chain (measurement, HOST_DATA, image, source, corpus, evaluation, result)."""
+    for texts in (
+        [_collapsed(plain_text(CONTRACT, row.statement)) for row in CONTRACT.rows],
+        [_collapsed(plain_text(CONTRACT, link.pin)) for link in CONTRACT.checklist],
+    ):
+        positions = [rendering.find(text) for text in texts]
+        assert -1 not in positions
+        assert positions == sorted(positions), texts
+
+
 def _markdown_as_read(page: str) -> str:
     """The docs page as a reader of the rendered page reads it."""
     page = page.replace(SOURCE_NOTE, "")
@@ -109,6 +121,7 @@ def test_the_cli_text_shows_every_part(capsys: pytest.CaptureFixture[str]) -> No
     assert runner_main(["contract"]) == 0
     text = capsys.readouterr().out
     assert _missing(_collapsed(text)) == []
+    _assert_in_order(_collapsed(text))
     lines = text.splitlines()
     assert lines[:2] == [CONTRACT.title, "=" * len(CONTRACT.title)]
     for heading in HEADINGS:
@@ -118,6 +131,7 @@ def test_the_cli_text_shows_every_part(capsys: pytest.CaptureFixture[str]) -> No
 def test_the_docs_page_shows_every_part() -> None:
     page = DOC.read_text(encoding="utf-8")
     assert _missing(_markdown_as_read(page)) == []
+    _assert_in_order(_markdown_as_read(page))
     headings = [line for line in page.splitlines() if line.startswith("#")]
     assert headings[0] == f"# {CONTRACT.title}"
     assert set(headings[1:]) == {f"## {heading}" for heading in HEADINGS}
@@ -147,6 +161,7 @@ def _panel_text(browser: webdriver.Chrome) -> str:
 def test_the_panel_shows_every_part(open_panel: OpenPanel) -> None:
     browser = open_panel()
     assert _missing(_panel_text(browser)) == []
+    _assert_in_order(_panel_text(browser))
 
     headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "main h2, main h3")]
     assert CONTRACT.title in headings
