@@ -200,3 +200,19 @@ def test_the_panel_contract_fits_a_390_pixel_screen(open_panel: OpenPanel) -> No
         assert _missing(_panel_text(browser)) == []
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_without_javascript_the_panel_says_where_the_contract_is(
+    browser: webdriver.Chrome, panel: Panel
+) -> None:
+    browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
+    try:
+        browser.get(panel.url + "/panel/")
+        shown = _collapsed(str(browser.find_element(By.ID, "contract").text))
+    finally:
+        browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": False})
+    assert shown == (
+        "With JavaScript off this page cannot show the contract: read it with attested-replay "
+        "contract on your own machine, in docs/verification-contract.md, or as JSON at "
+        "/v1/contract."
+    )

@@ -158,6 +158,7 @@
   async function load() {
     const container = document.getElementById("contract");
     if (!container) return;
+    container.replaceChildren(el("p", { text: "Loading the contract…" }));
     try {
       const response = await fetch("/v1/contract", {
         headers: { Accept: "application/json" }, cache: "no-store", credentials: "omit", redirect: "error",
