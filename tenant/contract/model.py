@@ -183,6 +183,9 @@ class Contract(WireModel):
             raise ValueError(f"terms define no {', '.join(undefined)}")
         ids = {row.id for row in self.rows}
         for text in _strings(self.model_dump(mode="json")):
+            # Code is shown as it is: a reference there would be a link inside code.
+            if any(ROW_REFERENCE.search(code) for code in text.split("`")[1::2]):
+                raise ValueError(f"a {{row:ID}} reference inside `code`, in: {text}")
             for target in ROW_REFERENCE.findall(text):
                 if target not in ids:
                     raise ValueError(f"{{row:{target}}} names no row of the matrix, in: {text}")

@@ -175,6 +175,9 @@ def test_a_reference_to_no_row_is_refused() -> None:
     document["threatModel"] = ["see {row:no-such-row}"]
     with pytest.raises(ValueError, match=r"\{row:no-such-row\} names no row of the matrix"):
         Contract.model_validate(document)
+    document["threatModel"] = ["see `{row:binding}`"]
+    with pytest.raises(ValueError, match=r"a \{row:ID\} reference inside `code`"):
+        Contract.model_validate(document)
 
 
 def test_every_assurance_is_defined_and_every_availability_labelled() -> None:
