@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from attestation.cli import build_parser as verifier_parser
+from attestation.envelope.expected import ExpectedValues
+from attestation.verify.policy import Policy
+from runner.cli import build_parser as runner_parser
 from runner.cli import main as runner_main
 from tenant.contract import CONTRACT, Availability, Contract, render_markdown, render_text
 from tenant.contract.render import SOURCE_NOTE, plain
@@ -197,3 +202,76 @@ def test_publication_times_are_stated_as_recorded() -> None:
     assert "not recorded yet" not in limit
     assert "to the second in UTC" in limit
     assert "in nothing signed" in limit
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def _all_options(parser: argparse.ArgumentParser) -> set[str]:
+    found = _options(parser)
+    for sub in _subcommands(parser).values():
+        found |= _all_options(sub)
+    return found
+
+
+def _unknown_options(command: str) -> list[str]:
+    """The options of ``command`` (a command line the contract shows) that its command lacks."""
+    words = command.split()
+    parser = verifier_parser() if words[0] == "verify-attested-run" else runner_parser()
+    if words[0] in {"verify-attested-run", "attested-replay"}:
+        words = words[1:]
+    while words and words[0] in _subcommands(parser):
+        parser = _subcommands(parser)[words.pop(0)]
+    assert not _subcommands(parser), f"{command}: names no subcommand of {parser.prog}"
+    known = _options(parser)
+    return [word for word in words if word.startswith("--") and word not in known]
+
+
+def test_every_command_and_option_the_contract_names_exists() -> None:
+    """A claim naming a command that does not exist (or lost an option) is an untrue claim."""
+    commands = [command for row in CONTRACT.rows for command in row.commands]
+    texts = re.findall(r'"((?:[^"\\]|\\.)*)"', json.dumps(CONTRACT.to_json_dict()))
+    spans = {span for text in texts for span in re.findall(r"`([^`]+)`", text)}
+    top_level = set(_subcommands(runner_parser()))
+    # A command line, not a lone word (`tenant` is also a token role, `run` a verb).
+    named = [
+        span
+        for span in spans
+        if span.split()[0] in {"attested-replay", "verify-attested-run"}
+        or (span.split()[0] in top_level and len(span.split()) > 1)
+    ]
+    checked = [c for c in commands if c.split()[0] != "sha256sum"] + named
+    assert len(checked) >= 30
+    assert [
+        (command, _unknown_options(command)) for command in checked if _unknown_options(command)
+    ] == []
+    every_option = _all_options(runner_parser()) | _options(verifier_parser())
+    lone = [span for span in spans if span.startswith("--")]
+    assert lone
+    assert [option for option in lone if option not in every_option] == []
+
+
+def test_every_key_the_checklist_pins_is_an_expected_values_key() -> None:
+    # The expected-values file: its expectations and, flat beside them, the policy's keys.
+    keys = {
+        field.alias
+        for model in (ExpectedValues, Policy)
+        for name, field in model.model_fields.items()
+        if name != "policy"
+    }
+    for link in CONTRACT.checklist:
+        named = [
+            span
+            for span in re.findall(r"`([^`]+)`", link.pin + link.without)
+            if re.fullmatch(r"[a-z]+[A-Z][A-Za-z]*|measurements|nonce", span)
+        ]
+        assert [span for span in named if span not in keys] == [], link.link
+    assert {"measurements", "hostData", "imageDigest", "workloadDigest"} <= keys
