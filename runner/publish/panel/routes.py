@@ -38,6 +38,8 @@ _ASSETS: Final = {
     "": ("index.html", "text/html; charset=utf-8"),
     "panel.js": ("panel.js", "text/javascript; charset=utf-8"),
     "panel.css": ("panel.css", "text/css; charset=utf-8"),
+    "contract.js": ("contract.js", "text/javascript; charset=utf-8"),
+    "contract.css": ("contract.css", "text/css; charset=utf-8"),
     "favicon.svg": ("favicon.svg", "image/svg+xml"),
 }
 
