@@ -91,6 +91,8 @@ from tenant.verify_fetched import default_workers, load_expectations, verify_fet
 TENANT = "bench"
 PUBLISHERS = 8
 CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
+#: The baseline's page of entries (the route's 1,000 base64 entries, JSON).
+ENTRIES_PAGE = Limits(max_bytes=1024 * 1024, deadline=60.0)
 
 
 def genuine_envelope(scratch: Path) -> bytes:
@@ -198,7 +200,7 @@ def sequential_fetch(server: str, token: str, out_dir: Path, key: VerifierKey) -
         for page_start in range(start, new.size, tenant_fetch.PAGE):
             page_end = min(page_start + tenant_fetch.PAGE, new.size)
             page = json.loads(
-                get("/log/entries", tenant_fetch.ENTRIES_ANSWER, start=page_start, end=page_end)
+                get("/log/entries", ENTRIES_PAGE, start=page_start, end=page_end)
             )
             for position, encoded in enumerate(page["entries"], page_start):
                 raw = base64.b64decode(encoded, validate=True)

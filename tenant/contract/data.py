@@ -240,7 +240,7 @@ CONTRACT: Final = Contract(
             "did not fork, since the tenant's last fetch",
             artifact="per-tenant RFC 6962 log of entries `{envelope, runId, tenant, v}`, C2SP "
             "checkpoint signed with the log's Ed25519 key; the kept tree's right edge (from "
-            "its last entry's inclusion proof) extended with every new entry must give the "
+            "the log's C2SP tlog-tiles hash tiles) extended with every new entry must give the "
             "signed root",
             commands=(
                 (

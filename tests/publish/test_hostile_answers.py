@@ -7,8 +7,6 @@ cap (tracemalloc peak).
 
 from __future__ import annotations
 
-import base64
-import json
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, node_hash
+from attestation.transparency.tiles import encode_bundle
 from runner.cli import main as runner_main
 from runner.errors import EvidenceError, PublishError
 from runner.evidence.kds import KdsClient
@@ -71,9 +70,19 @@ def test_a_giant_checkpoint_is_tampering_before_any_signature_check(
     assert not (out / "checkpoint").exists()
 
 
-def test_a_deeply_nested_proof_is_tampering_not_a_crash(tmp_path: Path) -> None:
-    """A fetch from a kept checkpoint of size 1 asks for the inclusion proof of its last entry
-    (it gives the kept tree's right edge); the proof is 10,000 levels deep."""
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        (hs.endless_chunked, "more than the 8192-byte limit"),
+        (hs.declared(512 * MiB), "over the 8192-byte limit"),
+    ],
+    ids=["endless", "declares-512MiB"],
+)
+def test_an_endless_hash_tile_is_cut_at_its_bound(
+    tmp_path: Path, behaviour: hs.Behaviour, message: str
+) -> None:
+    """A fetch from a kept checkpoint of size 1 reads the kept tree's right edge from the
+    level-0 hash tile: the server streams it without end. A hash tile is at most 256 hashes."""
     signer = CheckpointSigner("log.example", Ed25519PrivateKey.generate())
     entries = [
         LogEntry(tenant="acme", run_id=f"r{n}", envelope="sha256:" + f"{n}" * 64).to_bytes()
@@ -82,28 +91,28 @@ def test_a_deeply_nested_proof_is_tampering_not_a_crash(tmp_path: Path) -> None:
     origin = "log.example/t/acme"
     kept = signer.sign(Checkpoint(origin=origin, size=1, root=leaf_hash(entries[0])))
     note = signer.sign(Checkpoint(origin=origin, size=2, root=node_hash(*map(leaf_hash, entries))))
-    page = json.dumps(
-        {"start": 0, "entries": [base64.b64encode(entry).decode() for entry in entries]}
-    ).encode()
     routes = {
-        f"{BASE}/log/checkpoint": hs.answer(200, note.encode()),
-        f"{BASE}/log/entries": hs.answer(200, page),
+        f"{BASE}/tlog/checkpoint": hs.answer(200, note.encode()),
+        f"{BASE}/tlog/tile/entries/000.p/2": hs.answer(200, encode_bundle(entries)),
     }
     out = tmp_path / "fetched"
     (tmp_path / "kept.checkpoint").write_text(kept)
-    with (
-        hs.HostileServer(hs.route(routes, hs.nested_json(10_000))) as server,
-        pytest.raises(TamperingError, match="nests deeper than 32 levels"),
-    ):
-        fetch_tenant(
-            server=server.url,
-            token="arp_t",
-            tenant="acme",
-            out_dir=out,
-            log_key=signer.verifier_key,
-            last_checkpoint=str(tmp_path / "kept.checkpoint"),
-            retry=FAST,
-        )
+    with hs.HostileServer(hs.route(routes, behaviour)) as server:
+
+        def fetch() -> None:
+            with pytest.raises(TamperingError, match=message):
+                fetch_tenant(
+                    server=server.url,
+                    token="arp_t",
+                    tenant="acme",
+                    out_dir=out,
+                    log_key=signer.verifier_key,
+                    last_checkpoint=str(tmp_path / "kept.checkpoint"),
+                    retry=FAST,
+                )
+
+        peak = _peak(fetch)
+    assert peak < 4 * MiB
     assert not (out / "checkpoint").exists()
 
 
