@@ -199,9 +199,7 @@ def sequential_fetch(server: str, token: str, out_dir: Path, key: VerifierKey) -
         index: dict[str, Any] = {}
         for page_start in range(start, new.size, tenant_fetch.PAGE):
             page_end = min(page_start + tenant_fetch.PAGE, new.size)
-            page = json.loads(
-                get("/log/entries", ENTRIES_PAGE, start=page_start, end=page_end)
-            )
+            page = json.loads(get("/log/entries", ENTRIES_PAGE, start=page_start, end=page_end))
             for position, encoded in enumerate(page["entries"], page_start):
                 raw = base64.b64decode(encoded, validate=True)
                 entry = LogEntry.from_bytes(raw)

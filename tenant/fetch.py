@@ -55,7 +55,11 @@ from attestation.transparency.checkpoint import (
     tenant_log_origin,
     verify_signed_checkpoint,
 )
-from attestation.transparency.cosignature import require_cosignatures
+from attestation.transparency.cosignature import (
+    CosignatureError,
+    require_cosignatures,
+    verify_cosignatures,
+)
 from attestation.transparency.entries import EntryError, LogEntry
 from attestation.transparency.merkle import CompactRange, leaf_hash
 from tenant.errors import (
@@ -321,7 +325,7 @@ def fetch_tenant(
     key = _pinned_key(out_dir, log_key)
     policy = _pinned_witnesses(out_dir, witnesses)
     origin = tenant_log_origin(key.name, tenant)
-    old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
+    old = _old_checkpoint(out_dir, last_checkpoint, key, origin, policy)
     index = _load_index(out_dir)
     remote = _Remote(server, tenant, token, retry, ca_bundle)
     with remote.client(connections=jobs) as client:
@@ -405,8 +409,15 @@ def _new_checkpoint_note(api: _Api, policy: WitnessPolicy | None) -> str:
 
 
 def _old_checkpoint(
-    out_dir: Path, given: str | None, key: VerifierKey, origin: str
+    out_dir: Path,
+    given: str | None,
+    key: VerifierKey,
+    origin: str,
+    policy: WitnessPolicy | None,
 ) -> Checkpoint | None:
+    """The kept checkpoint, or ``given`` (``--checkpoint``, e.g. a publish receipt's): signed
+    by the pinned key; with pinned witnesses, a cosignature line a given one carries by one
+    of them must verify too (a receipt's cosigned checkpoint: tampering otherwise)."""
     if given is not None:
         try:
             note, source = Path(given).read_text(encoding="utf-8"), given
@@ -418,9 +429,15 @@ def _old_checkpoint(
     else:
         return None
     try:
-        return verify_signed_checkpoint(note, key, origin=origin)
+        checkpoint = verify_signed_checkpoint(note, key, origin=origin)
     except CheckpointError as exc:
         raise TenantInputError(f"kept checkpoint {source} does not verify: {exc}") from exc
+    if given is not None and policy is not None:
+        try:
+            verify_cosignatures(note, policy.keys)
+        except CosignatureError as exc:
+            raise TamperingError(f"checkpoint {source}: {exc}") from exc
+    return checkpoint
 
 
 def _not_consistent(old: Checkpoint, new: Checkpoint, detail: str = "") -> TamperingError:

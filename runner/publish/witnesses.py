@@ -98,7 +98,8 @@ class WitnessSubmitter:
         self._witnessed: dict[tuple[str, str], int] = {}
         #: tenant -> (size, root) of the head last submitted to every witness.
         self._submitted: dict[str, tuple[int, bytes]] = {}
-        self._cosigned: dict[str, str] = {}
+        #: tenant -> (size, note with its cosignatures) of the latest cosigned checkpoint.
+        self._cosigned: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,6 +118,11 @@ class WitnessSubmitter:
     def cosigned(self, tenant: str) -> str | None:
         """The latest checkpoint of ``tenant``'s log that a witness cosigned, with every
         cosignature gathered for it, or None."""
+        cosigned = self.cosigned_head(tenant)
+        return None if cosigned is None else cosigned[1]
+
+    def cosigned_head(self, tenant: str) -> tuple[int, str] | None:
+        """:meth:`cosigned` with the size of its tree."""
         with self._lock:
             return self._cosigned.get(tenant)
 
@@ -150,7 +156,7 @@ class WitnessSubmitter:
                 lines += line
         if lines:
             with self._lock:
-                self._cosigned[tenant] = head.note + lines
+                self._cosigned[tenant] = (head.size, head.note + lines)
         if len(lines.splitlines()) == len(self._witnesses):
             self._submitted[tenant] = state
 

@@ -292,7 +292,8 @@ CONTRACT: Final = Contract(
             claim="Publish receipt",
             statement="this envelope was in the log at index i when it was published",
             artifact="receipt: `logIndex`, `treeSize`, signed `checkpoint`, `inclusionProof` "
-            "(`attested-replay publish` output)",
+            "and, once witnesses cosigned a tree holding the entry, `cosigned` (that "
+            "checkpoint and the entry's proof under it) (`attested-replay publish` output)",
             commands=("attested-replay tenant fetch ... --checkpoint RECEIPT_CHECKPOINT",),
             command_note="the publisher checks the proof against the checkpoint root; the "
             "fetch proves today's log extends that checkpoint",
