@@ -19,6 +19,7 @@ from attestation.transparency.cosignature import require_cosignatures, verify_co
 from runner.cli import main as runner_main
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope, receipt_json
+from tests import hostile_server as hs
 from tests.publish.conftest import LOG_NAME, Deployment, ServeProcess, make_envelope
 from tests.witness.logs import Log
 from tests.witness.test_service import Running, make_key
@@ -257,3 +258,41 @@ def test_a_receipt_carries_the_cosigned_checkpoint_that_holds_its_entry(
         f"checkpoint {given}: cosignature by witness 'witness.test/w2' does not verify"
         in capsys.readouterr().err
     )
+
+
+def test_witnesses_that_are_down_or_hang_never_hold_up_publishing(
+    tmp_path: Path,
+    setup: tuple[Deployment, list[Running], list[VerifierKey]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One witness refuses connections (killed with -9), another accepts them and never
+    answers: every publication is answered at once all the same, and the first witness's
+    cosignature arrives once it is back."""
+    deployment, witnesses, keys = setup
+    for running in witnesses:
+        running.kill()
+    with hs.HostileServer(hs.silent) as hanging:
+        server = deployment.serve(
+            "--witness",
+            f"{witnesses[0].url} {witnesses[0].key_text}",
+            "--witness",
+            f"{hanging.url} {witnesses[1].key_text}",
+        )
+        for number in range(1, 6):
+            started = time.monotonic()
+            publish(server, deployment, f"run-{number}")
+            assert time.monotonic() - started < 2.0  # the witnesses' 5 s/10 s timeouts not met
+        deadline = time.monotonic() + 20
+        while "witness_unreachable" not in server.output():
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        missing = requests.get(
+            f"{server.url}/v1/tenants/acme/log/checkpoint/cosigned",
+            headers={"Authorization": f"Bearer {deployment.reader}"},
+            timeout=5,
+        )
+        assert (missing.status_code, missing.json()["reason"]) == (404, "not-cosigned")
+        assert fetch(tmp_path, server, deployment) == 0  # a tenant pinning no witness
+        assert "verified log of 5 entries (was 0)" in capsys.readouterr().out
+        witnesses[0].start()
+        cosigned(server, deployment, 5, keys[:1])
