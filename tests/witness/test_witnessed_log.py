@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from attestation.transparency.checkpoint import VerifierKey
+from attestation.transparency.checkpoint import VerifierKey, tenant_log_origin
 from attestation.transparency.cosignature import require_cosignatures, verify_cosignatures
 from runner.cli import main as runner_main
 from runner.publish.checkpoint import CheckpointSigner
@@ -22,6 +22,7 @@ from runner.publish.client import publish_envelope, receipt_json
 from tests import hostile_server as hs
 from tests.publish.conftest import LOG_NAME, Deployment, ServeProcess, make_envelope
 from tests.witness.logs import Log
+from tests.witness.test_independent import run_gocheck
 from tests.witness.test_service import Running, make_key
 
 TAMPERING = 7
@@ -103,7 +104,15 @@ def test_a_witnessed_log_end_to_end(
     options = [item for w in witnesses for item in ("--witness", f"{w.url} {w.key_text}")]
     server = deployment.serve(*options)
     publish(server, deployment, "run-1", "run-2", "run-3")
-    cosigned(server, deployment, 3, keys)
+    note = cosigned(server, deployment, 3, keys)
+    # What the service serves, read by the independent implementation too.
+    independent: dict[str, object] = {
+        "logKey": (tmp_path / "state" / "log-key.pub").read_text().strip(),
+        "witnessKeys": [key.encode() for key in keys],
+        "origin": tenant_log_origin(LOG_NAME, "acme"),
+        "note": note,
+    }
+    assert run_gocheck(independent) == "ok"
     pins = [item for key in keys for item in ("--witness-key", key.encode())]
     assert fetch(tmp_path, server, deployment, *pins, "--witness-threshold", "2") == 0
     assert "verified log of 3 entries (was 0)" in capsys.readouterr().out
