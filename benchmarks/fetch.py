@@ -16,7 +16,7 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
   does): a consistency proof, then per entry an inclusion-proof request, an envelope request,
   a file fsync and a directory fsync, one entry at a time;
 * ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
-  entries (no proof per entry), the envelopes in bundles of up to 64 per request
+  tlog-tiles entry bundles and hash tiles (no proof per entry), the envelopes in bundles of up to 64 per request
   (``GET .../log/envelopes``), ``N`` requests at a time by ``N`` worker processes (forked:
   this process runs no other thread then), each checking and writing what it downloaded,
   one fsync per envelope and one directory fsync per page of 1,000;
