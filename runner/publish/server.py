@@ -449,7 +449,12 @@ async def _add_cosigned(service: Service, tenant: str, payload: dict[str, Any]) 
     if witnessed is None or witnessed[0] <= payload["logIndex"]:
         return
     size, note = witnessed
-    proof = await asyncio.to_thread(service.log.inclusion_proof, tenant, payload["logIndex"], size)
+    try:
+        proof = await asyncio.to_thread(
+            service.log.inclusion_proof, tenant, payload["logIndex"], size
+        )
+    except ProofRangeError:  # never a failed publication: the receipt goes without it
+        return
     payload["cosigned"] = {"treeSize": size, "checkpoint": note, "inclusionProof": _b64(proof)}
 
 
