@@ -16,10 +16,11 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
   does): a consistency proof, then per entry an inclusion-proof request, an envelope request,
   a file fsync and a directory fsync, one entry at a time;
 * ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
-  tlog-tiles entry bundles and hash tiles (no proof per entry), the envelopes in bundles of up to 64 per request
-  (``GET .../log/envelopes``), ``N`` requests at a time by ``N`` worker processes (forked:
-  this process runs no other thread then), each checking and writing what it downloaded,
-  one fsync per envelope and one directory fsync per page of 1,000;
+  tlog-tiles entry bundles and hash tiles (no proof per entry), the envelopes in bundles of
+  up to 64 per request (``GET .../log/envelopes``), ``N`` requests at a time by ``N``
+  worker processes (forked: this process runs no other thread then), each checking and
+  writing what it downloaded, one fsync per envelope and one directory fsync per page of
+  1,000;
 * ``bulk N threads``: the same in ``N`` threads of the fetching process (what a fetch too
   small for the processes does, and what ``--jobs N`` did before them): one interpreter, so
   one core for the checks;
