@@ -101,7 +101,9 @@ a runId in it is ignored. One verdict line per envelope; exit 4 when any did not
         "--checkpoint",
         type=input_file("--checkpoint"),
         metavar="FILE",
-        help="a checkpoint to check consistency against (default: the one kept in --out)",
+        help="a checkpoint to check consistency against (default: the one kept in --out), "
+        "e.g. a publish receipt's; with pinned witnesses, their cosignature lines on it must "
+        "verify",
     )
     fetch.add_argument(
         "--expected",

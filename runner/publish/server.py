@@ -436,6 +436,23 @@ def _receipt_json(receipt: Receipt, digest: str, run_id: str, part: str) -> dict
     return payload
 
 
+async def _add_cosigned(service: Service, tenant: str, payload: dict[str, Any]) -> None:
+    """Add to a receipt the latest checkpoint witnesses cosigned, when its tree holds the
+    entry: ``"cosigned": {"treeSize", "checkpoint", "inclusionProof"}``. Cosignatures come
+    after publication (``serve --witness``), so a new entry's receipt rarely has one."""
+    witnessed = None if service.witnesses is None else service.witnesses.cosigned_head(tenant)
+    if witnessed is None or witnessed[0] <= payload["logIndex"]:
+        return
+    size, note = witnessed
+    try:
+        proof = await asyncio.to_thread(
+            service.log.inclusion_proof, tenant, payload["logIndex"], size
+        )
+    except ProofRangeError:  # never a failed publication: the receipt goes without it
+        return
+    payload["cosigned"] = {"treeSize": size, "checkpoint": note, "inclusionProof": _b64(proof)}
+
+
 def _conflict(run_id: str, part: str, pointed: str | None) -> ApiError:
     what = f"run {run_id!r}" if part == WHOLE_RUN else f"shard {part} of run {run_id!r}"
     return ApiError(
@@ -542,7 +559,9 @@ async def publish(service: Service, request: BodyRequest, tenant: str, digest: s
         status = 412
     else:
         status = 200
-    return JsonAnswer(_receipt_json(receipt, digest, run_id, part), status, {"ETag": f'"{digest}"'})
+    payload = _receipt_json(receipt, digest, run_id, part)
+    await _add_cosigned(service, tenant, payload)
+    return JsonAnswer(payload, status, {"ETag": f'"{digest}"'})
 
 
 async def put_run(service: Service, request: Request) -> Response:
@@ -576,6 +595,7 @@ async def put_run(service: Service, request: Request) -> Response:
     if receipt.outcome is Outcome.RUN_CONFLICT:
         raise _conflict(run_id, part, receipt.run_digest)
     payload = _receipt_json(receipt, digest, run_id, part)
+    await _add_cosigned(service, tenant, payload)
     payload["status"] = "unchanged" if previous == digest else "created"
     return json_response(payload, 200 if previous == digest else 201)
 

@@ -298,7 +298,7 @@ CONTRACT: Final = Contract(
             "did not fork, since the tenant's last fetch",
             artifact="per-tenant RFC 6962 log of entries `{envelope, runId, tenant, v}`, C2SP "
             "checkpoint signed with the log's Ed25519 key; the kept tree's right edge (from "
-            "its last entry's inclusion proof) extended with every new entry must give the "
+            "the log's C2SP tlog-tiles hash tiles) extended with every new entry must give the "
             "signed root",
             commands=(
                 (
@@ -338,10 +338,12 @@ CONTRACT: Final = Contract(
             who=(Party.TENANT,),
             who_detail="tenant, with the witnesses' keys pinned out of band",
             assurance=Assurance.TAMPER_EVIDENT,
-            assumption="At least one of the T witnesses is honest and independent of the "
-            "operator (a witness the operator runs adds nothing). A split view then needs "
-            "every one of them to collude; what they cosign is the history from the log's "
-            "first entry, so a tenant's first fetch is covered too.",
+            assumption="At least one of any T of the pinned witnesses is honest and "
+            "independent of the operator (fewer than T collude with it; with T equal to the "
+            "number pinned, one honest witness suffices; a witness the operator runs adds "
+            "nothing). A split view then needs T of them to collude; two fetchers are held to "
+            "one history through a witness they both pin. What the witnesses cosign is the "
+            "history from the log's first entry, so a tenant's first fetch is covered too.",
             hosted=Availability.YES,
             see=(Reference(doc="witness.md", label="witnesses"),),
         ),
@@ -350,7 +352,8 @@ CONTRACT: Final = Contract(
             claim="Publish receipt",
             statement="this envelope was in the log at index i when it was published",
             artifact="receipt: `logIndex`, `treeSize`, signed `checkpoint`, `inclusionProof` "
-            "(`attested-replay publish` output)",
+            "and, once witnesses cosigned a tree holding the entry, `cosigned` (that "
+            "checkpoint and the entry's proof under it) (`attested-replay publish` output)",
             commands=("attested-replay tenant fetch ... --checkpoint RECEIPT_CHECKPOINT",),
             command_note="the publisher checks the proof against the checkpoint root; the "
             "fetch proves today's log extends that checkpoint",
@@ -450,8 +453,9 @@ CONTRACT: Final = Contract(
             detail="A new key or a new log shows up as a refusal (exit 9 for a changed key, "
             "exit 7 for a log that does not extend the kept checkpoint), which is detection, "
             "not prevention.",
-            revisit="tenants pin witnesses (`tenant fetch --witness-key`): a replaced log then "
-            "lacks their cosignatures, but the tenant still learns of it only as a refusal",
+            revisit="a tenant needs its history carried over a key change: pinned witnesses "
+            "(`tenant fetch --witness-key`) refuse to cosign a replaced log, so it lacks their "
+            "cosignatures, but the tenant still learns of it only as a refusal",
         ),
         NotVerifiable(
             id="availability",
@@ -607,7 +611,7 @@ CONTRACT: Final = Contract(
             "The hosted-tenant column is the one this contract exists for, and it is the weaker "
             "one; stating that plainly is the point. A tenant that keeps its checkpoint detects "
             "any replacement of published envelopes on its next fetch; what remains open is the "
-            "case where it kept nothing."
+            "case where it kept nothing, unless it pins independent witnesses."
         ),
     ),
     panel_limits=(
