@@ -423,24 +423,40 @@ guest_pull_storage(storage, image, cri_type) if {
 }
 
 # The agent reads the container type from this JSON, not from the OCI annotations, and on
-# "sandbox" unpacks its own pause bundle as the rootfs (agent confidential_data_hub/image.rs):
-# the metadata must be a flat object of CRI and kata keys, stating the type once, the right
-# one. (Each quote is `\\?"`: regopy hands the rules input strings with escaped quotes.)
+# "sandbox" unpacks its own pause bundle as the rootfs (agent storage/image_pull_handler.rs,
+# confidential_data_hub/image.rs is_sandbox, kata 4.1.0). The Go runtime writes
+# {"metadata": <the container's annotations>} (kata_agent.go handleImageGuestPullBlockVolume
+# merges them into an empty map, fs_share_linux.go forceGuestPull): every entry must be one of
+# the annotations this rule already checked, with the same value, and every container type
+# it states (containerd's or CRI-O's key) the right one. json.unmarshal decodes escapes and
+# duplicate keys as the agent's serde_json does; json.is_valid keeps it from failing.
 guest_pull_metadata_ok(option, cri_type) if {
-	regex.match(GUEST_PULL_OPTION, option)
-	types := regex.find_all_string_submatch_n(`\\?"io\.kubernetes\.cri\.container-type\\?":\\?"([a-z_]*)\\?"`, option, -1)
-	count(types) == 1
-	types[0][1] == cri_type
-	kata_types := regex.find_all_string_submatch_n(`\\?"io\.katacontainers\.pkg\.oci\.container_type\\?":\\?"([a-z_]*)\\?"`, option, -1)
-	count(kata_types) <= 1
-	every kata_type in kata_types {
-		kata_type[1] == KATA_CONTAINER_TYPE[cri_type]
+	startswith(option, "image_guest_pull=")
+	text := trim_prefix(option, "image_guest_pull=")
+	json.is_valid(text)
+	pull := json.unmarshal(text)
+	is_object(pull)
+	object.keys(pull) == {"metadata"}
+	metadata := pull.metadata
+	is_object(metadata)
+	every key, value in metadata {
+		is_string(value)
+		input.OCI.Annotations[key] == value
+	}
+	some type_key in CONTAINER_TYPE_KEYS
+	metadata[type_key]
+	every key in CONTAINER_TYPE_KEYS {
+		container_type_absent_or(metadata, key, cri_type)
 	}
 }
 
-GUEST_PULL_PAIR := `\\?"(?:io\.kubernetes\.cri\.[a-z-]+|io\.katacontainers\.pkg\.oci\.[a-z_]+)\\?":\\?"[^"\\]*\\?"`
+# The keys the agent reads the container type from (confidential_data_hub/image.rs
+# K8S_CONTAINER_TYPE_KEYS): containerd's and CRI-O's; both say "sandbox" or "container".
+CONTAINER_TYPE_KEYS := ["io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"]
 
-GUEST_PULL_OPTION := concat("", [`^image_guest_pull=\{\\?"metadata\\?":\{(?:`, GUEST_PULL_PAIR, `(?:,`, GUEST_PULL_PAIR, `)*)?\}\}$`])
+container_type_absent_or(metadata, key, cri_type) if not metadata[key]
+
+container_type_absent_or(metadata, key, cri_type) if metadata[key] == cri_type
 
 # emptydir_mode = "block-encrypted" (kata >= 3.28 CoCo default): a disk encrypted with a key
 # the guest makes and never shows the host.

@@ -215,7 +215,7 @@ class ReplayPod:
             annotations,
             hostname=self.hostname,
         )
-        return _request(cid, oci, [_guest_pull(cid, "pause", "sandbox")])
+        return _request(cid, oci, [guest_pull_storage(cid, "pause", annotations)])
 
     def replay(self, emptydir_mode: EmptyDirMode = "block") -> dict[str, Any]:
         cid = self.replay_id
@@ -235,7 +235,7 @@ class ReplayPod:
             else:
                 env.append(entry)
         env += SERVICE_ENV
-        storages = [_guest_pull(cid, container["image"], "container")]
+        storages: list[dict[str, Any]] = []
         mounts = [
             *copy.deepcopy(KERNEL_MOUNTS),
             {
@@ -307,7 +307,9 @@ class ReplayPod:
         )
         oci = _oci(process, cid, mounts, annotations, hostname="")
         oci["Linux"]["Resources"] |= _guaranteed_resources(container["resources"]["limits"])
-        return _request(cid, oci, storages)
+        return _request(
+            cid, oci, [guest_pull_storage(cid, container["image"], annotations), *storages]
+        )
 
     def _annotations(self, cri_type: str, cid: str) -> dict[str, str]:
         annotations = {
@@ -479,12 +481,16 @@ def _emptydir_storage(
     }
 
 
-def _guest_pull(cid: str, image: str, cri_type: str) -> dict[str, Any]:
-    metadata = {"io.kubernetes.cri.container-type": cri_type, "io.kubernetes.cri.image-name": image}
+def guest_pull_storage(cid: str, image: str, annotations: Mapping[str, str]) -> dict[str, Any]:
+    """The rootfs storage: the runtime's ``{"metadata": <every annotation of the container>}``
+    as Go's json.Marshal writes it (compact, keys sorted; kata_agent.go
+    handleImageGuestPullBlockVolume), as in the logged upstream requests."""
+    metadata = dict(annotations)
     return {
         "driver": "image_guest_pull",
         "driver_options": [
-            "image_guest_pull=" + json.dumps({"metadata": metadata}, separators=(",", ":"))
+            "image_guest_pull="
+            + json.dumps({"metadata": metadata}, separators=(",", ":"), sort_keys=True)
         ],
         "source": image,
         "fstype": "overlay",
