@@ -297,10 +297,10 @@ def test_a_merged_run_over_edited_predictions_fails_against_the_documented_file(
     _rewrite_runs(corpus, _flip_first_prediction)
     shards = []
     for index in range(3):
-        out = tmp_path / f"shard-{index}"
-        out.mkdir()
+        shard_dir = tmp_path / f"shard-{index}"
+        shard_dir.mkdir()
         shards.append(
-            _replay(corpus, state_dir, out, "--shard-count", "3", "--shard-index", str(index))
+            _replay(corpus, state_dir, shard_dir, "--shard-count", "3", "--shard-index", str(index))
         )
     merged = tmp_path / "merged.json"
     argv = ["merge", *map(str, shards), "--out", str(merged), "--trust-simulated-root"]
