@@ -67,11 +67,22 @@ CreateContainerRequest := {"allowed": true, "ops": ops} if {
 	data.pstate.sandbox
 	role := container_role
 	role_order_ok(role)
-	ops := [
-		{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
-		{"op": "add", "path": concat("", ["/pstate/", ROLE_KEY[role]]), "value": input.container_id},
-		{"op": "add", "path": "/pstate/sandbox-name", "value": input.OCI.Annotations["io.kubernetes.cri.sandbox-name"]},
-	]
+	ops := array.concat(
+		[
+			{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
+			{"op": "add", "path": concat("", ["/pstate/", ROLE_KEY[role]]), "value": input.container_id},
+			{"op": "add", "path": "/pstate/sandbox-name", "value": input.OCI.Annotations["io.kubernetes.cri.sandbox-name"]},
+		],
+		ROLE_OPS[role],
+	)
+}
+
+# The pause container's hostname is the pod's (kubelet: the pod name, or the spec.hostname
+# the Job controller sets for an Indexed Job): the replay's HOSTNAME and completion index must
+# be this pod's, not another pod's of the Job.
+ROLE_OPS := {
+	"sandbox": [{"op": "add", "path": "/pstate/hostname", "value": input.OCI.Hostname}],
+	"replay": [],
 }
 
 # One pause container, then one replay container, each once in the VM's life: a second replay
@@ -282,6 +293,7 @@ pause_container if {
 	not oci.Annotations["io.kubernetes.cri.container-name"]
 	oci.Process.Args == ["/pause"]
 	regex.match(policy_data.pod.hostname_regex, oci.Hostname)
+	hostname_of_pod(oci.Hostname, oci.Annotations["io.kubernetes.cri.sandbox-name"])
 	count(input.storages) == 1
 	guest_pull_storage(input.storages[0], "pause", "sandbox")
 	every mount in oci.Mounts {
@@ -304,6 +316,9 @@ replay_container if {
 	{gid | some gid in process.User.AdditionalGids} == {gid | some gid in replay.additional_gids}
 	no_capabilities(process.Capabilities)
 	env_ok(process.Env, replay)
+	every entry in process.Env {
+		this_pod_entry(entry, data.pstate.hostname)
+	}
 
 	mounts_ok(oci.Mounts, replay.mounts)
 	storages_ok(input.storages, oci.Mounts, replay)
@@ -334,6 +349,28 @@ env_ok(env, replay) if {
 }
 
 env_entry_allowed(entry, replay) if entry in replay.env
+
+# The pod's name is its hostname, or (Indexed Job) its hostname, "-" and 5 random characters.
+hostname_of_pod(hostname, pod_name) if hostname == pod_name
+
+hostname_of_pod(hostname, pod_name) if {
+	regex.match("^[a-z0-9]{5}$", trim_prefix(pod_name, concat("", [hostname, "-"])))
+	startswith(pod_name, concat("", [hostname, "-"]))
+}
+
+# HOSTNAME and the completion index as this pod's sandbox has them (containerd and CRI-O set
+# HOSTNAME to the sandbox's hostname; the index is the hostname's suffix, "<job>-<index>").
+this_pod_entry(entry, hostname) if {
+	not startswith(entry, "HOSTNAME=")
+	not startswith(entry, concat("", [policy_data.pod.index_variable, "="]))
+}
+
+this_pod_entry(entry, hostname) if entry == concat("", ["HOSTNAME=", hostname])
+
+this_pod_entry(entry, hostname) if {
+	index := trim_prefix(hostname, policy_data.pod.index_prefix)
+	entry == concat("", [policy_data.pod.index_variable, "=", index])
+}
 
 env_entry_allowed(entry, replay) if {
 	some pattern in replay.env_patterns

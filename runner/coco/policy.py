@@ -109,11 +109,15 @@ def policy_data(
         # Added to the container by the Job controller (a fieldRef to the pod's completion
         # index label or annotation): the only thing that differs between the indices' pods.
         env_patterns.append(f"^{SHARD_INDEX_VARIABLE}={index_pattern(shard_count)}$")
+    pod: dict[str, str] = {
+        "name_regex": pod_name_pattern(job_name, shard_count=shard_count),
+        "hostname_regex": hostname_pattern(job_name, shard_count=shard_count),
+        "index_variable": SHARD_INDEX_VARIABLE,
+    }
+    if shard_count is not None:
+        pod["index_prefix"] = f"{job_name}-"  # the hostname is "<job>-<index>"
     return {
-        "pod": {
-            "name_regex": pod_name_pattern(job_name, shard_count=shard_count),
-            "hostname_regex": hostname_pattern(job_name, shard_count=shard_count),
-        },
+        "pod": pod,
         "replay": {
             "name": container["name"],
             "image": container["image"],

@@ -61,6 +61,7 @@ def test_the_replay_pod_runs_from_start_to_end(
             "sandbox_container": pod.sandbox_id,
             "replay": pod.replay_id,
             "sandbox-name": pod.pod_name,
+            "hostname": pod.hostname,
         }
     }
 
@@ -395,6 +396,12 @@ def _field_mutations(pod: ReplayPod) -> dict[str, Mutation]:
             "OCI.Linux.CgroupsPath", lambda p: p.replace(pod.replay_id, pod.sandbox_id)
         ),
         "hostname": _set("OCI.Hostname", "evil"),
+        "HOSTNAME of another pod of the job": _env(
+            lambda env: [
+                f"HOSTNAME={pod.pod_name[:-5]}zzzzz" if e.startswith("HOSTNAME=") else e
+                for e in env
+            ]
+        ),
         "capabilities null": _set("OCI.Process.Capabilities", None),
         "pull metadata says sandbox": _pull_metadata(genuine, type_="sandbox"),
         "pull metadata of the pause image": _pull_metadata(
@@ -710,6 +717,7 @@ def test_pod_features_the_policy_does_not_model_are_refused(
 #: at kata's rev 898643129e, src/builtins/encoding.rs, strings.rs), none of which can fail on
 #: well-formed input (json.unmarshal only runs on what json.is_valid accepted).
 ALLOWED_BUILTINS = {
+    "array.concat",
     "base64url.encode",
     "bits.and",
     "bits.negate",
