@@ -71,7 +71,7 @@ CreateContainerRequest := {"allowed": true, "ops": ops} if {
 		[
 			{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
 			{"op": "add", "path": concat("", ["/pstate/", ROLE_KEY[role]]), "value": input.container_id},
-			{"op": "add", "path": "/pstate/sandbox-name", "value": input.OCI.Annotations["io.kubernetes.cri.sandbox-name"]},
+			{"op": "add", "path": "/pstate/sandbox-name", "value": cri("pod")},
 		],
 		ROLE_OPS[role],
 	)
@@ -139,24 +139,164 @@ common_container_input(cri_type) if {
 KATA_CONTAINER_TYPE := {"sandbox": "pod_sandbox", "container": "pod_container"}
 
 annotations_ok(annotations, cri_type) if {
+	family := cri_family
 	every key in object.keys(annotations) {
-		annotation_key_allowed(key)
+		annotation_key_allowed(family, key)
 	}
-	annotations["io.kubernetes.cri.container-type"] == cri_type
+	cri("type") == cri_type
 	annotations["io.katacontainers.pkg.oci.container_type"] == KATA_CONTAINER_TYPE[cri_type]
-	pod_name_ok(annotations["io.kubernetes.cri.sandbox-name"])
+	pod_name_ok(cri("pod"))
 	termination_message_path_ok(annotations)
+	runtime_annotations_ok(family, annotations, cri_type)
 }
 
-annotation_key_allowed(key) if startswith(key, "io.kubernetes.cri.")
+# The container runtime that made the spec, told by its container-type key (containerd:
+# internal/cri/annotations; CRI-O v1.37.0: internal/annotations/annotations.go), and where each
+# writes what these rules read. CRI-O names the pod and the container with the kubelet's labels
+# (kuberuntime labels.go), which it copies into the spec, and the image kata pulls in its
+# ImageName (kata 4.1.0 kata_agent.go handleImageGuestPullBlockVolume).
+cri_family := "containerd" if {
+	input.OCI.Annotations["io.kubernetes.cri.container-type"]
+	not input.OCI.Annotations["io.kubernetes.cri-o.ContainerType"]
+}
+
+cri_family := "cri-o" if {
+	input.OCI.Annotations["io.kubernetes.cri-o.ContainerType"]
+	not input.OCI.Annotations["io.kubernetes.cri.container-type"]
+}
+
+CRI_KEYS := {
+	"containerd": {
+		"type": "io.kubernetes.cri.container-type",
+		"pod": "io.kubernetes.cri.sandbox-name",
+		"name": "io.kubernetes.cri.container-name",
+		"image": "io.kubernetes.cri.image-name",
+	},
+	"cri-o": {
+		"type": "io.kubernetes.cri-o.ContainerType",
+		"pod": "io.kubernetes.pod.name",
+		"name": "io.kubernetes.container.name",
+		"image": "io.kubernetes.cri-o.ImageName",
+	},
+}
+
+cri(field) := input.OCI.Annotations[CRI_KEYS[cri_family][field]]
+
+# containerd passes only its own keys, kata's and the pod annotations kata-deploy lists.
+annotation_key_allowed("containerd", key) if startswith(key, "io.kubernetes.cri.")
 
 # Pod annotations kata-deploy passes through (cc_init_data, ...) and kata's own bookkeeping.
-annotation_key_allowed(key) if startswith(key, "io.katacontainers.")
+annotation_key_allowed(family, key) if startswith(key, "io.katacontainers.")
 
-annotation_key_allowed(key) if key in {
+annotation_key_allowed("containerd", key) if key in {
 	"io.kubernetes.container.terminationMessagePath",
 	"io.kubernetes.container.terminationMessagePolicy",
 	"nerdctl/network-namespace",
+}
+
+# CRI-O writes its keys (internal/factory/container/container.go for a container,
+# server/sandbox_run_linux.go for the pause), the kubelet's container annotations and labels,
+# and for the pause the pod's labels, and copies every pod annotation into both: keys the
+# cluster's admission chain chooses, which no list can hold. The guest reads only the container
+# types, kata's container_type, cdi.k8s.io/* and the termination message path (kata 4.1.0 agent
+# confidential_data_hub/image.rs, device/mod.rs, rpc.rs): those are pinned or refused, as is
+# every key of a namespace CRI-O, kata, the OCI image spec or systemd act on.
+annotation_key_allowed("cri-o", key) if key in CRIO_KEYS
+
+annotation_key_allowed("cri-o", key) if regex.match(`^io\.kubernetes\.cri-o\.IP\.[0-9]+$`, key)
+
+annotation_key_allowed("cri-o", key) if {
+	regex.match(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`, key)
+	not reserved_annotation(key)
+}
+
+reserved_annotation(key) if regex.match(RESERVED_ANNOTATIONS, key)
+
+RESERVED_ANNOTATIONS := concat("", [
+	`^(io\.kubernetes\.|io\.katacontainers\.|io\.container|io\.containers\.|org\.opencontainers\.`,
+	`|org\.systemd\.|cdi\.k8s\.io/|nvidia\.com/|[^/]*crio\.io(/|$))`,
+])
+
+CRIO_KEYS := {
+	# internal/annotations/annotations.go (v1.37.0)
+	"io.kubernetes.cri-o.Annotations",
+	"io.kubernetes.cri-o.CgroupParent",
+	"io.kubernetes.cri-o.CNIResult",
+	"io.kubernetes.cri-o.ContainerID",
+	"io.kubernetes.cri-o.ContainerName",
+	"io.kubernetes.cri-o.ContainerType",
+	"io.kubernetes.cri-o.Created",
+	"io.kubernetes.cri-o.HostName",
+	"io.kubernetes.cri-o.HostNetwork",
+	"io.kubernetes.cri-o.HostnamePath",
+	"io.kubernetes.cri-o.Image",
+	"io.kubernetes.cri-o.ImageName",
+	"io.kubernetes.cri-o.ImageRef",
+	"io.kubernetes.cri-o.ImageRepoDigests",
+	"io.kubernetes.cri-o.KubeName",
+	"io.kubernetes.cri-o.Labels",
+	"io.kubernetes.cri-o.LogPath",
+	"io.kubernetes.cri-o.Metadata",
+	"io.kubernetes.cri-o.MountPoint",
+	"io.kubernetes.cri-o.Name",
+	"io.kubernetes.cri-o.Namespace",
+	"io.kubernetes.cri-o.NamespaceOptions",
+	"io.kubernetes.cri-o.PortMappings",
+	"io.kubernetes.cri-o.PrivilegedRuntime",
+	"io.kubernetes.cri-o.ResolvPath",
+	"io.kubernetes.cri-o.RuntimeHandler",
+	"io.kubernetes.cri-o.SandboxID",
+	"io.kubernetes.cri-o.SandboxName",
+	"io.kubernetes.cri-o.SeccompProfilePath",
+	"io.kubernetes.cri-o.ShmPath",
+	"io.kubernetes.cri-o.Stdin",
+	"io.kubernetes.cri-o.StdinOnce",
+	"io.kubernetes.cri-o.TTY",
+	"io.kubernetes.cri-o.Volumes",
+	"io.container.manager",
+	# pkg/annotations/v2/annotations.go: what CRI-O itself records
+	"platform-runtime-path.crio.io",
+	"pod-linux-overhead.crio.io",
+	"pod-linux-resources.crio.io",
+	# container.go with the systemd cgroup manager (CRI-O's default)
+	"org.systemd.property.After",
+	"org.systemd.property.DefaultDependencies",
+	"org.systemd.property.TimeoutStopUSec",
+	# kubelet kuberuntime labels.go: container labels and annotations, the pod's labels
+	"io.kubernetes.container.hash",
+	"io.kubernetes.container.name",
+	"io.kubernetes.container.restartCount",
+	"io.kubernetes.container.terminationMessagePath",
+	"io.kubernetes.container.terminationMessagePolicy",
+	"io.kubernetes.pod.name",
+	"io.kubernetes.pod.namespace",
+	"io.kubernetes.pod.terminationGracePeriod",
+	"io.kubernetes.pod.uid",
+}
+
+runtime_annotations_ok("containerd", annotations, cri_type) if {
+	annotations["io.kubernetes.cri.container-type"] == cri_type
+}
+
+# What CRI-O states about the container that must be this one: its ID, its sandbox, no
+# terminal or stdin, and for the pause no host network and no privileged runtime.
+runtime_annotations_ok("cri-o", annotations, "container") if {
+	annotations["io.container.manager"] == "cri-o"
+	annotations["io.kubernetes.cri-o.ContainerID"] == input.container_id
+	annotations["io.kubernetes.cri-o.SandboxID"] == data.pstate.sandbox_container
+	annotations["io.kubernetes.cri-o.TTY"] == "false"
+	annotations["io.kubernetes.cri-o.Stdin"] == "false"
+	annotations["io.kubernetes.cri-o.StdinOnce"] == "false"
+}
+
+runtime_annotations_ok("cri-o", annotations, "sandbox") if {
+	annotations["io.container.manager"] == "cri-o"
+	annotations["io.kubernetes.cri-o.ContainerID"] == input.container_id
+	annotations["io.kubernetes.cri-o.SandboxID"] == input.container_id
+	annotations["io.kubernetes.cri-o.KubeName"] == annotations["io.kubernetes.pod.name"]
+	annotations["io.kubernetes.cri-o.HostName"] == input.OCI.Hostname
+	annotations["io.kubernetes.cri-o.HostNetwork"] == "false"
+	annotations["io.kubernetes.cri-o.PrivilegedRuntime"] == "false"
 }
 
 termination_message_path_ok(annotations) if {
@@ -290,10 +430,10 @@ sysctls_ok(sysctls) if {
 # image when the rootfs is a guest pull of "pause" (kata agent confidential_data_hub/image.rs).
 pause_container if {
 	oci := input.OCI
-	not oci.Annotations["io.kubernetes.cri.container-name"]
+	not cri("name")
 	oci.Process.Args == ["/pause"]
 	regex.match(policy_data.pod.hostname_regex, oci.Hostname)
-	hostname_of_pod(oci.Hostname, oci.Annotations["io.kubernetes.cri.sandbox-name"])
+	hostname_of_pod(oci.Hostname, cri("pod"))
 	count(input.storages) == 1
 	guest_pull_storage(input.storages[0], "pause", "sandbox")
 	every mount in oci.Mounts {
@@ -304,8 +444,9 @@ pause_container if {
 replay_container if {
 	replay := policy_data.replay
 	oci := input.OCI
-	oci.Annotations["io.kubernetes.cri.container-name"] == replay.name
-	oci.Annotations["io.kubernetes.cri.image-name"] == replay.image
+	cri("name") == replay.name
+	cri("image") == replay.image
+	image_requested(oci.Annotations, replay.image)
 
 	oci.Hostname == ""
 	process := oci.Process
@@ -350,6 +491,17 @@ env_ok(env, replay) if {
 
 env_entry_allowed(entry, replay) if entry in replay.env
 
+# CRI-O tells every container it runs under CRI-O (server/container_create_linux.go).
+env_entry_allowed(entry, replay) if {
+	cri_family == "cri-o"
+	entry == "container=crio"
+}
+
+# CRI-O also records the image the pod spec asked for (its UserRequestedImage).
+image_requested(annotations, image) if cri_family == "containerd"
+
+image_requested(annotations, image) if annotations["io.kubernetes.cri-o.Image"] == image
+
 # The pod's name is its hostname, or (Indexed Job) its hostname, "-" and 5 random characters.
 hostname_of_pod(hostname, pod_name) if hostname == pod_name
 
@@ -385,9 +537,14 @@ mounts_ok(mounts, expected) if {
 	destinations := [mount.destination | some mount in mounts]
 	count(destinations) == count({d | some d in destinations})
 	every want in expected {
-		want.destination in destinations
+		mount_present(want, destinations)
 	}
 }
+
+# CRI-O's /run/.containerenv is the only mount one runtime adds and the other does not.
+mount_present(want, destinations) if want.optional == true
+
+mount_present(want, destinations) if want.destination in destinations
 
 mount_allowed(expected, mount) if {
 	some want in expected

@@ -38,8 +38,15 @@ BLOCK_STORAGE_PATTERN: Final = r"^/run/kata-containers/sandbox/storage/[A-Za-z0-
 LOCAL_STORAGE_PATTERN: Final = "^/run/kata-containers/shared/containers/[0-9a-f]{64}/rootfs/local/"
 
 #: Mount options containerd gives a bind mount of a volume or of /etc/hosts, /etc/hostname,
-#: /etc/resolv.conf and the termination log (genpolicy-settings.json ``other_container``).
-BIND_OPTIONS: Final = ("rbind", "rprivate", "rw", "ro", "nosuid", "nodev", "noexec")
+#: /etc/resolv.conf and the termination log (genpolicy-settings.json ``other_container``), and
+#: CRI-O's non-recursive ``bind`` (v1.37.0 server/container_create.go
+#: ``setupBaseContainerMounts``, internal/lib/sandbox/infra.go, server/sandbox_run_linux.go).
+BIND_OPTIONS: Final = ("rbind", "bind", "rprivate", "rw", "ro", "nosuid", "nodev", "noexec")
+
+#: The empty file CRI-O creates for every pod and binds read-only at /run/.containerenv in each
+#: container (internal/lib/sandbox/sandbox.go ``SetContainerEnvFile``, server/container_create.go
+#: ``setupBaseContainerMounts``); kata copies it like any bind mount. containerd has none.
+CRIO_CONTAINERENV: Final = ("/run/.containerenv", ".containerenv")
 EMPTY_DIR_OPTIONS: Final = ("rbind", "rprivate", "rw")
 
 #: containerd's default mounts of an unprivileged container, with the options it may set
@@ -131,14 +138,15 @@ MIN_CPU_QUOTA_PER_PERIOD: Final = 1
 
 #: ``Linux.CgroupsPath`` as the kubelet names it for a container of a pod, with the systemd
 #: driver (``<slice>:<prefix>:<id>``: containerd ``cri-containerd``, CRI-O ``crio``) or the
-#: cgroupfs driver (``/kubepods[/<qos>]/pod<uid>/<id>``); kubelet cm/cgroup_manager_linux.go,
-#: containerd internal/cri/server/helpers_linux.go, cri-o internal/config/cgmgr.
+#: cgroupfs driver (``/kubepods[/<qos>]/pod<uid>/<id>``, CRI-O ``.../crio-<id>``); kubelet
+#: cm/cgroup_manager_linux.go, containerd internal/cri/server/helpers_linux.go, cri-o v1.37.0
+#: internal/config/cgmgr (systemd_linux.go, cgroupfs_linux.go ``ContainerCgroupPath``).
 CGROUPS_PATH_PATTERNS: Final = (
     (
         r"^kubepods(-besteffort|-burstable)?-pod[0-9a-f_]{36}\.slice:(cri-containerd|crio):"
         r"$(container-id)$"
     ),
-    r"^/kubepods(/besteffort|/burstable)?/pod[0-9a-f-]{36}/$(container-id)$",
+    r"^/kubepods(/besteffort|/burstable)?/pod[0-9a-f-]{36}/(crio-)?$(container-id)$",
 )
 
 #: Signals the kubelet has a container's runtime send to stop it: containerd's StopContainer

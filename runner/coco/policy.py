@@ -234,6 +234,9 @@ def _container_mounts(
     termination = container["terminationMessagePath"]
     files.append(_basename(termination))
     mounts.append(_copied(termination, _basename(termination), read_only=False))
+    containerenv, containerenv_name = kata.CRIO_CONTAINERENV
+    files.append(containerenv_name)
+    mounts.append(_copied(containerenv, containerenv_name, read_only=True) | {"optional": True})
     trees: list[str] = []
     emptydirs: list[str] = []
     for mount in _list(container, "volumeMounts"):

@@ -297,6 +297,11 @@ def _other_mutations(pod: ReplayPod) -> dict[str, Mutation]:
             "io.kubernetes.cri.sandbox-name", "acme-run-8-0123456789-x7k2q"
         ),
         "pretends to be the sandbox": _annotation("io.kubernetes.cri.container-type", "sandbox"),
+        "CRI-O's type beside containerd's": _annotation(
+            "io.kubernetes.cri-o.ContainerType", "container"
+        ),
+        "CRI-O's type says sandbox": _annotation("io.kubernetes.cri-o.ContainerType", "sandbox"),
+        "a CRI-O key": _annotation("io.kubernetes.cri-o.TTY", "false"),
         "kata container type": _annotation(
             "io.katacontainers.pkg.oci.container_type", "pod_sandbox"
         ),
@@ -742,6 +747,7 @@ ALLOWED_BUILTINS = {
 def test_the_rules_call_only_builtins_kata_builds_in() -> None:
     rules = policy_module.rules()
     code = "\n".join(line.split("#", 1)[0] for line in rules.splitlines())
+    code = re.sub(r'`[^`]*`|"(?:[^"\\]|\\.)*"', '""', code)  # string literals call nothing
     defined = set(re.findall(r"^([a-z_][a-z0-9_]*)\(", code, re.MULTILINE))
     called = set(re.findall(r"\b([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\(", code))
     assert called - defined == ALLOWED_BUILTINS
