@@ -171,3 +171,21 @@ def test_an_ipv6_cluster_s_service_variables_are_admitted(
     agent = ENGINES[engine](snp_policy)
     start_pod(agent, snp_pod)
     assert agent.allows("CreateContainerRequest", request)
+
+
+# -- runtime-rs: not supported, and refused rather than half admitted -------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_the_rust_runtime_s_cgroup_namespace_is_refused(
+    snp_policy: str, snp_pod: ReplayPod, engine: str
+) -> None:
+    """kata 4.1.0 runtime-rs ``amend_spec`` keeps a cgroup namespace (with an empty path) that
+    the Go runtime's ``constrainGRPCSpec`` drops; docs/operator.md says runtime-rs classes are
+    not supported, and the policy refuses the spec it would send."""
+    agent = ENGINES[engine](snp_policy)
+    start_pod(agent, snp_pod)
+    request = snp_pod.replay()
+    request["OCI"]["Linux"]["Namespaces"].append({"Type": "cgroup", "Path": ""})
+    assert not agent.allows("CreateContainerRequest", request)
+    assert agent.allows("CreateContainerRequest", snp_pod.replay())
