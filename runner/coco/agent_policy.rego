@@ -2,9 +2,10 @@ package agent_policy
 
 # Kata agent policy for one attested-replay pod. attested-replay writes `policy_data` (the exact
 # replay container and pod it admits) after these rules; the agent evaluates
-# `data.agent_policy.<RequestName>` with each ttrpc request as input. Written for Rego v0 (kata
-# 3.29, regorus 0.2.8) and Rego v1 (kata >= 4.0, regorus 0.9) alike, with builtins from
-# regorus' core, regex and base64url only (what kata builds it with), none that can fail on input.
+# `data.agent_policy.<RequestName>` with each ttrpc request as input (kata src/agent/policy/
+# src/policy.rs). Written for Rego v0 (kata 3.28-3.29, regorus 0.2.8) and Rego v1 (kata 3.30.0
+# to 4.1.0, regorus 0.9.1 at git rev 898643129e) alike, with builtins from regorus' core, regex
+# and base64url only (what kata builds it with), none that can fail on input.
 
 import future.keywords.contains
 import future.keywords.every
@@ -680,9 +681,10 @@ emptydir_storage(storage, replay) if {
 	is_null(storage.fs_group)
 }
 
-# kata >= 4.0 also asks for a new filesystem (create_filesystem); 3.28-3.29 send the key alone
+# kata >= 4.0 also asks for a new filesystem (create_filesystem); 3.28-3.32 send the key alone
 # (kata_agent.go handleDeviceBlockVolume). Either way CDH formats a LUKS2 device with
-# integrity under a key it makes (agent block_handler.rs, cdh_secure_mount).
+# integrity under a key it makes (agent src/storage/block_handler.rs, which calls rpc.rs
+# cdh_secure_mount; since kata 4.0 it refuses the key without create_filesystem).
 ephemeral_encryption(options) if options == ["encryption_key=ephemeral"]
 
 ephemeral_encryption(options) if {

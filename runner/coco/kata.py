@@ -17,7 +17,8 @@ from typing import Final
 SHARED_DIR: Final = "/run/kata-containers/shared/containers/"
 
 #: A container's rootfs pulled inside the guest: ``/run/kata-containers/<id>/rootfs``
-#: (kata_agent.go ``handleVirtualVolumeStorageObject``).
+#: (fs_share_linux.go ``shareRootFilesystemWithVirtualVolume`` and ``forceGuestPull``, the
+#: storage from kata_agent.go ``handleVirtualVolumeStorageObject``).
 GUEST_PULL_ROOT: Final = "/run/kata-containers/$(container-id)/rootfs"
 
 #: The sandbox's /dev/shm, which kata bind-mounts into every container (kata_agent.go
@@ -27,8 +28,8 @@ DEFAULT_SHM_SIZE_OPTION: Final = "size=67108864"
 
 #: Block-backed emptyDir (``emptydir_mode = "block-encrypted"``, the CoCo default from kata
 #: 3.28.0, Makefile ``DEFEMPTYDIRMODE_COCO``): an ext4 disk encrypted with a key the guest
-#: makes, mounted at ``<dir><base64url(device)>`` (genpolicy-settings.json
-#: ``emptyDir_encrypted``; container.go ``setupEphemeralDisk``).
+#: makes, mounted at ``<dir><base64url(device)>`` (kata_agent.go ``handleBlkOCIMounts``;
+#: the disk: container.go ``setupEphemeralDisk``; genpolicy-settings.json ``emptyDir_encrypted``).
 BLOCK_STORAGE_DIR: Final = "/run/kata-containers/sandbox/storage/"
 BLOCK_STORAGE_PATTERN: Final = r"^/run/kata-containers/sandbox/storage/[A-Za-z0-9_-]+={0,2}$"
 
@@ -104,7 +105,8 @@ READONLY_PATHS: Final = (
 )
 
 #: The namespaced sysctls containerd sets for pods (genpolicy-settings.json ``pause_container``
-#: and ``other_container``); a pod spec without ``sysctls`` gets nothing else.
+#: and ``other_container``); a pod spec without ``sysctls`` gets nothing else (CRI-O sets none
+#: unless configured: a subset is admitted).
 DEFAULT_SYSCTLS: Final = {
     "net.ipv4.ip_unprivileged_port_start": "0",
     "net.ipv4.ping_group_range": "0 2147483647",
@@ -115,9 +117,11 @@ DEFAULT_SYSCTLS: Final = {
 CONTAINERD_DEFAULT_PATH: Final = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 #: What genpolicy allows for the pod network (genpolicy-settings.json ``request_defaults``):
-#: no interface, route or neighbour on ``lo`` or a loopback address, only IFF_NOARP among the
-#: interface flags, ARP states NUD_REACHABLE (2) and NUD_PERMANENT (128), flags within
-#: NTF_PROXY | NTF_ROUTER (136).
+#: no interface, route or neighbour on ``lo``, no route source and no neighbour in loopback
+#: addresses, only IFF_NOARP among the interface flags, ARP states NUD_REACHABLE (2) and
+#: NUD_PERMANENT (128), and (rules.rego ``AddARPNeighborsRequest``) neighbour flags within
+#: NTF_PROXY | NTF_ROUTER (136). attested-replay also refuses loopback interface addresses and
+#: route destinations and gateways (the attestation agent listens on 127.0.0.1:8006).
 NETWORK: Final = {
     "forbidden_devices": ["lo"],
     "interface_raw_flags": 128,

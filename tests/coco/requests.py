@@ -31,8 +31,8 @@ from runner.k8s.job import quantity_bytes
 
 #: How kata backs an emptyDir: "block" = ``emptydir_mode = block-encrypted`` on kata >= 4.0
 #: (driver options ``encryption_key=ephemeral`` and ``create_filesystem``), "block-kata3" = the
-#: same mode on kata 3.28-3.29, whose runtime sends ``encryption_key=ephemeral`` alone
-#: (kata_agent.go ``handleDeviceBlockVolume`` at 3.29.0 has no ``BlockDeviceCreateFs``),
+#: same mode on kata 3.28-3.32, whose runtime sends ``encryption_key=ephemeral`` alone
+#: (kata_agent.go ``handleDeviceBlockVolume`` before 4.0.0 has no ``BlockDeviceCreateFs``),
 #: "local" = guest-local directories (peer pods).
 EmptyDirMode = Literal["block", "block-kata3", "local"]
 
