@@ -492,10 +492,12 @@ env_ok(env, replay) if {
 
 env_entry_allowed(entry, replay) if entry in replay.env
 
-# CRI-O tells every container it runs under CRI-O (server/container_create_linux.go).
+# CRI-O tells every container it runs under CRI-O (server/container_create_linux.go), and
+# keeps TERM=xterm from the spec generator it starts from (runtime-tools generate.New, used by
+# internal/factory/container/container.go New; genpolicy's defaults admit it too).
 env_entry_allowed(entry, replay) if {
 	cri_family == "cri-o"
-	entry == "container=crio"
+	entry in {"container=crio", "TERM=xterm"}
 }
 
 # CRI-O also records the image the pod spec asked for (its UserRequestedImage).

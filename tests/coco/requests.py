@@ -332,7 +332,7 @@ class ReplayPod:
         oci["Linux"]["Resources"] |= _guaranteed_resources(container["resources"]["limits"])
         if self.runtime == "cri-o":
             self._to_crio(oci, "container")
-            oci["Process"]["Env"].append("container=crio")
+            oci["Process"]["Env"] += ["TERM=xterm", "container=crio"]
             oci["Mounts"].append(
                 _bind("/run/.containerenv", self.shared_path(cid, ".containerenv"), ["ro", "bind"])
             )

@@ -58,7 +58,7 @@ def test_a_crio_pod_runs_from_start_to_end(
     annotations = replay["OCI"]["Annotations"]
     assert not [key for key in annotations if key.startswith("io.kubernetes.cri.")]
     assert annotations["io.kubernetes.cri-o.ContainerType"] == "container"
-    assert "container=crio" in replay["OCI"]["Process"]["Env"]
+    assert {"container=crio", "TERM=xterm"} <= set(replay["OCI"]["Process"]["Env"])
     agent = ENGINES[engine](policy_of(snp))
     start_pod(agent, pod)
     assert agent.allows("CreateContainerRequest", replay)
@@ -125,6 +125,10 @@ def _replay_mutations(pod: ReplayPod) -> dict[str, Callable[[Request], None]]:
         mutations[f"key {key}"] = _annotations({key: "x"})
     mutations["container=crio twice"] = lambda r: r["OCI"]["Process"]["Env"].append(
         "container=crio"
+    )
+    mutations["TERM twice"] = lambda r: r["OCI"]["Process"]["Env"].append("TERM=xterm")
+    mutations["TERM=dumb"] = lambda r: r["OCI"]["Process"]["Env"].__setitem__(
+        r["OCI"]["Process"]["Env"].index("TERM=xterm"), "TERM=dumb"
     )
     mutations["container=docker"] = lambda r: r["OCI"]["Process"]["Env"].__setitem__(
         r["OCI"]["Process"]["Env"].index("container=crio"), "container=docker"
@@ -205,10 +209,11 @@ def test_pod_annotations_pass_under_crio_only(snp: BuiltReplay, engine: str) -> 
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_crio_s_variable_is_refused_under_containerd(snp: BuiltReplay, engine: str) -> None:
+def test_crio_s_variables_are_refused_under_containerd(snp: BuiltReplay, engine: str) -> None:
     pod = ReplayPod(snp.job)
-    agent = ENGINES[engine](policy_of(snp))
-    start_pod(agent, pod)
-    replay = pod.replay()
-    replay["OCI"]["Process"]["Env"].append("container=crio")
-    assert not agent.allows("CreateContainerRequest", replay)
+    for entry in ("container=crio", "TERM=xterm"):
+        agent = ENGINES[engine](policy_of(snp))
+        start_pod(agent, pod)
+        replay = pod.replay()
+        replay["OCI"]["Process"]["Env"].append(entry)
+        assert not agent.allows("CreateContainerRequest", replay)
