@@ -16,6 +16,14 @@ tests/assets/coco/requests. Sources (kata-containers 3.28.0-4.1.0, containerd CR
   directories (``handleLocalStorage``), the spec as ``constrainGRPCSpec`` leaves it (no hooks,
   seccomp or network namespace; ipc, uts and mount with empty paths), containerd's default
   mounts, masked paths and sysctls, kubelet's environment (HOSTNAME, KUBERNETES_*).
+* Under CRI-O (``runtime="cri-o"``, CRI-O v1.37.0): its annotations (internal/factory/container/
+  container.go, server/sandbox_run_linux.go), ``container=crio`` and the spec generator's
+  ``TERM=xterm``, ``bind`` options on resolv.conf, hostname and /run/.containerenv
+  (server/container_create.go setupBaseContainerMounts, internal/lib/sandbox/infra.go), the
+  cgroup ``<slice>:crio:<id>`` (internal/config/cgmgr); the rest as under containerd, which
+  CRI-O matches for this pod (kubelet's masked and read-only paths, no rlimits after
+  ClearProcessRlimits). Values CRI-O derives from the host (paths, timestamps, JSON records)
+  are plausible stand-ins: the guest never reads them.
 """
 
 from __future__ import annotations
