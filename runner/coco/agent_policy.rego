@@ -623,9 +623,12 @@ guest_pull_storage(storage, image, cri_type) if {
 # "sandbox" unpacks its own pause bundle as the rootfs (agent storage/image_pull_handler.rs,
 # confidential_data_hub/image.rs is_sandbox, kata 4.1.0). The Go runtime writes
 # {"metadata": <the container's annotations>} (kata_agent.go handleImageGuestPullBlockVolume
-# merges them into an empty map, fs_share_linux.go forceGuestPull): every entry must be one of
-# the annotations this rule already checked, with the same value, and every container type
-# it states (containerd's or CRI-O's key) the right one. json.unmarshal decodes escapes and
+# merges them into the snapshotter's labels: none with experimental_force_guest_pull
+# (fs_share_linux.go forceGuestPull), the layer digest and proxy-mode marker with
+# nydus-snapshotter's guest pull, kata-deploy's default (nydus-snapshotter v0.15
+# snapshot/mount_option.go mountWithProxyVolume, pkg/filesystem/fs.go)): every entry must be one
+# of the annotations this rule already checked, with the same value, or one of those labels,
+# and every container type it states (containerd's or CRI-O's key) the right one. json.unmarshal decodes escapes and
 # duplicate keys as the agent's serde_json does; json.is_valid keeps it from failing.
 guest_pull_metadata_ok(option, cri_type) if {
 	startswith(option, "image_guest_pull=")
@@ -638,13 +641,25 @@ guest_pull_metadata_ok(option, cri_type) if {
 	is_object(metadata)
 	every key, value in metadata {
 		is_string(value)
-		input.OCI.Annotations[key] == value
+		pull_metadata_entry(key, value)
 	}
 	some type_key in CONTAINER_TYPE_KEYS
 	metadata[type_key]
 	every key in CONTAINER_TYPE_KEYS {
 		container_type_absent_or(metadata, key, cri_type)
 	}
+}
+
+pull_metadata_entry(key, value) if input.OCI.Annotations[key] == value
+
+pull_metadata_entry(key, value) if {
+	not input.OCI.Annotations[key]
+	regex.match(SNAPSHOTTER_LABELS[key], value)
+}
+
+SNAPSHOTTER_LABELS := {
+	"containerd.io/snapshot/cri.layer-digest": "^sha256:[0-9a-f]{64}$",
+	"containerd.io/snapshot/nydus-proxy-mode": "^true$",
 }
 
 # The keys the agent reads the container type from (confidential_data_hub/image.rs

@@ -649,11 +649,23 @@ def _emptydir_storage(
     }
 
 
-def guest_pull_storage(cid: str, image: str, annotations: Mapping[str, str]) -> dict[str, Any]:
-    """The rootfs storage: the runtime's ``{"metadata": <every annotation of the container>}``
-    as Go's json.Marshal writes it (compact, keys sorted; kata_agent.go
-    handleImageGuestPullBlockVolume), as in the logged upstream requests."""
-    metadata = dict(annotations)
+#: What nydus-snapshotter's guest pull (proxy mode, kata-deploy's default) hands kata as the
+#: image's metadata before kata adds the container's annotations (nydus-snapshotter v0.15
+#: snapshot/mount_option.go ``mountWithProxyVolume``, pkg/filesystem/fs.go).
+NYDUS_PULL_LABELS: Final = {
+    "containerd.io/snapshot/cri.layer-digest": "sha256:" + "5e" * 32,
+    "containerd.io/snapshot/nydus-proxy-mode": "true",
+}
+
+
+def guest_pull_storage(
+    cid: str, image: str, annotations: Mapping[str, str], *, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The rootfs storage: the runtime's ``{"metadata": <snapshotter labels + every annotation
+    of the container>}`` as Go's json.Marshal writes it (compact, keys sorted; kata_agent.go
+    handleImageGuestPullBlockVolume), as in the logged upstream requests; nydus-snapshotter's
+    labels by default, none with ``labels={}`` (``experimental_force_guest_pull``)."""
+    metadata = {**(NYDUS_PULL_LABELS if labels is None else labels), **annotations}
     return {
         "driver": "image_guest_pull",
         "driver_options": [
