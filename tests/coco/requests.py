@@ -246,7 +246,8 @@ class ReplayPod:
                     ["ro", "bind", "nodev", "nosuid", "noexec"],
                 )
             )
-        return _request(cid, oci, [guest_pull_storage(cid, "pause", oci["Annotations"])])
+        pull = guest_pull_storage(cid, "pause", oci["Annotations"], labels=self._pull_labels())
+        return _request(cid, oci, [pull])
 
     def replay(self, emptydir_mode: EmptyDirMode = "block") -> dict[str, Any]:
         cid = self.replay_id
@@ -344,7 +345,9 @@ class ReplayPod:
             oci["Mounts"].append(
                 _bind("/run/.containerenv", self.shared_path(cid, ".containerenv"), ["ro", "bind"])
             )
-        pull = guest_pull_storage(cid, container["image"], oci["Annotations"])
+        pull = guest_pull_storage(
+            cid, container["image"], oci["Annotations"], labels=self._pull_labels()
+        )
         return _request(cid, oci, [pull, *storages])
 
     def _annotations(self, cri_type: str, cid: str) -> dict[str, str]:
@@ -368,6 +371,13 @@ class ReplayPod:
             if key.startswith("io.katacontainers.")
         }
         return annotations
+
+    def _pull_labels(self) -> Mapping[str, str] | None:
+        """containerd pulls in the guest through nydus-snapshotter (kata-deploy's default);
+        CRI-O has no containerd snapshotter, so the runtime forces the guest pull
+        (``experimental_force_guest_pull``, which kata-deploy sets per architecture:
+        tools/packaging/kata-deploy/binary/src/artifacts/install.rs) and adds no label."""
+        return {} if self.runtime == "cri-o" else None
 
     # -- CRI-O ---------------------------------------------------------------------------------
 
