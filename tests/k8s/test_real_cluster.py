@@ -511,3 +511,45 @@ def test_the_emulated_server_refuses_what_the_real_one_refuses(
         f'Error creating: pods "diverge-{case}-" is forbidden: error looking up service account '
         'attested-replay/missing-account: serviceaccount "missing-account" not found'
     )
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "extra", "reason", "message"),
+    [
+        # exit 2 (checksum) is deterministic: the Job's podFailurePolicy fails the Job at once
+        (2, (), "PodFailurePolicy", "failed with exit code 2 matching FailJob rule at index 0"),
+        # exit 6 (publication unreachable) is counted against the backoff limit
+        (6, ("--backoff-limit", "0"), "BackoffLimitExceeded", "Job has reached the specified"),
+    ],
+    ids=["pod-failure-policy", "backoff-limit"],
+)
+def test_a_failing_replay_ends_with_the_job_controllers_reason(  # noqa: PLR0917 - fixtures
+    real_cluster: ControlPlane,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    exit_code: int,
+    extra: tuple[str, ...],
+    reason: str,
+    message: str,
+) -> None:
+    run_id = f"real-exit-{exit_code}"
+    kubeconfig = operator_kubeconfig(real_cluster, tmp_path)
+    with Replays(
+        real_cluster, name_of(run_id), tmp_path, log="replaying\n", exit_code=exit_code
+    ) as replays:
+        code = cli(
+            *submit_args(kubeconfig, pods, *extra, run_id=run_id),
+            "--wait",
+            *WAIT,
+            "--expected",
+            str(pods.for_run(run_id).expected),
+        )
+    error = error_line(capsys.readouterr().err)
+    assert code == SUBMIT_EXIT, error
+    (pod,) = replays.finished
+    assert error.startswith(f"Job {name_of(run_id)}: failed ({reason}): "), error
+    if reason == "PodFailurePolicy":
+        assert f"Container replay for pod {NAMESPACE}/{pod} {message}" in error
+    else:
+        assert f"{message} backoff limit" in error
