@@ -723,7 +723,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "apiVersion": "node.k8s.io/v1",
                 "kind": "RuntimeClass",
                 "metadata": {"name": name},
-                "handler": name.removeprefix("kata-"),
+                # kata-deploy helm-chart templates/runtimeclasses.yaml: the handler is the name
+                "handler": name,
             },
         )
 
