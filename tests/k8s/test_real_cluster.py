@@ -339,6 +339,19 @@ def test_the_ttl_controller_deletes_a_finished_run_and_status_says_so(
     message = error_line(capsys.readouterr().err)
     assert code == SUBMIT_EXIT
     assert message.startswith(f"run '{run_id}' of tenant '{TENANT}': {gone['message']}"), message
+    # the run record outlives the Job: the run ID is not reused silently, only with --rerun
+    assert cli(*submit_args(kubeconfig, pods, run_id=run_id)) == SUBMIT_EXIT
+    refusal = error_line(capsys.readouterr().err)
+    assert refusal.startswith(
+        f"run '{run_id}' of tenant '{TENANT}' was submitted before (record {NAMESPACE}/"
+        f"{name_of(run_id)}: submitted, first on "
+    ), refusal
+    reason = "the envelope was lost before anyone collected it"
+    assert cli(*submit_args(kubeconfig, pods, "--rerun", reason, run_id=run_id)) == 0
+    assert job_exists(real_cluster, name_of(run_id))
+    records = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{name_of(run_id)}"
+    history = json.loads(real_cluster.json("GET", records)["data"]["record.json"])["history"]
+    assert [(event["event"], event.get("detail")) for event in history][-1] == ("rerun", reason)
 
 
 def test_watches_cut_by_an_api_server_restart_reconnect_and_the_run_is_collected(
