@@ -328,6 +328,25 @@ class ControlPlane:
         lines = self.request("GET", "/metrics").text.splitlines()
         return sum(int(float(line.rsplit(" ", 1)[1])) for line in lines if line.startswith(prefix))
 
+    def compact_etcd(self) -> None:
+        """Write twice, then compact etcd at its current revision: a watch from any version
+        held before the call (which resumes at version + 1) now starts below the compacted
+        revision, so the API server answers it 410 Expired. (A resource without a watch cache,
+        as events are by default, meets it on its next watch.)"""
+        marker = f"/api/v1/namespaces/default/configmaps/compaction-{os.urandom(4).hex()}"
+        name = marker.rsplit("/", 1)[1]
+        self.json("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": name}})
+        self.json("DELETE", marker)
+        current = requests.post(f"{self.etcd_url}/v3/kv/range", json={"key": "AA=="}, timeout=10)
+        current.raise_for_status()
+        revision = int(current.json()["header"]["revision"])
+        compact = requests.post(
+            f"{self.etcd_url}/v3/kv/compaction",
+            json={"revision": revision, "physical": True},
+            timeout=30,
+        )
+        compact.raise_for_status()
+
 
 def _write_tokens(path: Path) -> dict[str, str]:
     tokens = {user: f"{user}-{os.urandom(12).hex()}" for user in _USERS}

@@ -408,6 +408,56 @@ def test_watches_cut_by_an_api_server_restart_reconnect_and_the_run_is_collected
     assert retried == {"job", "pod", "event"}, captured.err
 
 
+def test_an_event_watch_expired_by_an_etcd_compaction_is_listed_again(
+    real_cluster: ControlPlane, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Events have no watch cache (kube-apiserver DefaultWatchCacheSizes): after etcd compacts,
+    the wait's next event watch from the version it holds is answered 410 Expired
+    ("The resourceVersion for the provided watch is too old."), and it lists again."""
+    run_id = "real-compacted"
+    output = pods.for_run(run_id)
+    kubeconfig = operator_kubeconfig(real_cluster, tmp_path)
+    release = threading.Event()
+    with Replays(real_cluster, name_of(run_id), tmp_path, log=output.log, hold=release):
+        assert cli(*submit_args(kubeconfig, pods, run_id=run_id)) == 0
+
+        def compact_then_release() -> None:
+            wait_until(
+                real_cluster,
+                "collect to watch events",
+                lambda: real_cluster.open_watches("events") > 0,
+            )
+            for _ in range(3):
+                time.sleep(1.5)  # the wait's one-second watches end and start again
+                real_cluster.compact_etcd()
+            time.sleep(1.5)
+            release.set()
+
+        compactor = threading.Thread(target=compact_then_release)
+        compactor.start()
+        code = cli(
+            "collect",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--watch-timeout",
+            "1",
+            "--tenant",
+            TENANT,
+            run_id,
+            "--wait",
+            *WAIT,
+            "--expected",
+            str(output.expected),
+        )
+        compactor.join()
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert last_json(captured.out)["verified"] is True
+    logged = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
+    expired = [entry["kind"] for entry in logged if entry["event"] == "k8s_watch_expired"]
+    assert "event" in expired, captured.err
+
+
 def test_an_indexed_job_reports_each_index_from_the_real_controller(
     real_cluster: ControlPlane, pods: Pods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
