@@ -114,6 +114,7 @@ class _ResourceWatcher(threading.Thread):
     def run(self) -> None:
         failures = 0
         permitted = False
+        last = ""
         while not self._stopped.is_set():
             try:
                 version = self._list()
@@ -130,10 +131,10 @@ class _ResourceWatcher(threading.Thread):
                     self._sink.put(_Event(self.kind, "FATAL", {"error": describe(exc)}))
                     return
                 failures += 1
+                last = describe(exc)
             if failures >= self._retry.attempts:
-                self._sink.put(
-                    _Event(self.kind, "FATAL", {"error": f"{failures} consecutive failures"})
-                )
+                error = f"{failures} consecutive failures; last: {last}"
+                self._sink.put(_Event(self.kind, "FATAL", {"error": error}))
                 return
             if failures:
                 log.warning("k8s_watch_retry", kind=self.kind, attempt=failures)
