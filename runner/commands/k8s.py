@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from runner.commands import Subparsers
     from runner.k8s.submit import CollectedEnvelope, Submitter
 
+Handler = Callable[[argparse.Namespace], int]
 log = structlog.get_logger("attested-replay.k8s")
 
 #: How much longer than the Job's deadline a client-side wait lasts (scheduling, collection).
@@ -152,7 +154,7 @@ collects the envelope and verifies it against --expected before reporting succes
     )
     submit.add_argument("--wait", action="store_true", help="wait, collect and verify")
     _collect_arguments(submit)
-    submit.set_defaults(handler=handle_submit)
+    submit.set_defaults(handler=_api_refusals(handle_submit))
 
     status = add_command(
         subparsers,
@@ -165,7 +167,7 @@ stop), what the run's record says: phase gone, why, when and by whom.""",
     )
     _cluster_arguments(status)
     _run_arguments(status, several=False)
-    status.set_defaults(handler=handle_status)
+    status.set_defaults(handler=_api_refusals(handle_status))
 
     collect = add_command(
         subparsers,
@@ -191,18 +193,19 @@ naming what is missing and, when the run was published, where its envelope is.""
         metavar="DIR",
         help="write <run-id>.envelope.json files here (an existing directory)",
     )
-    collect.set_defaults(handler=handle_collect)
+    collect.set_defaults(handler=_api_refusals(handle_collect))
 
     cancel = add_command(
         subparsers,
         "cancel",
         summary="delete a run's Job and its pods",
-        description="The Job is deleted with its pods (foreground propagation).",
+        description="The Job is deleted with its pods (background propagation: the garbage "
+        "collector deletes the pods).",
         family=Family.CLUSTER,
     )
     _cluster_arguments(cancel)
     _run_arguments(cancel, several=False)
-    cancel.set_defaults(handler=handle_cancel)
+    cancel.set_defaults(handler=_api_refusals(handle_cancel))
 
     listing = add_command(
         subparsers,
@@ -212,7 +215,27 @@ naming what is missing and, when the run was published, where its envelope is.""
         family=Family.CLUSTER,
     )
     _cluster_arguments(listing)
-    listing.set_defaults(handler=handle_list)
+    listing.set_defaults(handler=_api_refusals(handle_list))
+
+
+def _api_refusals(handler: Handler) -> Handler:
+    """``handler``, with an API answer it did not handle itself (a 403 for a user the Role
+    does not bind, say) turned into an error that says so, rather than an internal error."""
+
+    @functools.wraps(handler)
+    def handle(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except Exception as exc:
+            # Only a command that loaded the Kubernetes client can have met its exception.
+            exceptions = sys.modules.get("kubernetes.client.exceptions")
+            if exceptions is None or not isinstance(exc, exceptions.ApiException):
+                raise
+            from runner.k8s.retry import refusal
+
+            raise refusal(exc) from exc
+
+    return handle
 
 
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:

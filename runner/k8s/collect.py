@@ -51,9 +51,8 @@ from runner.k8s.job import (
     ANNOTATION_RUN_ID,
     ANNOTATION_TENANT,
     CONTAINER_NAME,
-    INSTANCE_LABEL,
 )
-from runner.k8s.retry import read_json
+from runner.k8s.pods import list_run_pods
 from runner.k8s.state import job_outcome
 from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 
@@ -270,18 +269,7 @@ class Collector:
         )
 
     def _pods(self, name: str) -> list[dict[str, Any]]:
-        pods = read_json(
-            retry.call(
-                self._retry,
-                "list pods",
-                self._core.list_namespaced_pod,
-                self._namespace,
-                label_selector=f"{INSTANCE_LABEL}={name}",
-                _preload_content=False,
-            )
-        )
-        items: list[dict[str, Any]] = pods.get("items") or []
-        return items
+        return list_run_pods(self._core, self._retry, self._namespace, name)
 
     def _succeeded_pods(self, name: str) -> dict[int | None, _SucceededPod]:
         """The pods whose ``replay`` container exited 0 (exit codes reach the host through the

@@ -56,3 +56,7 @@ class EnvelopeMismatchError(SubmitError):
 
 class ApiUnavailableError(SubmitError):
     """The Kubernetes API kept failing after every retry."""
+
+
+class ApiRefusedError(SubmitError):
+    """The Kubernetes API answered with a refusal no retry changes (401, 403, another 4xx)."""

@@ -17,7 +17,7 @@ import structlog
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from runner.k8s.errors import ApiUnavailableError
+from runner.k8s.errors import ApiRefusedError, ApiUnavailableError
 from tenant.http import RetryPolicy
 
 T = TypeVar("T")
@@ -113,3 +113,20 @@ def describe(error: BaseException) -> str:
             pass
         return f"HTTP {error.status}: {detail}"
     return f"{type(error).__name__}: {error}"
+
+
+def refusal(error: ApiException) -> ApiRefusedError:
+    """An API answer that no command handled itself, in the operator's words: 403 names what
+    the server says the user may not do and where the permissions come from."""
+    if error.status == 403:
+        return ApiRefusedError(
+            f"the Kubernetes API refused the request ({describe(error)}): the operator needs "
+            "the Role and ClusterRole of k8s/base, bound to the group attested-replay:operators "
+            "or the ServiceAccount attested-replay-operator, in the Jobs' namespace"
+        )
+    if error.status == 401:
+        return ApiRefusedError(
+            f"the Kubernetes API did not accept the credentials ({describe(error)}): check the "
+            "kubeconfig's user"
+        )
+    return ApiRefusedError(f"the Kubernetes API answered {describe(error)}")

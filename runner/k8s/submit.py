@@ -35,11 +35,11 @@ from runner.k8s.gone import GoneRun
 from runner.k8s.indexes import IndexListError, index_progress
 from runner.k8s.job import (
     ANNOTATION_SPEC_DIGEST,
-    INSTANCE_LABEL,
     TRACKING_SELECTOR,
     ReplaySpec,
     build_job,
 )
+from runner.k8s.pods import list_run_pods
 from runner.k8s.progress import RunProgress, WaitPolicy
 from runner.k8s.published import check_unpublished
 from runner.k8s.records import (
@@ -364,19 +364,7 @@ class Submitter:
         except RunNotFoundError as exc:
             return self._gone(name, exc)
         summary = job_status(job)
-        pods = (
-            read_json(
-                retry.call(
-                    self._retry,
-                    "list pods",
-                    self._core.list_namespaced_pod,
-                    self.namespace,
-                    label_selector=f"{INSTANCE_LABEL}={name}",
-                    _preload_content=False,
-                )
-            ).get("items")
-            or []
-        )
+        pods = list_run_pods(self._core, self._retry, self.namespace, name)
         if (job.get("spec") or {}).get("completionMode") == "Indexed":
             try:
                 shards = index_progress(job, pods)
@@ -486,6 +474,8 @@ class Submitter:
         except ApiException as exc:
             if exc.status == 404:
                 raise RunNotFoundError(f"no Job {name} in namespace {self.namespace}") from exc
+            if exc.status == 403:
+                raise retry.refusal(exc) from exc
             raise RunFailedError(
                 f"reading Job {name} failed: {retry.describe(exc)}", reason="ApiError"
             ) from exc

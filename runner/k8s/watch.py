@@ -34,8 +34,9 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
+from runner.k8s.pods import list_run_pods
 from runner.k8s.progress import Report, RunProgress, WaitPolicy
-from runner.k8s.retry import KUBERNETES_RETRY, call, describe, is_transient, read_json
+from runner.k8s.retry import KUBERNETES_RETRY, describe, is_transient, read_json
 from runner.k8s.state import JOB_NOT_FOUND, RunOutcome, job_event_outcome
 from tenant.http import RetryPolicy
 
@@ -112,10 +113,13 @@ class _ResourceWatcher(threading.Thread):
 
     def run(self) -> None:
         failures = 0
+        permitted = False
+        last = ""
         while not self._stopped.is_set():
             try:
                 version = self._list()
                 failures = 0
+                permitted = True
                 self._watch_from(version)
             except Exception as exc:  # noqa: BLE001 - a dying thread must report, not vanish
                 if self._stopped.is_set():
@@ -123,14 +127,14 @@ class _ResourceWatcher(threading.Thread):
                 if isinstance(exc, ApiException) and exc.status == 410:
                     log.info("k8s_watch_expired", kind=self.kind)
                     continue  # re-list
-                if not is_transient(exc):
+                if not is_transient(exc) and not (permitted and _refused(exc)):
                     self._sink.put(_Event(self.kind, "FATAL", {"error": describe(exc)}))
                     return
                 failures += 1
+                last = describe(exc)
             if failures >= self._retry.attempts:
-                self._sink.put(
-                    _Event(self.kind, "FATAL", {"error": f"{failures} consecutive failures"})
-                )
+                error = f"{failures} consecutive failures; last: {last}"
+                self._sink.put(_Event(self.kind, "FATAL", {"error": error}))
                 return
             if failures:
                 log.warning("k8s_watch_retry", kind=self.kind, attempt=failures)
@@ -167,6 +171,14 @@ class _ResourceWatcher(threading.Thread):
                 if self._stopped.is_set():
                     stream.stop()  # type: ignore[no-untyped-call]  # untyped library
             version = stream.resource_version or version
+
+
+def _refused(error: Exception) -> bool:
+    """401 or 403. After a list that was allowed, a restarting kube-apiserver answers so
+    until its authenticator and RBAC caches are filled (measured on v1.34.4 by
+    tests/k8s/test_real_cluster.py): retried within the same budget as a 5xx, so that a lasting
+    refusal still ends the wait."""
+    return isinstance(error, ApiException) and error.status in {401, 403}
 
 
 class JobTracker:
@@ -325,19 +337,7 @@ class JobTracker:
         return outcomes
 
     def _pods_of(self, name: str) -> list[dict[str, Any]]:
-        listing = read_json(
-            call(
-                self._retry,
-                "list pods",
-                self._core.list_namespaced_pod,
-                self._namespace,
-                label_selector=f"{INSTANCE_LABEL}={name}",
-                _preload_content=False,
-            )
-        )
-        pods: list[dict[str, Any]] = listing.get("items") or []
-        pods.sort(key=lambda pod: str(pod["metadata"].get("creationTimestamp", "")))
-        return pods
+        return list_run_pods(self._core, self._retry, self._namespace, name)
 
     def _watcher(
         self,

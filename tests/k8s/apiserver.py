@@ -12,6 +12,9 @@ from the real server, with the source it was read from:
   ``Strict`` (apiserver ``pkg/endpoints/handlers/create.go``, v0.34.0). What remains is checked
   against the schema (422 Invalid), as admission/validation would.
 * Creating in a namespace that does not exist: 404 ``namespaces "x" not found``.
+* Jobs: the registry's validation of the Job spec, its metadata and its pod template
+  (:mod:`tests.k8s.validation`): 422 ``Invalid`` with the real server's field paths and
+  messages.
 * Names: 409 ``AlreadyExists`` with ``details{name, group, kind}``; an update whose
   ``metadata.resourceVersion`` is stale: 409 ``Conflict`` "the object has been modified"; an
   update of a missing ConfigMap: 404 (ConfigMaps are not created on update).
@@ -52,6 +55,7 @@ from urllib.parse import parse_qs, urlsplit
 import kubernetes_validate
 
 from tests.k8s import schema
+from tests.k8s.validation import job_object_problems
 
 KUBERNETES_VERSION = "1.33"
 #: Kinds of the store: (plural, apiVersion, Kind, group for Status details).
@@ -102,6 +106,10 @@ class Answer:
     code: int
     body: Any
     warnings: tuple[str, ...] = ()
+
+
+class PodRefusedError(Exception):
+    """Admission refused the pod a controller script tried to create."""
 
 
 def status(code: int, reason: str, message: str, **details: str) -> dict[str, Any]:
@@ -179,6 +187,14 @@ class Store:
 
     # -- storage (callers hold no lock) --------------------------------------------------
 
+    def _job_created(
+        self, script: Callable[[Any, dict[str, Any]], None], job: dict[str, Any]
+    ) -> None:
+        """Runs a test's controller script; a pod refused at admission ends it (the refusal is
+        on record as the Job's ``FailedCreate``)."""
+        with contextlib.suppress(PodRefusedError):
+            script(self, job)
+
     def commit(self, kind: str, event_type: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Store a change: bump the version, record the event, wake watchers. Returns a copy."""
         with self.cond:
@@ -240,7 +256,7 @@ class Store:
                 return Answer(
                     422,
                     status(
-                        422, "Invalid", f'{kind_name} "{name}" is invalid: {"; ".join(problems)}'
+                        422, "Invalid", f'{kind_name} "{name}" is invalid: {aggregate(problems)}'
                     ),
                 )
         with self.cond:
@@ -264,7 +280,9 @@ class Store:
                 self.created[name] += 1
             stored = self.commit(kind, "ADDED", obj)
         if kind == "jobs" and self.on_job_created is not None:
-            threading.Thread(target=self.on_job_created, args=(self, stored), daemon=True).start()
+            threading.Thread(
+                target=self._job_created, args=(self.on_job_created, stored), daemon=True
+            ).start()
         return Answer(201, stored, warnings)
 
     def update(self, kind: str, namespace: str, name: str, body: Any, directive: str) -> Answer:
@@ -397,11 +415,17 @@ MAX_FAILED_INDEXES_FOR_INDEXED_JOB = 100_000
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+def aggregate(problems: list[str]) -> str:
+    """apimachinery ``field.ErrorList.ToAggregate().Error()``: one error as it is, several
+    as ``[a, b]``."""
+    return problems[0] if len(problems) == 1 else f"[{', '.join(problems)}]"
+
+
 def job_validation_problems(job: dict[str, Any]) -> list[str]:
     """The server-side Job validation our Jobs depend on, beyond the OpenAPI schema
     (``ValidateJob`` / ``validateJobSpec`` / ``validatePodFailurePolicyRule``, 1.33): field
     paths and messages as the real server writes them."""
-    problems = []
+    problems = job_object_problems(job)
     spec = job["spec"]
     name = job["metadata"]["name"]
     indexed = spec.get("completionMode") == "Indexed"
@@ -699,7 +723,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "apiVersion": "node.k8s.io/v1",
                 "kind": "RuntimeClass",
                 "metadata": {"name": name},
-                "handler": name.removeprefix("kata-"),
+                # kata-deploy helm-chart templates/runtimeclasses.yaml: the handler is the name
+                "handler": name,
             },
         )
 

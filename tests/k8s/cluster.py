@@ -21,6 +21,7 @@ from typing import Any, Final
 from tests.k8s.apiserver import (
     CONTROLLER_UID_LABEL,
     JOB_NAME_LABEL,
+    PodRefusedError,
     Store,
     now_rfc3339,
 )
@@ -54,6 +55,11 @@ class FakeCluster(Store):
     _similar: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
     #: Counted failures per (namespace, Job, completion index) of Indexed Jobs.
     _index_failures: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    #: ServiceAccounts besides each namespace's ``default`` (k8s/base creates the replay's
+    #: only in its namespace).
+    service_accounts: set[tuple[str, str]] = field(
+        default_factory=lambda: {(NAMESPACE, "attested-replay-job")}
+    )
 
     # -- Job controller (pkg/controller/job) ---------------------------------------------
 
@@ -103,6 +109,7 @@ class FakeCluster(Store):
                             },
                         }
                     )
+        self._admit(job_name, ns, generate_name, spec)
         pod_name = f"{generate_name}{suffix}"
         pod = {
             "apiVersion": "v1",
@@ -139,6 +146,20 @@ class FakeCluster(Store):
 
         self.change("jobs", ns, job_name, active)
         return pod_name
+
+    def _admit(self, job_name: str, ns: str, generate_name: str, spec: dict[str, Any]) -> None:
+        """ServiceAccount admission (plugin/pkg/admission/serviceaccount/admission.go): a pod
+        naming an account that does not exist is forbidden, which the Job controller records
+        as ``FailedCreate`` on the Job; no pod is created."""
+        account = spec.get("serviceAccountName") or "default"
+        if account == "default" or (ns, account) in self.service_accounts:
+            return
+        refusal = (
+            f'pods "{generate_name}" is forbidden: error looking up service account '
+            f'{ns}/{account}: serviceaccount "{account}" not found'
+        )
+        self.failed_create(job_name, refusal, ns)
+        raise PodRefusedError(refusal)
 
     def start_indexes(self, job_name: str, ns: str = NAMESPACE) -> list[str]:
         """An Indexed Job's controller pass: a pod for each pending index (neither completed,

@@ -29,6 +29,7 @@ from runner.cli import main as runner_main
 from runner.k8s.job import job_name
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.cluster import FakeCluster
+from tests.k8s.control_plane import ControlPlane, control_plane
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
 TENANT = "acme"
@@ -171,6 +172,21 @@ def cluster() -> Iterator[FakeCluster]:
     ]
     for run in set(created):
         assert created.count(run) <= 1 + reruns.count(run), f"second Job for {run} without --rerun"
+
+
+@pytest.fixture(scope="session")
+def control_plane_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The real control plane (tests/k8s/control_plane.py), once per session."""
+    with control_plane(tmp_path_factory.mktemp("control-plane")) as plane:
+        yield plane
+
+
+@pytest.fixture
+def real_cluster(control_plane_session: ControlPlane) -> Iterator[ControlPlane]:
+    """The real control plane; afterwards every Job is deleted with its pods, so a test's
+    leftovers never meet the next."""
+    yield control_plane_session
+    control_plane_session.delete_jobs()
 
 
 @pytest.fixture

@@ -239,7 +239,8 @@ def test_operator_role_is_least_privilege_and_job_identity_has_none() -> None:
             "resources": ["jobs"],
             "verbs": ["create", "get", "list", "watch", "delete"],
         },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        # status, collect and the wait list pods; nothing reads one pod by name
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         # sandbox failures are visible only as events (the pod just says ContainerCreating)
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
@@ -284,3 +285,16 @@ def test_network_policy_allows_only_dns_the_publication_endpoint_and_the_registr
     (job,) = by_kind(rendered("snp"), "Job")
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_namespace_enforces_warns_and_audits_the_restricted_standard(overlay: str) -> None:
+    # enforce alone judges pods, never a Job's template: warn makes the create of a Job whose
+    # template breaks the standard answer with a Warning that submit logs.
+    (namespace,) = by_kind(rendered(overlay), "Namespace")
+    labels = namespace["metadata"]["labels"]
+    assert {key: value for key, value in labels.items() if key.startswith("pod-security.")} == {
+        f"pod-security.kubernetes.io/{mode}{suffix}": value
+        for mode in ("enforce", "warn", "audit")
+        for suffix, value in (("", "restricted"), ("-version", "latest"))
+    }

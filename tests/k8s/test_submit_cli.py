@@ -596,3 +596,37 @@ def test_a_missing_kubeconfig_file_is_named_as_typed(
     assert error_line(capsys.readouterr().err) == f"$KUBECONFIG {missing}: no such file"
     assert cli("list", "--kubeconfig", str(missing)) == 9
     assert error_line(capsys.readouterr().err) == f"--kubeconfig {missing}: no such file"
+
+
+def test_a_refusal_after_an_allowed_list_is_retried_but_not_for_ever(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restarting kube-apiserver answers 403 until its RBAC caches fill (measured in
+    tests/k8s/test_real_cluster.py): after a list that was allowed, the wait retries a 403
+    within its retry budget; a refusal that lasts still ends the wait."""
+
+    def script(c: FakeCluster, job: dict[str, Any]) -> None:
+        c.wait_until(lambda: c.requests["WATCH pods"] >= 1)
+        c.faults = [Fault("GET", r"/pods$", 403, times=1000)]
+        c.start_pod(job["metadata"]["name"])
+
+    cluster.on_job_created = script
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    retries = [line for line in captured.err.splitlines() if '"k8s_watch_retry"' in line]
+    assert len(retries) == 5, captured.err  # six attempts: the retry budget
+    assert error_line(captured.err) == (
+        f"Job {name_of()}: timeout (WatchFailed): 6 consecutive failures; last: HTTP 403: injected fault"
+    )
+
+
+def test_a_refusal_of_the_first_list_ends_the_wait_at_once(
+    cluster: FakeCluster, kubeconfig: Path, pods: Pods, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.faults = [Fault("GET", r"/pods$", 403, times=1000)]
+    code = cli(*submit_args(kubeconfig, pods), *wait_args(pods))
+    captured = capsys.readouterr()
+    assert code == SUBMIT_EXIT
+    assert '"k8s_watch_retry"' not in captured.err
+    assert error_line(captured.err).startswith(f"Job {name_of()}: timeout (WatchFailed): HTTP 403")
