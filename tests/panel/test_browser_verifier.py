@@ -1,0 +1,139 @@
+"""The panel's in-browser verifier (static/verify.js) against the Python verifier, in Chromium:
+the same verdict class on every real SEV-SNP vector of tests/assets and on bit flips of each.
+
+The Python side is ``verify_endorsement`` (stages 1-4 of ``verify-attested-run``: parse,
+chain to a pinned AMD root at ``now``, report signature, the certificate describes the
+report), which is what the browser decides of a report; the platform policy is not redone in
+the browser and the page says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from selenium import webdriver
+
+from attestation.abi.report import LAYOUT
+from attestation.endorsement.trust import TrustStore
+from attestation.verify.verifier import verify_endorsement
+from tests.panel.conftest import Panel
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+CASES: list[dict[str, Any]] = json.loads((ASSETS / "cases.json").read_text())["cases"]
+#: Certificate bytes flipped: one in this many (each a different bit), across the whole DER.
+CERTIFICATE_STRIDE = 5
+
+#: Verdicts asked of the page per script call.
+BATCH = 400
+
+OpenPanel = Callable[[], webdriver.Chrome]
+
+
+def _python_verdict(report: bytes, certificate: bytes, now: str) -> str:
+    result = verify_endorsement(
+        report,
+        certificate,
+        trust=TrustStore.amd(),
+        now=datetime.fromisoformat(now),
+    )
+    return "verified" if result.failure_class is None else result.failure_class.value
+
+
+def _flip(data: bytes, offset: int, bit: int) -> bytes:
+    out = bytearray(data)
+    out[offset] ^= 1 << bit
+    return bytes(out)
+
+
+def _variants(case: dict[str, Any]) -> Iterator[tuple[str, bytes, bytes]]:
+    report = (ASSETS / "real" / case["report"]).read_bytes()
+    certificate = (ASSETS / "real" / case["cert"]).read_bytes()
+    name = f"{case['report']}+{case['cert']}"
+    yield name, report, certificate
+    for spec in LAYOUT:  # the first and the last byte of every field, reserved ones included
+        for offset, bit in ((spec.offset, 0), (spec.end - 1, 7)):
+            yield (
+                f"{name} report[{offset:#x}] bit {bit} ({spec.name})",
+                _flip(report, offset, bit),
+                certificate,
+            )
+    for index, offset in enumerate(range(0, len(certificate), CERTIFICATE_STRIDE)):
+        bit = index % 8
+        yield f"{name} cert[{offset}] bit {bit}", report, _flip(certificate, offset, bit)
+
+
+def _browser_verdicts(
+    browser: webdriver.Chrome, jobs: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    script = """
+const [jobs, done] = [arguments[0], arguments[arguments.length - 1]];
+const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+(async () => {
+  const data = await (await fetch("/panel/verifier-data.json")).json();
+  const trust = await AttestedReplayVerify.loadTrust(data);
+  const out = [];
+  for (const job of jobs) {
+    out.push(await AttestedReplayVerify.endorsementVerdict(
+      bytes(job.report), [bytes(job.cert)], trust, new Date(job.now)));
+  }
+  return out;
+})().then(done, (e) => done([{verdict: "script-error", detail: String(e)}]));
+"""
+    browser.set_script_timeout(110)  # below the driver's own 120 s read timeout
+    out: list[dict[str, str]] = []
+    for start in range(0, len(jobs), BATCH):
+        result = browser.execute_async_script(script, jobs[start : start + BATCH])
+        assert isinstance(result, list)
+        out.extend(result)
+    return out
+
+
+def test_every_real_vector_and_bit_flip_gets_the_python_verdict_class(
+    open_panel: OpenPanel, panel: Panel
+) -> None:
+    del panel  # the server the page comes from
+    browser = open_panel()
+    names: list[str] = []
+    jobs: list[dict[str, str]] = []
+    expected: list[str] = []
+    for case in CASES:
+        for name, report, certificate in _variants(case):
+            names.append(name)
+            jobs.append(
+                {
+                    "report": base64.b64encode(report).decode(),
+                    "cert": base64.b64encode(certificate).decode(),
+                    "now": case["now"],
+                }
+            )
+            expected.append(_python_verdict(report, certificate, case["now"]))
+    got = _browser_verdicts(browser, jobs)
+
+    differ = [
+        (name, want, answer)
+        for name, want, answer in zip(names, expected, got, strict=True)
+        if answer["verdict"] != want
+    ]
+    assert differ == [], f"{len(differ)} of {len(jobs)} differ: " + "\n".join(map(str, differ))
+    # Every class the vectors reach is exercised, not only "verified".
+    assert {"verified", "malformed", "untrusted-chain", "bad-signature"} <= set(expected)
+
+
+def test_the_python_reference_reaches_the_verdicts_cases_json_records() -> None:
+    # The reference the browser is compared with is itself right on the unflipped vectors.
+    for case in CASES:
+        report = (ASSETS / "real" / case["report"]).read_bytes()
+        certificate = (ASSETS / "real" / case["cert"]).read_bytes()
+        recorded = case["crypto"]
+        verdict = _python_verdict(report, certificate, case["now"])
+        if recorded == "pass":
+            assert verdict == "verified", case
+        elif recorded.startswith("fail:") and recorded.count("_or_") == 0:
+            assert verdict == recorded.removeprefix("fail:").replace("_", "-"), case
+        else:
+            assert verdict in {"endorsement-mismatch", "bad-signature"}, case
