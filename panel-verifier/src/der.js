@@ -169,7 +169,19 @@ function base64url(bytes) {
 // ---- what a strict DER X.509 parser (the Python verifier's `cryptography`) refuses and asn1js
 // accepts: the verdict class of such input must be `malformed` in both. -----------------------
 
-const HASH_OIDS = new Set(["1.3.14.3.2.26", "2.16.840.1.101.3.4.2.4", "2.16.840.1.101.3.4.2.1", "2.16.840.1.101.3.4.2.2", "2.16.840.1.101.3.4.2.3"]);
+// Known algorithms whose parameters are NULL or absent: the SHA hashes, RSA and RSA PKCS#1 v1.5.
+const HASH_OIDS = new Set([
+  "1.3.14.3.2.26", "2.16.840.1.101.3.4.2.4", "2.16.840.1.101.3.4.2.1", "2.16.840.1.101.3.4.2.2", "2.16.840.1.101.3.4.2.3",
+  "1.2.840.113549.1.1.1", "1.2.840.113549.1.1.4", "1.2.840.113549.1.1.5", "1.2.840.113549.1.1.11",
+  "1.2.840.113549.1.1.12", "1.2.840.113549.1.1.13", "1.2.840.113549.1.1.14",
+]);
+// Known algorithms whose AlgorithmIdentifier must carry no parameters at all (ECDSA, DSA with
+// SHA-2, EdDSA): `cryptography` refuses even a NULL after them.
+const NO_PARAMETERS = new Set([
+  "1.2.840.10045.4.3.1", "1.2.840.10045.4.3.2", "1.2.840.10045.4.3.3", "1.2.840.10045.4.3.4",
+  "2.16.840.1.101.3.4.3.1", "2.16.840.1.101.3.4.3.2", "2.16.840.1.101.3.4.3.3", "2.16.840.1.101.3.4.3.4",
+  "1.3.101.112", "1.3.101.113",
+]);
 const RSASSA_PSS = "1.2.840.113549.1.1.10";
 const MGF1 = "1.2.840.113549.1.1.8";
 // The attribute value tags `cryptography` takes in a name (found by trying each universal tag):
@@ -204,9 +216,15 @@ function requireHashAlgorithm(tlv, what) {
   if (tlv[0] !== 0x30) throw new Failure("malformed", `${what}: hash algorithm is not a SEQUENCE`);
   const items = tlvs(contentOf(tlv, what), what);
   if (items.length === 0 || items.length > 2 || items[0][0] !== 0x06) throw new Failure("malformed", `${what}: malformed AlgorithmIdentifier`);
-  if (HASH_OIDS.has(oidOf(items[0])) && items.length === 2 && !(items[1].length === 2 && items[1][0] === 0x05 && items[1][1] === 0)) {
+  requireParameters(items, what);
+}
+
+function requireParameters(items, what) {
+  const oid = oidOf(items[0]);
+  if (HASH_OIDS.has(oid) && items.length === 2 && !(items[1].length === 2 && items[1][0] === 0x05 && items[1][1] === 0)) {
     throw new Failure("malformed", `${what}: hash parameters are not NULL`);
   }
+  if (NO_PARAMETERS.has(oid) && items.length === 2) throw new Failure("malformed", `${what}: ${oid} takes no parameters`);
 }
 
 function requireExplicitInteger(tlv, what) {
@@ -223,7 +241,10 @@ function requireExplicitInteger(tlv, what) {
 function requireSignatureAlgorithm(tlv, what) {
   const items = tlvs(contentOf(tlv, what), what);
   if (items.length === 0 || items.length > 2 || items[0][0] !== 0x06) throw new Failure("malformed", `${what}: malformed AlgorithmIdentifier`);
-  if (oidOf(items[0]) !== RSASSA_PSS) return;
+  if (oidOf(items[0]) !== RSASSA_PSS) {
+    requireParameters(items, what);
+    return;
+  }
   if (items.length !== 2 || items[1][0] !== 0x30) throw new Failure("malformed", `${what}: RSASSA-PSS parameters are not a SEQUENCE`);
   let last = 0x9f;
   for (const field of tlvs(contentOf(items[1], what), what)) {
@@ -284,6 +305,11 @@ function requireStrictParts(certificate, outer, what) {
   const first = tbsParts[0].idBlock.tagClass === 3 ? 1 : 0;
   const validity = tbsParts[first + 3];
   for (const time of validity.valueBlock.value) requireTime(new Uint8Array(time.valueBeforeDecodeView), `${what}: validity`);
+  const signature = outer[2].valueBlock;
+  const tail = new Uint8Array(signature.valueHexView);
+  if (signature.unusedBits > 7 || (signature.unusedBits > 0 && (tail.length === 0 || tail[tail.length - 1] & ((1 << signature.unusedBits) - 1)))) {
+    throw new Failure("malformed", `${what}: the signature BIT STRING has non-zero padding bits`);
+  }
   if (certificate.subjectPublicKeyInfo.subjectPublicKey.valueBlock.unusedBits !== 0) {
     throw new Failure("malformed", `${what}: public key cannot be decoded: the BIT STRING has unused bits`);
   }

@@ -515,17 +515,20 @@ export async function endorsementVerdict(reportBytes, certificateDers, trust, no
 
 // ---- witness cosignatures (C2SP tlog-cosignature, Ed25519 cosignature/v1) -----------------------
 
-/** Parse a verifier key `name+keyid+base64(type || key)`; null if it is not an Ed25519 witness key. */
-export function parseWitnessKey(text, cosignatureType) {
+/** Parse a verifier key `name+keyid+base64(type || key)`; null unless it is an Ed25519 witness
+ * key whose key ID is SHA-256(name || 0x0A || type || key)[:4] (C2SP signed-note). */
+export async function parseWitnessKey(text, cosignatureType) {
   const parts = text.trim().split("+");
-  if (parts.length !== 3) return null;
+  if (parts.length !== 3 || !/^[^\s+]+$/.test(parts[0])) return null;
   let raw;
   try {
     raw = Uint8Array.from(atob(parts[2]), (c) => c.charCodeAt(0));
   } catch {
     return null;
   }
-  if (raw.length !== 33 || raw[0] !== cosignatureType || !/^[0-9a-f]{8}$/.test(parts[1])) return null;
+  if (raw.length !== 33 || raw[0] !== cosignatureType) return null;
+  const named = new Uint8Array([...encoder.encode(parts[0]), 0x0a, ...raw]);
+  if (hex((await sha("SHA-256", named)).subarray(0, 4)) !== parts[1]) return null;
   return { name: parts[0], keyId: parts[1], publicKey: raw.subarray(1), text: text.trim() };
 }
 
@@ -545,12 +548,11 @@ export async function checkCosignatures(note, pinnedKeys) {
     const keyId = hex(raw.subarray(0, 4));
     const pinned = pinnedKeys.find((key) => key.name === name && key.keyId === keyId) || null;
     let status = "not-checked";
-    let timestamp = null;
+    // key ID (4) || timestamp (8, big-endian) || Ed25519 signature (64)
+    const timestamp = raw.length === 76 ? new DataView(raw.buffer, raw.byteOffset + 4, 8).getBigUint64(0) : null;
     if (pinned !== null) {
       status = "does-not-verify";
-      if (raw.length === 76) {
-        const view = new DataView(raw.buffer, raw.byteOffset + 4, 8);
-        timestamp = view.getBigUint64(0);
+      if (timestamp !== null) {
         const message = encoder.encode(`cosignature/v1\ntime ${timestamp}\n` + body);
         try {
           const key = await subtle.importKey("raw", pinned.publicKey, { name: "Ed25519" }, false, ["verify"]);
