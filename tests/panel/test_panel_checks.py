@@ -127,7 +127,9 @@ def test_the_printed_verify_commands_verify_the_simulated_run(
         capsys.readouterr()
         assert verify_main(shlex.split(verify_command)[1:]) == 0
     out = capsys.readouterr().out
+    # Never a plain VERIFIED: the verdict names what the expected values did not pin.
     assert out.startswith("VERIFIED (SIMULATED")
+    assert out.endswith("; MEASUREMENT and HOST_DATA not checked (not pinned)\n")
 
     # The expected file the command wrote, loaded into the page, checks the same run.
     written = tmp_path / f"expected-{genuine.run_id}.json"
