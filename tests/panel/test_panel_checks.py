@@ -303,7 +303,7 @@ def test_every_run_is_reachable_page_by_page(
 
 
 def test_pages_by_keyboard_at_390_px_and_axe_clean(
-    browser: webdriver.Chrome, many_runs: dict[int, OwnPanel]
+    browser: webdriver.Chrome, many_runs: dict[int, OwnPanel], screenshot_dir: Path
 ) -> None:
     own = many_runs[200]
     browser.execute_cdp_cmd(
@@ -340,6 +340,8 @@ def test_pages_by_keyboard_at_390_px_and_axe_clean(
             "return getComputedStyle(arguments[0], '::before').content", platform
         )
         assert label == '"Platform: "'  # each line says which column it is
+        browser.find_element(By.ID, "runs-heading").location_once_scrolled_into_view  # noqa: B018
+        assert browser.save_screenshot(str(screenshot_dir / "runs-390px.png"))
 
         # Tab from the runs heading reaches "Next runs"; Enter turns the page.
         browser.find_element(By.ID, "runs-heading").click()
