@@ -12,14 +12,18 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import requests
+from cryptography import x509
 from selenium import webdriver
 
 from attestation.abi.report import LAYOUT
-from attestation.endorsement.trust import TrustStore
+from attestation.endorsement.trust import TrustStore, fingerprint
+from attestation.envelope.expected import ExpectedValues
+from attestation.envelope.verification import verify_envelope
 from attestation.verify.verifier import verify_endorsement
 from tests.panel.conftest import Panel
 
@@ -137,3 +141,101 @@ def test_the_python_reference_reaches_the_verdicts_cases_json_records() -> None:
             assert verdict == recorded.removeprefix("fail:").replace("_", "-"), case
         else:
             assert verdict in {"endorsement-mismatch", "bad-signature"}, case
+
+
+# ---- whole envelopes: the genuine simulated run of the panel fixture and changes of it ---------
+
+
+def _envelope_variants(genuine: bytes) -> Iterator[tuple[str, bytes]]:
+    document = json.loads(genuine)
+    yield "genuine", genuine
+
+    def changed(path: tuple[str, ...], value: object) -> bytes:
+        copy = json.loads(genuine)
+        target = copy
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return json.dumps(copy).encode()
+
+    zero = "sha256:" + "0" * 64
+    yield "binding.runId", changed(("binding", "runId"), "another-run")
+    yield "binding.resultDigest", changed(("binding", "resultDigest"), zero)
+    yield "binding.corpusChecksum", changed(("binding", "corpusChecksum"), zero)
+    yield "measurement", changed(("measurement",), "0" * 96)
+    yield "hostData", changed(("hostData",), "1" * 64)
+    yield "reportData", changed(("reportData",), "2" * 128)
+    yield "platform", changed(("platform",), "sev-snp")
+    yield "runId", changed(("runId",), "another-run")
+    yield "certChain", changed(("evidence", "certChain"), "not PEM")
+    report = base64.b64decode(document["evidence"]["report"])
+    for spec in LAYOUT:
+        for offset, bit in ((spec.offset, 0), (spec.end - 1, 7)):
+            flipped = base64.b64encode(_flip(report, offset, bit)).decode()
+            yield (
+                f"report[{offset:#x}] bit {bit} ({spec.name})",
+                changed(("evidence", "report"), flipped),
+            )
+
+
+def test_envelopes_and_changes_of_them_get_the_python_verdict_class(
+    open_panel: OpenPanel, panel: Panel
+) -> None:
+    genuine_run = panel.runs[0]
+    bearer = {"Authorization": f"Bearer {panel.tokens['acme']}"}
+    genuine = requests.get(
+        f"{panel.url}/v1/tenants/acme/envelopes/{genuine_run.digest}", headers=bearer, timeout=10
+    ).content
+    binding = json.loads(genuine)["binding"]
+    root = panel.simulated_root.read_bytes()
+    pinned = fingerprint(x509.load_pem_x509_certificate(root))
+    mine = {
+        "runId": binding["runId"],
+        "corpusChecksum": binding["corpusChecksum"],
+        "tenant": "acme",
+        "evaluationDigest": binding["evaluationDigest"],
+    }
+    expectations = {
+        "mine": mine,
+        "another run": {**mine, "runId": "backtest-1999-01"},
+        "evaluation unpinned": {k: v for k, v in mine.items() if k != "evaluationDigest"},
+    }
+    jobs: list[dict[str, Any]] = []
+    wanted: list[tuple[str, str]] = []
+    for label, expected in expectations.items():
+        values = ExpectedValues.model_validate({**expected, "simulatedRoots": [pinned]})
+        for name, envelope in _envelope_variants(genuine):
+            result = verify_envelope(envelope, values, now=datetime.now(UTC))
+            verdict = "verified" if result.failure_class is None else result.failure_class.value
+            wanted.append((f"{label}: {name}", verdict))
+            jobs.append({"envelope": base64.b64encode(envelope).decode(), "expected": expected})
+    browser = open_panel()
+    browser.set_script_timeout(110)
+    got = browser.execute_async_script(
+        """
+const [jobs, root, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
+const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+(async () => {
+  const data = await (await fetch("/panel/verifier-data.json")).json();
+  const [der] = AttestedReplayVerify.pemCertificates(root, "root");
+  const trust = await AttestedReplayVerify.loadTrust(data, [der]);
+  const out = [];
+  for (const job of jobs) {
+    const v = await AttestedReplayVerify.verifyEnvelope(bytes(job.envelope), trust, {expected: job.expected});
+    out.push(v.status === "verified" ? "verified" : v.failureClass || v.status);
+  }
+  return out;
+})().then(done, (e) => done([String(e)]));
+""",
+        jobs,
+        root.decode(),
+    )
+    differ = [
+        (name, want, answer)
+        for (name, want), answer in zip(wanted, got, strict=True)
+        if answer != want
+    ]
+    assert differ == []
+    assert {"verified", "binding", "expectation", "malformed", "bad-signature"} <= {
+        want for _, want in wanted
+    }
