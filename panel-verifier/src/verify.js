@@ -8,6 +8,7 @@ import { Failure } from "./failure.js";
 import {
   OID, attributes, equalBytes, hex, nonNegativeInteger, parseCertificate, pemCertificates, readSingle, rsaJwk,
 } from "./der.js";
+import { evaluatePolicy, policyOf } from "./policy.js";
 import { p1363Signature, parseReport } from "./report.js";
 
 const subtle = globalThis.crypto.subtle;
@@ -354,6 +355,35 @@ export async function verifyReport(reportBytes, certificateDers, trust, now) {
   return { report, endorsement, chain };
 }
 
+/** Stages 5-6 (platform policy, workload identity) under the defaults and the tenant's keys;
+ * an envelope checked against expected values is a claim about a workload. */
+function policyChecks(reportBytes, report, endorsement, chain, data, expected) {
+  const signer = Object.entries(data.report.signingKeys).find(([, value]) => value === report.signingKey)[0];
+  return evaluatePolicy(reportBytes, report, policyOf(data, expected), {
+    product: report.product || endorsement.productLine,
+    signer,
+    hardware: !chain.simulated,
+    workloadClaim: expected !== null,
+    data,
+  });
+}
+
+/** The class `verify-attested-run --report --endorsement` reaches (raw mode, the default
+ * policy or the given policy keys): stages 1-6. */
+export async function reportVerdict(reportBytes, certificateDers, trust, now, policyKeys = null) {
+  try {
+    const { report, endorsement, chain } = await verifyReport(reportBytes, certificateDers, trust, now);
+    const signer = Object.entries(trust.data.report.signingKeys).find(([, value]) => value === report.signingKey)[0];
+    evaluatePolicy(reportBytes, report, policyOf(trust.data, policyKeys), {
+      product: report.product || endorsement.productLine, signer, hardware: !chain.simulated, workloadClaim: false, data: trust.data,
+    });
+    return { verdict: "verified" };
+  } catch (error) {
+    if (error instanceof Failure) return { verdict: error.failureClass, detail: error.message };
+    return { verdict: "malformed", detail: String(error && error.message ? error.message : error) };
+  }
+}
+
 // ---- the envelope ------------------------------------------------------------------------------
 
 /** RFC 8785 (JCS) for JSON values as JSON.parse returns them. */
@@ -388,26 +418,9 @@ async function reportDataFor(binding, encoding) {
   throw new Failure("malformed", `unknown reportDataEncoding ${JSON.stringify(encoding)}`);
 }
 
-/** What the tenant's expected-values file pins, checked as attestation/envelope/expectations.py
- * and the workload part of attestation/verify/policy.py do. */
-async function expectationProblems(binding, report, expected) {
-  const workload = [];
-  const pins = [
-    ["measurements", "MEASUREMENT", report.measurement],
-    ["hostData", "HOST_DATA", report.hostData],
-    ["idKeyDigests", "ID_KEY_DIGEST", report.idKeyDigest],
-    ["authorKeyDigests", "AUTHOR_KEY_DIGEST", report.authorKeyDigest],
-  ];
-  const checked = [];
-  for (const [key, name, value] of pins) {
-    if (expected[key] === undefined || expected[key] === null) continue;
-    checked.push(name);
-    if (!expected[key].map((v) => String(v).toLowerCase()).includes(hex(value))) workload.push(`${name} ${hex(value)} not in ${key}`);
-  }
-  if (expected.initDataDigest) {
-    checked.push("HOST_DATA (init-data)");
-    if (hex(report.hostData) !== expected.initDataDigest.toLowerCase()) workload.push(`HOST_DATA ${hex(report.hostData)} is not the pinned init-data digest`);
-  }
+/** What the tenant's expected-values file expects of the run, checked as
+ * attestation/envelope/expectations.py does (class expectation). */
+async function expectationProblems(binding, expected) {
   const problems = [];
   const workloadDigest = "sha256:" + hex(await sha("SHA-256", encoder.encode(canonicalize(binding.workload))));
   const rows = [
@@ -430,7 +443,7 @@ async function expectationProblems(binding, report, expected) {
   const shard = binding.shard;
   if (shard) problems.push(`shard ${shard.index} of ${shard.count}: a part of a run, not a whole one`);
   else if (expected.shardCount !== undefined && expected.shardCount !== null && expected.shardCount !== 1) problems.push(`a whole, unsharded run, the tenant expected ${expected.shardCount} shards`);
-  return { workload, problems, checked };
+  return problems;
 }
 
 /**
@@ -438,7 +451,7 @@ async function expectationProblems(binding, report, expected) {
  * {status: "verified" | "failed" | "not-checked", failureClass?, detail, checked: [...], notChecked: [...]}.
  */
 export async function verifyEnvelope(bytes, trust, { now = new Date(), expected = null } = {}) {
-  const notChecked = ["platform policy (debug, VMPL, TCB minimums, signers): run verify-attested-run"];
+  const notChecked = [];
   try {
     let envelope;
     try {
@@ -457,12 +470,22 @@ export async function verifyEnvelope(bytes, trust, { now = new Date(), expected 
     const binding = object(envelope.binding, "binding");
     const reportBytes = base64Bytes(text(evidence.report, "evidence.report"), "evidence.report");
     const ders = pemCertificates(text(evidence.certChain, "evidence.certChain"), "evidence.certChain");
-    const { report, chain } = await verifyReport(reportBytes, ders, trust, now);
+    const { report, endorsement, chain } = await verifyReport(reportBytes, ders, trust, now);
     const checked = [
       chain.simulated ? "chain to the simulated root you loaded" : "chain to AMD's pinned root",
       "report signature (ECDSA P-384)",
       "the certificate describes the report (signer, product, TCB, chip)",
     ];
+    const identity = policyChecks(reportBytes, report, endorsement, chain, trust.data, expected);
+    checked.push(expected === null ? "platform policy (the defaults)" : "platform policy (the defaults and your expected values' keys)");
+    if (identity.checked.length) checked.push(`${identity.checked.join(", ")} as your expected values pin`);
+    notChecked.push(...identity.notChecked);
+    if (expected !== null && expected.initDataDigest) {
+      if (hex(report.hostData) !== String(expected.initDataDigest).toLowerCase()) {
+        throw new Failure("workload-identity", `HOST_DATA ${hex(report.hostData)} is not the pinned init-data digest`);
+      }
+      checked.push("HOST_DATA is your init-data digest");
+    }
     const encoding = evidence.reportDataEncoding === undefined ? "sha512" : evidence.reportDataEncoding;
     const wanted = await reportDataFor(binding, encoding);
     if (!equalBytes(wanted, report.reportData)) {
@@ -485,13 +508,10 @@ export async function verifyEnvelope(bytes, trust, { now = new Date(), expected 
     }
     checked.push("REPORT_DATA binds this envelope's binding", "the envelope's fields equal the report's");
     if (expected === null) {
-      notChecked.push("MEASUREMENT and HOST_DATA (load your expected values to check them)", "your expected run, corpus, evaluation and workload (load your expected values)");
+      notChecked.push("your expected run, corpus, evaluation and workload (load your expected values)");
     } else {
-      const outcome = await expectationProblems(binding, report, expected);
-      if (outcome.workload.length) throw new Failure("workload-identity", outcome.workload.join("; "));
-      if (outcome.problems.length) throw new Failure("expectation", outcome.problems.join("; "));
-      if (outcome.checked.length) checked.push(`${outcome.checked.join(", ")} as your expected values pin`);
-      else notChecked.push("MEASUREMENT and HOST_DATA (your expected values pin neither)");
+      const problems = await expectationProblems(binding, expected);
+      if (problems.length) throw new Failure("expectation", problems.join("; "));
       checked.push("run, corpus, evaluation and workload as your expected values say");
     }
     return { status: "verified", detail: checked.join("; "), checked, notChecked, simulated: chain.simulated };

@@ -550,10 +550,10 @@ CONTRACT: Final = Contract(
         ),
         (
             "It checks each envelope's SEV-SNP evidence in your browser (report signature, chain "
-            "to AMD's roots, REPORT_DATA binding, and your expected values if you load them), but "
-            "with code and roots the operator's server sent: a check made by code the operator "
-            "serves proves nothing against the operator. It does not check the platform policy, "
-            "the checkpoint signatures or the inclusion proofs. `tenant fetch` and "
+            "to AMD's roots, platform policy, REPORT_DATA binding, and your expected values if "
+            "you load them), but with code and roots the operator's server sent: a check made by "
+            "code the operator serves proves nothing against the operator. It does not check the "
+            "checkpoint signatures or the inclusion proofs. `tenant fetch` and "
             "`verify-attested-run` make these checks with the keys and roots you pinned."
         ),
         (

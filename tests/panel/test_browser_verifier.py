@@ -3,8 +3,8 @@ the same verdict class on every real SEV-SNP vector of tests/assets and on bit f
 
 The Python side is ``verify_endorsement`` (stages 1-4 of ``verify-attested-run``: parse,
 chain to a pinned AMD root at ``now``, report signature, the certificate describes the
-report), which is what the browser decides of a report; the platform policy is not redone in
-the browser and the page says so.
+report), and ``verify_report`` under the default policy for the unflipped vectors (stages 1-6,
+cases.json's secure_default); then whole envelopes against ``verify_envelope``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from attestation.abi.report import LAYOUT
 from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.verification import verify_envelope
-from attestation.verify.verifier import verify_endorsement
+from attestation.verify.policy import Policy
+from attestation.verify.verifier import verify_endorsement, verify_report
 from tests.panel.conftest import Panel
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -36,6 +37,18 @@ CERTIFICATE_STRIDE = 7
 BATCH = 400
 
 OpenPanel = Callable[[], webdriver.Chrome]
+
+
+def _python_policy_verdict(report: bytes, certificate: bytes, now: str) -> str:
+    """``verify-attested-run --report --endorsement`` under the default policy ({})."""
+    result = verify_report(
+        report,
+        certificate,
+        policy=Policy(),
+        trust=TrustStore.amd(),
+        now=datetime.fromisoformat(now),
+    )
+    return "verified" if result.failure_class is None else result.failure_class.value
 
 
 def _python_verdict(report: bytes, certificate: bytes, now: str) -> str:
@@ -72,7 +85,7 @@ def _variants(case: dict[str, Any]) -> Iterator[tuple[str, bytes, bytes]]:
 
 
 def _browser_verdicts(
-    browser: webdriver.Chrome, jobs: list[dict[str, str]]
+    browser: webdriver.Chrome, jobs: list[dict[str, Any]]
 ) -> list[dict[str, str]]:
     script = """
 const [jobs, done] = [arguments[0], arguments[arguments.length - 1]];
@@ -82,8 +95,10 @@ const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
   const trust = await AttestedReplayVerify.loadTrust(data);
   const out = [];
   for (const job of jobs) {
-    out.push(await AttestedReplayVerify.endorsementVerdict(
-      bytes(job.report), [bytes(job.cert)], trust, new Date(job.now)));
+    const args = [bytes(job.report), [bytes(job.cert)], trust, new Date(job.now)];
+    out.push(job.policy
+      ? await AttestedReplayVerify.reportVerdict(...args)
+      : await AttestedReplayVerify.endorsementVerdict(...args));
   }
   return out;
 })().then(done, (e) => done([{verdict: "script-error", detail: String(e)}]));
@@ -103,7 +118,7 @@ def test_every_real_vector_and_bit_flip_gets_the_python_verdict_class(
     del panel  # the server the page comes from
     browser = open_panel()
     names: list[str] = []
-    jobs: list[dict[str, str]] = []
+    jobs: list[dict[str, Any]] = []
     expected: list[str] = []
     for case in CASES:
         for name, report, certificate in _variants(case):
@@ -116,6 +131,19 @@ def test_every_real_vector_and_bit_flip_gets_the_python_verdict_class(
                 }
             )
             expected.append(_python_verdict(report, certificate, case["now"]))
+        # The whole raw verdict, platform policy included (cases.json's secure_default).
+        report = (ASSETS / "real" / case["report"]).read_bytes()
+        certificate = (ASSETS / "real" / case["cert"]).read_bytes()
+        names.append(f"{case['report']}+{case['cert']} under the default policy")
+        jobs.append(
+            {
+                "report": base64.b64encode(report).decode(),
+                "cert": base64.b64encode(certificate).decode(),
+                "now": case["now"],
+                "policy": True,
+            }
+        )
+        expected.append(_python_policy_verdict(report, certificate, case["now"]))
     got = _browser_verdicts(browser, jobs)
 
     differ = [
@@ -125,7 +153,9 @@ def test_every_real_vector_and_bit_flip_gets_the_python_verdict_class(
     ]
     assert differ == [], f"{len(differ)} of {len(jobs)} differ: " + "\n".join(map(str, differ))
     # Every class the vectors reach is exercised, not only "verified".
-    assert {"verified", "malformed", "untrusted-chain", "bad-signature"} <= set(expected)
+    assert {"verified", "malformed", "untrusted-chain", "bad-signature", "platform-policy"} <= set(
+        expected
+    )
 
 
 def test_the_python_reference_reaches_the_verdicts_cases_json_records() -> None:

@@ -260,6 +260,7 @@ def test_landmarks_and_labels_signed_out_and_signed_in(open_panel: OpenPanel, pa
     browser = open_panel()
     _check_landmarks_and_labels(browser)
     sign_in(browser, panel.tokens["acme"])
+    wait_for_verdicts(browser)  # the runs are drawn again once checked
     for details in browser.find_elements(By.CSS_SELECTOR, "details.run summary"):
         details.click()
     _check_landmarks_and_labels(browser)
@@ -273,6 +274,7 @@ def test_axe_core_finds_no_violations(open_panel: OpenPanel, panel: Panel) -> No
     browser = open_panel()
     assert _axe_violations(browser) == []
     sign_in(browser, panel.tokens["acme"])
+    wait_for_verdicts(browser)  # the runs are drawn again once checked
     for details in browser.find_elements(By.CSS_SELECTOR, "details.run summary"):
         details.click()
     assert _axe_violations(browser) == []

@@ -16,13 +16,14 @@ from cryptography.hazmat.primitives import serialization
 
 from attestation.abi import report as abi
 from attestation.abi.product import ProductLine
-from attestation.abi.tcb import tcb_layout
+from attestation.abi.tcb import TcbVersion, tcb_layout
 from attestation.endorsement import certificate as amd_extensions
 from attestation.endorsement import chain, trust
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
 from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM
 from attestation.verify import verifier
+from attestation.verify.policy import Policy
 
 
 def _report() -> dict[str, Any]:
@@ -100,6 +101,20 @@ def _roots() -> list[dict[str, str]]:
     ]
 
 
+def _policy() -> dict[str, Any]:
+    security = {
+        name for line in ProductLine for name in TcbVersion.decode(0, line).security_components()
+    }
+    return {
+        # What `verify-attested-run` applies when the tenant's file sets no policy key.
+        "defaults": Policy().model_dump(by_alias=True, mode="json"),
+        "guestBits": dict(abi.GuestPolicy._BITS),  # noqa: SLF001
+        "platformInfoKnownMask": abi.PlatformInfo._KNOWN_MASK,  # noqa: SLF001
+        "securityComponents": sorted(security),
+        "products": [line.value for line in ProductLine],
+    }
+
+
 @functools.cache
 def verifier_data() -> dict[str, Any]:
     """The JSON document ``static/verify.js`` reads (computed once per process)."""
@@ -109,6 +124,7 @@ def verifier_data() -> dict[str, Any]:
         "endorsement": _endorsement(),
         "chain": _chain(),
         "roots": _roots(),
+        "policy": _policy(),
         "failureClasses": {cls.value: EXIT_CODES[cls] for cls in FailureClass},
         "cosignatureType": COSIGNATURE_V1_ALGORITHM,
     }

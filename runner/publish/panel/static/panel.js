@@ -253,7 +253,7 @@
         checks.push(el("dt", { text: "Not checked here" }), el("dd", {}, el("ul", {}, ...verdict.notChecked.map((item) => el("li", { text: item })))));
       }
     }
-    return el("details", { class: "run" },
+    return el("details", { class: "run", "data-digest": run.digest },
       el("summary", {}, `Checks and commands for run ${run.runId}${partOf(run)}`),
       el("dl", {},
         ...checks,
@@ -291,7 +291,10 @@
       el("caption", { text: `Envelopes published for tenant ${tenant}, in log order` }),
       el("thead", {}, el("tr", {}, ...COLUMNS.map((h) => el("th", { scope: "col", text: h })))),
       el("tbody", {}, ...shown.map(runRow)));
+    // What the tenant opened stays open when the verdicts arrive and the page is redrawn.
+    const open = new Set(Array.from(container.querySelectorAll("details.run[open]"), (d) => d.dataset.digest));
     const details = shown.filter((run) => !run.problem).map(runDetails);
+    for (const detail of details) detail.open = open.has(detail.dataset.digest);
     container.replaceChildren(pager(), el("div", { class: "table-wrap" }, table), ...details);
   }
 
@@ -561,7 +564,11 @@
     $("signin").addEventListener("submit", signIn);
     $("simulated-root").addEventListener("change", onSimulatedRoot);
     $("expected-file").addEventListener("change", onExpected);
-    $("witness-keys").addEventListener("input", onWitnessKeys);
+    let typing = null; // keys are read once typing pauses, not at every keystroke
+    $("witness-keys").addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(onWitnessKeys, 300);
+    });
     try {
       verifierData = await api("/panel/verifier-data.json", { auth: false });
       resetTrust();
