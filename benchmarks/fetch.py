@@ -16,10 +16,11 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
   does): a consistency proof, then per entry an inclusion-proof request, an envelope request,
   a file fsync and a directory fsync, one entry at a time;
 * ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
-  entries (no proof per entry), the envelopes in bundles of up to 64 per request
-  (``GET .../log/envelopes``), ``N`` requests at a time by ``N`` worker processes (forked:
-  this process runs no other thread then), each checking and writing what it downloaded,
-  one fsync per envelope and one directory fsync per page of 1,000;
+  tlog-tiles entry bundles and hash tiles (no proof per entry), the envelopes in bundles of
+  up to 64 per request (``GET .../log/envelopes``), ``N`` requests at a time by ``N``
+  worker processes (forked: this process runs no other thread then), each checking and
+  writing what it downloaded, one fsync per envelope and one directory fsync per page of
+  1,000;
 * ``bulk N threads``: the same in ``N`` threads of the fetching process (what a fetch too
   small for the processes does, and what ``--jobs N`` did before them): one interpreter, so
   one core for the checks;
@@ -91,6 +92,8 @@ from tenant.verify_fetched import default_workers, load_expectations, verify_fet
 TENANT = "bench"
 PUBLISHERS = 8
 CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
+#: The baseline's page of entries (the route's 1,000 base64 entries, JSON).
+ENTRIES_PAGE = Limits(max_bytes=1024 * 1024, deadline=60.0)
 
 
 def genuine_envelope(scratch: Path) -> bytes:
@@ -197,9 +200,7 @@ def sequential_fetch(server: str, token: str, out_dir: Path, key: VerifierKey) -
         index: dict[str, Any] = {}
         for page_start in range(start, new.size, tenant_fetch.PAGE):
             page_end = min(page_start + tenant_fetch.PAGE, new.size)
-            page = json.loads(
-                get("/log/entries", tenant_fetch.ENTRIES_ANSWER, start=page_start, end=page_end)
-            )
+            page = json.loads(get("/log/entries", ENTRIES_PAGE, start=page_start, end=page_end))
             for position, encoded in enumerate(page["entries"], page_start):
                 raw = base64.b64decode(encoded, validate=True)
                 entry = LogEntry.from_bytes(raw)

@@ -146,7 +146,7 @@ def raw_rate(storage: Storage, payloads: list[bytes], tenant: str) -> float:
             txn.head(tenant)
             txn.entries_since(tenant, max(index - 1, 0), 10_000)
             assert not txn.envelopes(tenant, [digest])
-            assert not txn.run_pointers(tenant, [(run_id, WHOLE_RUN)])
+            assert not txn.run_parts(tenant, [run_id])
             txn.append([EntryRow(tenant, index, entry, digest, data, utc_now())])
             txn.set_run_pointers([RunPointer(tenant, run_id, WHOLE_RUN, digest)])
             txn.put_head(tenant, index + 1, bytes(32), note)

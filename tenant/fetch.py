@@ -9,8 +9,9 @@ Each fetch verifies the new checkpoint's signature with the pinned key (and, wit
 witnesses, takes the latest cosigned checkpoint and requires their cosignatures: a split view
 then needs the witnesses' collusion), then proves with one
 computation that the new tree extends the kept one and holds every new entry: the right edge
-of the kept tree (its last entry's inclusion proof under the kept root) extended with the new
-entries must give the new signed root (:class:`CompactRange`). Any failure is tampering. So
+of the kept tree (read from the log's C2SP tlog-tiles hash tiles, :mod:`tenant.tlog`, and
+giving the kept root) extended with the new entries (from its entry bundles) must give the new
+signed root (:class:`CompactRange`). Any failure is tampering. So
 is a log holding two envelopes for one run (or one shard of a run): the service never logs a
 replacement, so a second one means the operator rewrote which envelope a run has; and a run
 whose merged envelope holds other shards than the log's shard envelopes of it
@@ -27,7 +28,6 @@ completed fetch.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import contextlib
 import json
@@ -55,9 +55,13 @@ from attestation.transparency.checkpoint import (
     tenant_log_origin,
     verify_signed_checkpoint,
 )
-from attestation.transparency.cosignature import require_cosignatures
+from attestation.transparency.cosignature import (
+    CosignatureError,
+    require_cosignatures,
+    verify_cosignatures,
+)
 from attestation.transparency.entries import EntryError, LogEntry
-from attestation.transparency.merkle import HASH_SIZE, CompactRange, leaf_hash
+from attestation.transparency.merkle import CompactRange, leaf_hash
 from tenant.errors import (
     FetchWorkerError,
     ServiceUnavailableError,
@@ -77,6 +81,7 @@ from tenant.http import (
     check_url,
 )
 from tenant.logged_shards import check_logged_shards
+from tenant.tlog import LogTiles
 from tenant.unjudged import load_unjudged, record_unjudged
 
 log = structlog.get_logger("attested-replay.tenant")
@@ -94,9 +99,8 @@ WITNESSES_FILE: Final = "witnesses.json"
 #: worker processes instead of threads: a process costs about 35 ms of CPU to start and
 #: build its client when forked (half a second when spawned), two bundles' worth of checking.
 POOL_MIN_BUNDLES: Final = 3
-#: A checkpoint or a proof; a page of PAGE entries; an envelope (the one contracts limit).
+#: A checkpoint; an envelope (the one contracts limit). Tiles: :mod:`tenant.tlog`.
 SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
-ENTRIES_ANSWER: Final = Limits(max_bytes=1024 * 1024, deadline=60.0)
 ENVELOPE_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES, deadline=120.0)
 #: A bundle: base64 of at most one maximal envelope's bytes (the service's byte bound is
 #: below it, and its first envelope is always served), with room for the JSON around it.
@@ -215,6 +219,11 @@ class _Api:
             raise ServiceUnavailableError(f"GET {path} answered HTTP {answer.status}")
         return answer.body
 
+    def tile(self, path: str, limit: Limits) -> bytes | None:
+        """A tlog-tiles path of the log (``tile/...``), or None for a 404."""
+        answer = self.get_or_missing(f"/tlog/{path}", limit)
+        return None if answer is None else answer.body
+
     def bundle(self, start: int, end: int) -> list[bytes | None] | None:
         """The envelopes of entries ``start``, ``start + 1``, ... (at least one, at most up to
         ``end - 1``), None for one the service says is not stored; None when the service has
@@ -280,16 +289,6 @@ def decode_base64(text: str) -> bytes:
     return binascii.a2b_base64(text, strict_mode=True)
 
 
-def _hashes(body: dict[str, Any], what: str) -> list[bytes]:
-    try:
-        hashes = [base64.b64decode(h, validate=True) for h in body["hashes"]]
-    except (KeyError, TypeError, binascii.Error, ValueError) as exc:
-        raise TamperingError(f"{what} is malformed: {exc}") from exc
-    if any(len(h) != HASH_SIZE for h in hashes):
-        raise TamperingError(f"{what} holds a hash that is not {HASH_SIZE} bytes")
-    return hashes
-
-
 def fetch_tenant(
     *,
     server: str,
@@ -326,7 +325,7 @@ def fetch_tenant(
     key = _pinned_key(out_dir, log_key)
     policy = _pinned_witnesses(out_dir, witnesses)
     origin = tenant_log_origin(key.name, tenant)
-    old = _old_checkpoint(out_dir, last_checkpoint, key, origin)
+    old = _old_checkpoint(out_dir, last_checkpoint, key, origin, policy)
     index = _load_index(out_dir)
     remote = _Remote(server, tenant, token, retry, ca_bundle)
     with remote.client(connections=jobs) as client:
@@ -398,7 +397,7 @@ def _pinned_witnesses(out_dir: Path, given: WitnessPolicy | None) -> WitnessPoli
 def _new_checkpoint_note(api: _Api, policy: WitnessPolicy | None) -> str:
     """The checkpoint to fetch up to: the latest, or with witnesses the latest cosigned."""
     if policy is None:
-        return api.get("/log/checkpoint").body.decode("utf-8", "replace")
+        return api.get("/tlog/checkpoint").body.decode("utf-8", "replace")
     answer = api.get_or_missing("/log/checkpoint/cosigned")
     if answer is None:
         missing = ", ".join(key.name for key in policy.keys)
@@ -410,8 +409,15 @@ def _new_checkpoint_note(api: _Api, policy: WitnessPolicy | None) -> str:
 
 
 def _old_checkpoint(
-    out_dir: Path, given: str | None, key: VerifierKey, origin: str
+    out_dir: Path,
+    given: str | None,
+    key: VerifierKey,
+    origin: str,
+    policy: WitnessPolicy | None,
 ) -> Checkpoint | None:
+    """The kept checkpoint, or ``given`` (``--checkpoint``, e.g. a publish receipt's): signed
+    by the pinned key; with pinned witnesses, a cosignature line a given one carries by one
+    of them must verify too (a receipt's cosigned checkpoint: tampering otherwise)."""
     if given is not None:
         try:
             note, source = Path(given).read_text(encoding="utf-8"), given
@@ -423,15 +429,21 @@ def _old_checkpoint(
     else:
         return None
     try:
-        return verify_signed_checkpoint(note, key, origin=origin)
+        checkpoint = verify_signed_checkpoint(note, key, origin=origin)
     except CheckpointError as exc:
         raise TenantInputError(f"kept checkpoint {source} does not verify: {exc}") from exc
+    if given is not None and policy is not None:
+        try:
+            verify_cosignatures(note, policy.keys)
+        except CosignatureError as exc:
+            raise TamperingError(f"checkpoint {source}: {exc}") from exc
+    return checkpoint
 
 
-def _not_consistent(old: Checkpoint, new: Checkpoint) -> TamperingError:
+def _not_consistent(old: Checkpoint, new: Checkpoint, detail: str = "") -> TamperingError:
     return TamperingError(
         f"checkpoint of size {new.size} is not consistent with the kept checkpoint of size "
-        f"{old.size}: entries were removed, reordered or rewritten, or the log forked"
+        f"{old.size}: entries were removed, reordered or rewritten, or the log forked{detail}"
     )
 
 
@@ -439,8 +451,8 @@ def _proven_entries(
     api: _Api, tenant: str, old: Checkpoint | None, new: Checkpoint
 ) -> list[tuple[int, LogEntry]]:
     """The entries past the kept size, in log order, proven to be what ``new`` commits to
-    in a tree that extends ``old``: the kept tree's right edge extended with them gives
-    ``new.root``."""
+    in a tree that extends ``old``: the kept tree's right edge (from the log's hash tiles)
+    extended with them (from its entry bundles) gives ``new.root``."""
     if old is not None and new.size < old.size:
         raise TamperingError(
             f"the log shrank from {old.size} to {new.size} entries: entries were removed"
@@ -449,18 +461,21 @@ def _proven_entries(
         if new.root != old.root:
             raise _not_consistent(old, new)
         return []
+    tiles = LogTiles(api.tile, new.size)
     edge = CompactRange()
-    # The kept tree's last entry comes first: its inclusion proof gives the kept right edge.
-    first = 0 if old is None or old.size == 0 else old.size - 1
+    if old is not None and old.size > 0:
+        edge, paths = tiles.kept_edge(old.size)
+        if edge.root() != old.root:
+            raise _not_consistent(
+                old,
+                new,
+                f" (the hash tiles {', '.join(paths)} do not give the kept root: the log no "
+                "longer holds the kept tree, or the service served a wrong tile)",
+            )
     entries: list[tuple[int, LogEntry]] = []
-    for page_start in range(first, new.size, PAGE):
-        page_end = min(page_start + PAGE, new.size)
-        for position, raw in enumerate(_entries_page(api, page_start, page_end), page_start):
-            if old is not None and position == old.size - 1:
-                edge = _kept_edge(api, old, new, raw)
-                continue
-            entries.append((position, _log_entry(raw, position, tenant)))
-            edge.append(leaf_hash(raw))
+    for position, raw in tiles.entries(edge.size):
+        entries.append((position, _log_entry(raw, position, tenant)))
+        edge.append(leaf_hash(raw))
     if edge.root() != new.root:
         if old is not None:
             raise _not_consistent(old, new)
@@ -469,38 +484,6 @@ def _proven_entries(
             f"{new.size}: the server shows another log than the one it signed"
         )
     return entries
-
-
-def _entries_page(api: _Api, page_start: int, page_end: int) -> list[bytes]:
-    body = api.json("/log/entries", ENTRIES_ANSWER, start=page_start, end=page_end)
-    raw_entries = body.get("entries")
-    if (
-        body.get("start") != page_start
-        or not isinstance(raw_entries, list)
-        or len(raw_entries) != page_end - page_start
-    ):
-        raise TamperingError(
-            f"entries {page_start}..{page_end - 1} are missing from the server's log"
-        )
-    decoded = []
-    for position, encoded in enumerate(raw_entries, page_start):
-        try:
-            decoded.append(decode_base64(str(encoded)))
-        except (binascii.Error, ValueError) as exc:
-            raise TamperingError(f"log entry {position} is malformed: {exc}") from exc
-    return decoded
-
-
-def _kept_edge(api: _Api, old: Checkpoint, new: Checkpoint, raw: bytes) -> CompactRange:
-    position = old.size - 1
-    proof = _hashes(
-        api.json("/log/proof/inclusion", index=position, size=old.size),
-        f"inclusion proof of entry {position}",
-    )
-    edge = CompactRange.from_last_leaf(leaf_hash(raw), old.size, proof, old.root)
-    if edge is None:  # the server's log no longer holds the kept tree
-        raise _not_consistent(old, new)
-    return edge
 
 
 def _log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:

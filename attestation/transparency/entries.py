@@ -15,6 +15,9 @@ from typing import Final
 from attestation.contracts import is_run_id, is_sha256_digest, is_tenant_id
 
 ENTRY_VERSION: Final = "1"
+#: The longest entry: a 71-character digest, a 128-character run ID, a 63-character tenant
+#: (the grammars of :mod:`attestation.contracts`) in the canonical form below.
+MAX_ENTRY_BYTES: Final = len('{"envelope":"","runId":"","tenant":"","v":""}') + 71 + 128 + 63 + 1
 
 
 class EntryError(ValueError):

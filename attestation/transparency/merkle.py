@@ -25,6 +25,29 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
+def perfect_root(hashes: Sequence[bytes]) -> bytes:
+    """The root of a perfect subtree from its ``2**k`` hashes one level below ``k`` levels
+    down, left to right."""
+    level = list(hashes)
+    if not level or len(level) & (len(level) - 1):
+        raise ValueError(f"{len(level)} hashes are not a perfect subtree's level")
+    while len(level) > 1:
+        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def edge_subtrees(size: int) -> list[tuple[int, int]]:
+    """The perfect subtrees along the right edge of the tree of ``size`` leaves, largest
+    first, as (height, index): subtree ``index`` of ``2**height`` leaves."""
+    subtrees = []
+    start = 0
+    for height in reversed(range(size.bit_length())):
+        if size >> height & 1:
+            subtrees.append((height, start >> height))
+            start += 1 << height
+    return subtrees
+
+
 def verify_inclusion(
     leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes
 ) -> bool:
@@ -123,6 +146,18 @@ class CompactRange:
         edge = cls()
         edge.size = size
         edge._edge = [*reversed(proof[inner:]), smallest]
+        return edge
+
+    @classmethod
+    def from_subtrees(cls, size: int, hashes: Sequence[bytes]) -> CompactRange:
+        """The right edge of the tree of ``size`` from the hashes of its
+        :func:`edge_subtrees`, in that order (whether they are that tree's is for the
+        caller to check: :meth:`root` against a signed root)."""
+        if len(hashes) != size.bit_count() or any(len(h) != HASH_SIZE for h in hashes):
+            raise ValueError(f"the tree of {size} leaves has {size.bit_count()} edge subtrees")
+        edge = cls()
+        edge.size = size
+        edge._edge = list(hashes)
         return edge
 
     def append(self, leaf: bytes) -> None:

@@ -30,6 +30,10 @@ class TilePathError(ValueError):
     """A tile path that is not in tlog-tiles' form."""
 
 
+class BundleError(ValueError):
+    """Entry bundle bytes that are not a sequence of length-prefixed entries."""
+
+
 @dataclass(frozen=True, slots=True)
 class TileAddress:
     """A hash tile (``level`` >= 0) or an entry bundle (``level`` None), and its width."""
@@ -82,6 +86,21 @@ def parse_tile_path(path: str) -> TileAddress:
     return TileAddress(level, int(digits), width)
 
 
+def tile_width(level: int, index: int, size: int) -> int:
+    """How many hashes tile ``index`` of ``level`` holds in the tree of ``size`` leaves (an
+    entry bundle: ``level`` 0); 0 or less when it holds none."""
+    return min(TILE_WIDTH, (size >> (TILE_HEIGHT * level)) - TILE_WIDTH * index)
+
+
+def subtree_in_tile(height: int, index: int) -> tuple[int, int, int, int]:
+    """Where the hash of perfect subtree ``index`` of ``2**height`` leaves is read: (tile
+    level, tile index, its first hash in that tile, how many), the hashes to combine pairwise
+    ``height % 8`` times (a tile holds only every eighth level of the tree)."""
+    level, below = divmod(height, TILE_HEIGHT)
+    first = index << below
+    return level, first // TILE_WIDTH, first % TILE_WIDTH, 1 << below
+
+
 def encode_bundle(entries: Sequence[bytes]) -> bytes:
     """An entry bundle: each entry as a big-endian u16 length and its bytes."""
     out = bytearray()
@@ -90,3 +109,27 @@ def encode_bundle(entries: Sequence[bytes]) -> bytes:
             raise ValueError(f"an entry of {len(entry)} bytes does not fit a tlog-tiles bundle")
         out += struct.pack(">H", len(entry)) + entry
     return bytes(out)
+
+
+def decode_bundle(data: bytes, *, max_entry: int) -> list[bytes]:
+    """The entries of an entry bundle, each at most ``max_entry`` bytes, with nothing after
+    the last one (:func:`encode_bundle`'s inverse)."""
+    entries: list[bytes] = []
+    offset = 0
+    while offset < len(data):
+        if len(entries) == TILE_WIDTH:
+            raise BundleError(f"entry bundle holds more than {TILE_WIDTH} entries")
+        if offset + 2 > len(data):
+            raise BundleError(f"entry bundle ends inside the length of entry {len(entries)}")
+        (length,) = struct.unpack_from(">H", data, offset)
+        if length > max_entry:
+            raise BundleError(
+                f"entry {len(entries)} of the bundle has {length} bytes, more than a log "
+                f"entry ever has ({max_entry})"
+            )
+        offset += 2
+        if offset + length > len(data):
+            raise BundleError(f"entry bundle ends inside entry {len(entries)}")
+        entries.append(data[offset : offset + length])
+        offset += length
+    return entries

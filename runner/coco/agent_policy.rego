@@ -2,9 +2,10 @@ package agent_policy
 
 # Kata agent policy for one attested-replay pod. attested-replay writes `policy_data` (the exact
 # replay container and pod it admits) after these rules; the agent evaluates
-# `data.agent_policy.<RequestName>` with each ttrpc request as input. Written for Rego v0 (kata
-# 3.29, regorus 0.2.8) and Rego v1 (kata >= 4.0, regorus 0.9) alike, with builtins from
-# regorus' core, regex and base64url only (what kata builds it with), none that can fail on input.
+# `data.agent_policy.<RequestName>` with each ttrpc request as input (kata src/agent/policy/
+# src/policy.rs). Written for Rego v0 (kata 3.28-3.29, regorus 0.2.8) and Rego v1 (kata 3.30.0
+# to 4.1.0, regorus 0.9.1 at git rev 898643129e) alike, with builtins from regorus' core, regex
+# and base64url only (what kata builds it with), none that can fail on input.
 
 import future.keywords.contains
 import future.keywords.every
@@ -67,11 +68,22 @@ CreateContainerRequest := {"allowed": true, "ops": ops} if {
 	data.pstate.sandbox
 	role := container_role
 	role_order_ok(role)
-	ops := [
-		{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
-		{"op": "add", "path": concat("", ["/pstate/", ROLE_KEY[role]]), "value": input.container_id},
-		{"op": "add", "path": "/pstate/sandbox-name", "value": input.OCI.Annotations["io.kubernetes.cri.sandbox-name"]},
-	]
+	ops := array.concat(
+		[
+			{"op": "add", "path": concat("", ["/pstate/created-", input.container_id]), "value": role},
+			{"op": "add", "path": concat("", ["/pstate/", ROLE_KEY[role]]), "value": input.container_id},
+			{"op": "add", "path": "/pstate/sandbox-name", "value": cri("pod")},
+		],
+		ROLE_OPS[role],
+	)
+}
+
+# The pause container's hostname is the pod's (kubelet: the pod name, or the spec.hostname
+# the Job controller sets for an Indexed Job): the replay's HOSTNAME and completion index must
+# be this pod's, not another pod's of the Job.
+ROLE_OPS := {
+	"sandbox": [{"op": "add", "path": "/pstate/hostname", "value": input.OCI.Hostname}],
+	"replay": [],
 }
 
 # One pause container, then one replay container, each once in the VM's life: a second replay
@@ -128,24 +140,164 @@ common_container_input(cri_type) if {
 KATA_CONTAINER_TYPE := {"sandbox": "pod_sandbox", "container": "pod_container"}
 
 annotations_ok(annotations, cri_type) if {
+	family := cri_family
 	every key in object.keys(annotations) {
-		annotation_key_allowed(key)
+		annotation_key_allowed(family, key)
 	}
-	annotations["io.kubernetes.cri.container-type"] == cri_type
+	cri("type") == cri_type
 	annotations["io.katacontainers.pkg.oci.container_type"] == KATA_CONTAINER_TYPE[cri_type]
-	pod_name_ok(annotations["io.kubernetes.cri.sandbox-name"])
+	pod_name_ok(cri("pod"))
 	termination_message_path_ok(annotations)
+	runtime_annotations_ok(family, annotations, cri_type)
 }
 
-annotation_key_allowed(key) if startswith(key, "io.kubernetes.cri.")
+# The container runtime that made the spec, told by its container-type key (containerd:
+# internal/cri/annotations; CRI-O v1.37.0: internal/annotations/annotations.go), and where each
+# writes what these rules read. CRI-O names the pod and the container with the kubelet's labels
+# (kuberuntime labels.go), which it copies into the spec, and the image kata pulls in its
+# ImageName (kata 4.1.0 kata_agent.go handleImageGuestPullBlockVolume).
+cri_family := "containerd" if {
+	input.OCI.Annotations["io.kubernetes.cri.container-type"]
+	not input.OCI.Annotations["io.kubernetes.cri-o.ContainerType"]
+}
+
+cri_family := "cri-o" if {
+	input.OCI.Annotations["io.kubernetes.cri-o.ContainerType"]
+	not input.OCI.Annotations["io.kubernetes.cri.container-type"]
+}
+
+CRI_KEYS := {
+	"containerd": {
+		"type": "io.kubernetes.cri.container-type",
+		"pod": "io.kubernetes.cri.sandbox-name",
+		"name": "io.kubernetes.cri.container-name",
+		"image": "io.kubernetes.cri.image-name",
+	},
+	"cri-o": {
+		"type": "io.kubernetes.cri-o.ContainerType",
+		"pod": "io.kubernetes.pod.name",
+		"name": "io.kubernetes.container.name",
+		"image": "io.kubernetes.cri-o.ImageName",
+	},
+}
+
+cri(field) := input.OCI.Annotations[CRI_KEYS[cri_family][field]]
+
+# containerd passes only its own keys, kata's and the pod annotations kata-deploy lists.
+annotation_key_allowed("containerd", key) if startswith(key, "io.kubernetes.cri.")
 
 # Pod annotations kata-deploy passes through (cc_init_data, ...) and kata's own bookkeeping.
-annotation_key_allowed(key) if startswith(key, "io.katacontainers.")
+annotation_key_allowed(family, key) if startswith(key, "io.katacontainers.")
 
-annotation_key_allowed(key) if key in {
+annotation_key_allowed("containerd", key) if key in {
 	"io.kubernetes.container.terminationMessagePath",
 	"io.kubernetes.container.terminationMessagePolicy",
 	"nerdctl/network-namespace",
+}
+
+# CRI-O writes its keys (internal/factory/container/container.go for a container,
+# server/sandbox_run_linux.go for the pause), the kubelet's container annotations and labels,
+# and for the pause the pod's labels, and copies every pod annotation into both: keys the
+# cluster's admission chain chooses, which no list can hold. The guest reads only the container
+# types, kata's container_type, cdi.k8s.io/* and the termination message path (kata 4.1.0 agent
+# confidential_data_hub/image.rs, device/mod.rs, rpc.rs): those are pinned or refused, as is
+# every key of a namespace CRI-O, kata, the OCI image spec or systemd act on.
+annotation_key_allowed("cri-o", key) if key in CRIO_KEYS
+
+annotation_key_allowed("cri-o", key) if regex.match(`^io\.kubernetes\.cri-o\.IP\.[0-9]+$`, key)
+
+annotation_key_allowed("cri-o", key) if {
+	regex.match(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`, key)
+	not reserved_annotation(key)
+}
+
+reserved_annotation(key) if regex.match(RESERVED_ANNOTATIONS, key)
+
+RESERVED_ANNOTATIONS := concat("", [
+	`^(io\.kubernetes\.|io\.katacontainers\.|io\.container|io\.containers\.|org\.opencontainers\.`,
+	`|org\.systemd\.|cdi\.k8s\.io/|nvidia\.com/|[^/]*crio\.io(/|$))`,
+])
+
+CRIO_KEYS := {
+	# internal/annotations/annotations.go (v1.37.0)
+	"io.kubernetes.cri-o.Annotations",
+	"io.kubernetes.cri-o.CgroupParent",
+	"io.kubernetes.cri-o.CNIResult",
+	"io.kubernetes.cri-o.ContainerID",
+	"io.kubernetes.cri-o.ContainerName",
+	"io.kubernetes.cri-o.ContainerType",
+	"io.kubernetes.cri-o.Created",
+	"io.kubernetes.cri-o.HostName",
+	"io.kubernetes.cri-o.HostNetwork",
+	"io.kubernetes.cri-o.HostnamePath",
+	"io.kubernetes.cri-o.Image",
+	"io.kubernetes.cri-o.ImageName",
+	"io.kubernetes.cri-o.ImageRef",
+	"io.kubernetes.cri-o.ImageRepoDigests",
+	"io.kubernetes.cri-o.KubeName",
+	"io.kubernetes.cri-o.Labels",
+	"io.kubernetes.cri-o.LogPath",
+	"io.kubernetes.cri-o.Metadata",
+	"io.kubernetes.cri-o.MountPoint",
+	"io.kubernetes.cri-o.Name",
+	"io.kubernetes.cri-o.Namespace",
+	"io.kubernetes.cri-o.NamespaceOptions",
+	"io.kubernetes.cri-o.PortMappings",
+	"io.kubernetes.cri-o.PrivilegedRuntime",
+	"io.kubernetes.cri-o.ResolvPath",
+	"io.kubernetes.cri-o.RuntimeHandler",
+	"io.kubernetes.cri-o.SandboxID",
+	"io.kubernetes.cri-o.SandboxName",
+	"io.kubernetes.cri-o.SeccompProfilePath",
+	"io.kubernetes.cri-o.ShmPath",
+	"io.kubernetes.cri-o.Stdin",
+	"io.kubernetes.cri-o.StdinOnce",
+	"io.kubernetes.cri-o.TTY",
+	"io.kubernetes.cri-o.Volumes",
+	"io.container.manager",
+	# pkg/annotations/v2/annotations.go: what CRI-O itself records
+	"platform-runtime-path.crio.io",
+	"pod-linux-overhead.crio.io",
+	"pod-linux-resources.crio.io",
+	# container.go with the systemd cgroup manager (CRI-O's default)
+	"org.systemd.property.After",
+	"org.systemd.property.DefaultDependencies",
+	"org.systemd.property.TimeoutStopUSec",
+	# kubelet kuberuntime labels.go: container labels and annotations, the pod's labels
+	"io.kubernetes.container.hash",
+	"io.kubernetes.container.name",
+	"io.kubernetes.container.restartCount",
+	"io.kubernetes.container.terminationMessagePath",
+	"io.kubernetes.container.terminationMessagePolicy",
+	"io.kubernetes.pod.name",
+	"io.kubernetes.pod.namespace",
+	"io.kubernetes.pod.terminationGracePeriod",
+	"io.kubernetes.pod.uid",
+}
+
+runtime_annotations_ok("containerd", annotations, cri_type) if {
+	annotations["io.kubernetes.cri.container-type"] == cri_type
+}
+
+# What CRI-O states about the container that must be this one: its ID, its sandbox, no
+# terminal or stdin, and for the pause no host network and no privileged runtime.
+runtime_annotations_ok("cri-o", annotations, "container") if {
+	annotations["io.container.manager"] == "cri-o"
+	annotations["io.kubernetes.cri-o.ContainerID"] == input.container_id
+	annotations["io.kubernetes.cri-o.SandboxID"] == data.pstate.sandbox_container
+	annotations["io.kubernetes.cri-o.TTY"] == "false"
+	annotations["io.kubernetes.cri-o.Stdin"] == "false"
+	annotations["io.kubernetes.cri-o.StdinOnce"] == "false"
+}
+
+runtime_annotations_ok("cri-o", annotations, "sandbox") if {
+	annotations["io.container.manager"] == "cri-o"
+	annotations["io.kubernetes.cri-o.ContainerID"] == input.container_id
+	annotations["io.kubernetes.cri-o.SandboxID"] == input.container_id
+	annotations["io.kubernetes.cri-o.KubeName"] == annotations["io.kubernetes.pod.name"]
+	annotations["io.kubernetes.cri-o.HostName"] == input.OCI.Hostname
+	annotations["io.kubernetes.cri-o.HostNetwork"] == "false"
+	annotations["io.kubernetes.cri-o.PrivilegedRuntime"] == "false"
 }
 
 termination_message_path_ok(annotations) if {
@@ -279,9 +431,10 @@ sysctls_ok(sysctls) if {
 # image when the rootfs is a guest pull of "pause" (kata agent confidential_data_hub/image.rs).
 pause_container if {
 	oci := input.OCI
-	not oci.Annotations["io.kubernetes.cri.container-name"]
+	not cri("name")
 	oci.Process.Args == ["/pause"]
 	regex.match(policy_data.pod.hostname_regex, oci.Hostname)
+	hostname_of_pod(oci.Hostname, cri("pod"))
 	count(input.storages) == 1
 	guest_pull_storage(input.storages[0], "pause", "sandbox")
 	every mount in oci.Mounts {
@@ -292,8 +445,9 @@ pause_container if {
 replay_container if {
 	replay := policy_data.replay
 	oci := input.OCI
-	oci.Annotations["io.kubernetes.cri.container-name"] == replay.name
-	oci.Annotations["io.kubernetes.cri.image-name"] == replay.image
+	cri("name") == replay.name
+	cri("image") == replay.image
+	image_requested(oci.Annotations, replay.image)
 
 	oci.Hostname == ""
 	process := oci.Process
@@ -304,6 +458,9 @@ replay_container if {
 	{gid | some gid in process.User.AdditionalGids} == {gid | some gid in replay.additional_gids}
 	no_capabilities(process.Capabilities)
 	env_ok(process.Env, replay)
+	every entry in process.Env {
+		this_pod_entry(entry, data.pstate.hostname)
+	}
 
 	mounts_ok(oci.Mounts, replay.mounts)
 	storages_ok(input.storages, oci.Mounts, replay)
@@ -335,6 +492,41 @@ env_ok(env, replay) if {
 
 env_entry_allowed(entry, replay) if entry in replay.env
 
+# CRI-O tells every container it runs under CRI-O (server/container_create_linux.go), and
+# keeps TERM=xterm from the spec generator it starts from (runtime-tools generate.New, used by
+# internal/factory/container/container.go New; genpolicy's defaults admit it too).
+env_entry_allowed(entry, replay) if {
+	cri_family == "cri-o"
+	entry in {"container=crio", "TERM=xterm"}
+}
+
+# CRI-O also records the image the pod spec asked for (its UserRequestedImage).
+image_requested(annotations, image) if cri_family == "containerd"
+
+image_requested(annotations, image) if annotations["io.kubernetes.cri-o.Image"] == image
+
+# The pod's name is its hostname, or (Indexed Job) its hostname, "-" and 5 random characters.
+hostname_of_pod(hostname, pod_name) if hostname == pod_name
+
+hostname_of_pod(hostname, pod_name) if {
+	regex.match("^[a-z0-9]{5}$", trim_prefix(pod_name, concat("", [hostname, "-"])))
+	startswith(pod_name, concat("", [hostname, "-"]))
+}
+
+# HOSTNAME and the completion index as this pod's sandbox has them (containerd and CRI-O set
+# HOSTNAME to the sandbox's hostname; the index is the hostname's suffix, "<job>-<index>").
+this_pod_entry(entry, hostname) if {
+	not startswith(entry, "HOSTNAME=")
+	not startswith(entry, concat("", [policy_data.pod.index_variable, "="]))
+}
+
+this_pod_entry(entry, hostname) if entry == concat("", ["HOSTNAME=", hostname])
+
+this_pod_entry(entry, hostname) if {
+	index := trim_prefix(hostname, policy_data.pod.index_prefix)
+	entry == concat("", [policy_data.pod.index_variable, "=", index])
+}
+
 env_entry_allowed(entry, replay) if {
 	some pattern in replay.env_patterns
 	regex.match(pattern, entry)
@@ -348,9 +540,14 @@ mounts_ok(mounts, expected) if {
 	destinations := [mount.destination | some mount in mounts]
 	count(destinations) == count({d | some d in destinations})
 	every want in expected {
-		want.destination in destinations
+		mount_present(want, destinations)
 	}
 }
+
+# CRI-O's /run/.containerenv is the only mount one runtime adds and the other does not.
+mount_present(want, destinations) if want.optional == true
+
+mount_present(want, destinations) if want.destination in destinations
 
 mount_allowed(expected, mount) if {
 	some want in expected
@@ -423,24 +620,55 @@ guest_pull_storage(storage, image, cri_type) if {
 }
 
 # The agent reads the container type from this JSON, not from the OCI annotations, and on
-# "sandbox" unpacks its own pause bundle as the rootfs (agent confidential_data_hub/image.rs):
-# the metadata must be a flat object of CRI and kata keys, stating the type once, the right
-# one. (Each quote is `\\?"`: regopy hands the rules input strings with escaped quotes.)
+# "sandbox" unpacks its own pause bundle as the rootfs (agent storage/image_pull_handler.rs,
+# confidential_data_hub/image.rs is_sandbox, kata 4.1.0). The Go runtime writes
+# {"metadata": <the container's annotations>} (kata_agent.go handleImageGuestPullBlockVolume
+# merges them into the snapshotter's labels: none with experimental_force_guest_pull
+# (fs_share_linux.go forceGuestPull), the layer digest and proxy-mode marker with
+# nydus-snapshotter's guest pull, kata-deploy's default (nydus-snapshotter v0.15
+# snapshot/mount_option.go mountWithProxyVolume, pkg/filesystem/fs.go)): every entry must be one
+# of the annotations this rule already checked, with the same value, or one of those labels,
+# and every container type it states (containerd's or CRI-O's key) the right one. json.unmarshal decodes escapes and
+# duplicate keys as the agent's serde_json does; json.is_valid keeps it from failing.
 guest_pull_metadata_ok(option, cri_type) if {
-	regex.match(GUEST_PULL_OPTION, option)
-	types := regex.find_all_string_submatch_n(`\\?"io\.kubernetes\.cri\.container-type\\?":\\?"([a-z_]*)\\?"`, option, -1)
-	count(types) == 1
-	types[0][1] == cri_type
-	kata_types := regex.find_all_string_submatch_n(`\\?"io\.katacontainers\.pkg\.oci\.container_type\\?":\\?"([a-z_]*)\\?"`, option, -1)
-	count(kata_types) <= 1
-	every kata_type in kata_types {
-		kata_type[1] == KATA_CONTAINER_TYPE[cri_type]
+	startswith(option, "image_guest_pull=")
+	text := trim_prefix(option, "image_guest_pull=")
+	json.is_valid(text)
+	pull := json.unmarshal(text)
+	is_object(pull)
+	object.keys(pull) == {"metadata"}
+	metadata := pull.metadata
+	is_object(metadata)
+	every key, value in metadata {
+		is_string(value)
+		pull_metadata_entry(key, value)
+	}
+	some type_key in CONTAINER_TYPE_KEYS
+	metadata[type_key]
+	every key in CONTAINER_TYPE_KEYS {
+		container_type_absent_or(metadata, key, cri_type)
 	}
 }
 
-GUEST_PULL_PAIR := `\\?"(?:io\.kubernetes\.cri\.[a-z-]+|io\.katacontainers\.pkg\.oci\.[a-z_]+)\\?":\\?"[^"\\]*\\?"`
+pull_metadata_entry(key, value) if input.OCI.Annotations[key] == value
 
-GUEST_PULL_OPTION := concat("", [`^image_guest_pull=\{\\?"metadata\\?":\{(?:`, GUEST_PULL_PAIR, `(?:,`, GUEST_PULL_PAIR, `)*)?\}\}$`])
+pull_metadata_entry(key, value) if {
+	not input.OCI.Annotations[key]
+	regex.match(SNAPSHOTTER_LABELS[key], value)
+}
+
+SNAPSHOTTER_LABELS := {
+	"containerd.io/snapshot/cri.layer-digest": "^sha256:[0-9a-f]{64}$",
+	"containerd.io/snapshot/nydus-proxy-mode": "^true$",
+}
+
+# The keys the agent reads the container type from (confidential_data_hub/image.rs
+# K8S_CONTAINER_TYPE_KEYS): containerd's and CRI-O's; both say "sandbox" or "container".
+CONTAINER_TYPE_KEYS := ["io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"]
+
+container_type_absent_or(metadata, key, cri_type) if not metadata[key]
+
+container_type_absent_or(metadata, key, cri_type) if metadata[key] == cri_type
 
 # emptydir_mode = "block-encrypted" (kata >= 3.28 CoCo default): a disk encrypted with a key
 # the guest makes and never shows the host.
@@ -470,9 +698,10 @@ emptydir_storage(storage, replay) if {
 	is_null(storage.fs_group)
 }
 
-# kata >= 4.0 also asks for a new filesystem (create_filesystem); 3.28-3.29 send the key alone
+# kata >= 4.0 also asks for a new filesystem (create_filesystem); 3.28-3.32 send the key alone
 # (kata_agent.go handleDeviceBlockVolume). Either way CDH formats a LUKS2 device with
-# integrity under a key it makes (agent block_handler.rs, cdh_secure_mount).
+# integrity under a key it makes (agent src/storage/block_handler.rs, which calls rpc.rs
+# cdh_secure_mount; since kata 4.0 it refuses the key without create_filesystem).
 ephemeral_encryption(options) if options == ["encryption_key=ephemeral"]
 
 ephemeral_encryption(options) if {

@@ -17,7 +17,8 @@ from typing import Final
 SHARED_DIR: Final = "/run/kata-containers/shared/containers/"
 
 #: A container's rootfs pulled inside the guest: ``/run/kata-containers/<id>/rootfs``
-#: (kata_agent.go ``handleVirtualVolumeStorageObject``).
+#: (fs_share_linux.go ``shareRootFilesystemWithVirtualVolume`` and ``forceGuestPull``, the
+#: storage from kata_agent.go ``handleVirtualVolumeStorageObject``).
 GUEST_PULL_ROOT: Final = "/run/kata-containers/$(container-id)/rootfs"
 
 #: The sandbox's /dev/shm, which kata bind-mounts into every container (kata_agent.go
@@ -27,8 +28,8 @@ DEFAULT_SHM_SIZE_OPTION: Final = "size=67108864"
 
 #: Block-backed emptyDir (``emptydir_mode = "block-encrypted"``, the CoCo default from kata
 #: 3.28.0, Makefile ``DEFEMPTYDIRMODE_COCO``): an ext4 disk encrypted with a key the guest
-#: makes, mounted at ``<dir><base64url(device)>`` (genpolicy-settings.json
-#: ``emptyDir_encrypted``; container.go ``setupEphemeralDisk``).
+#: makes, mounted at ``<dir><base64url(device)>`` (kata_agent.go ``handleBlkOCIMounts``;
+#: the disk: container.go ``setupEphemeralDisk``; genpolicy-settings.json ``emptyDir_encrypted``).
 BLOCK_STORAGE_DIR: Final = "/run/kata-containers/sandbox/storage/"
 BLOCK_STORAGE_PATTERN: Final = r"^/run/kata-containers/sandbox/storage/[A-Za-z0-9_-]+={0,2}$"
 
@@ -38,8 +39,15 @@ BLOCK_STORAGE_PATTERN: Final = r"^/run/kata-containers/sandbox/storage/[A-Za-z0-
 LOCAL_STORAGE_PATTERN: Final = "^/run/kata-containers/shared/containers/[0-9a-f]{64}/rootfs/local/"
 
 #: Mount options containerd gives a bind mount of a volume or of /etc/hosts, /etc/hostname,
-#: /etc/resolv.conf and the termination log (genpolicy-settings.json ``other_container``).
-BIND_OPTIONS: Final = ("rbind", "rprivate", "rw", "ro", "nosuid", "nodev", "noexec")
+#: /etc/resolv.conf and the termination log (genpolicy-settings.json ``other_container``), and
+#: CRI-O's non-recursive ``bind`` (v1.37.0 server/container_create.go
+#: ``setupBaseContainerMounts``, internal/lib/sandbox/infra.go, server/sandbox_run_linux.go).
+BIND_OPTIONS: Final = ("rbind", "bind", "rprivate", "rw", "ro", "nosuid", "nodev", "noexec")
+
+#: The empty file CRI-O creates for every pod and binds read-only at /run/.containerenv in each
+#: container (internal/lib/sandbox/sandbox.go ``SetContainerEnvFile``, server/container_create.go
+#: ``setupBaseContainerMounts``); kata copies it like any bind mount. containerd has none.
+CRIO_CONTAINERENV: Final = ("/run/.containerenv", ".containerenv")
 EMPTY_DIR_OPTIONS: Final = ("rbind", "rprivate", "rw")
 
 #: containerd's default mounts of an unprivileged container, with the options it may set
@@ -97,7 +105,8 @@ READONLY_PATHS: Final = (
 )
 
 #: The namespaced sysctls containerd sets for pods (genpolicy-settings.json ``pause_container``
-#: and ``other_container``); a pod spec without ``sysctls`` gets nothing else.
+#: and ``other_container``); a pod spec without ``sysctls`` gets nothing else (CRI-O sets none
+#: unless configured: a subset is admitted).
 DEFAULT_SYSCTLS: Final = {
     "net.ipv4.ip_unprivileged_port_start": "0",
     "net.ipv4.ping_group_range": "0 2147483647",
@@ -108,9 +117,11 @@ DEFAULT_SYSCTLS: Final = {
 CONTAINERD_DEFAULT_PATH: Final = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 #: What genpolicy allows for the pod network (genpolicy-settings.json ``request_defaults``):
-#: no interface, route or neighbour on ``lo`` or a loopback address, only IFF_NOARP among the
-#: interface flags, ARP states NUD_REACHABLE (2) and NUD_PERMANENT (128), flags within
-#: NTF_PROXY | NTF_ROUTER (136).
+#: no interface, route or neighbour on ``lo``, no route source and no neighbour in loopback
+#: addresses, only IFF_NOARP among the interface flags, ARP states NUD_REACHABLE (2) and
+#: NUD_PERMANENT (128), and (rules.rego ``AddARPNeighborsRequest``) neighbour flags within
+#: NTF_PROXY | NTF_ROUTER (136). attested-replay also refuses loopback interface addresses and
+#: route destinations and gateways (the attestation agent listens on 127.0.0.1:8006).
 NETWORK: Final = {
     "forbidden_devices": ["lo"],
     "interface_raw_flags": 128,
@@ -131,14 +142,15 @@ MIN_CPU_QUOTA_PER_PERIOD: Final = 1
 
 #: ``Linux.CgroupsPath`` as the kubelet names it for a container of a pod, with the systemd
 #: driver (``<slice>:<prefix>:<id>``: containerd ``cri-containerd``, CRI-O ``crio``) or the
-#: cgroupfs driver (``/kubepods[/<qos>]/pod<uid>/<id>``); kubelet cm/cgroup_manager_linux.go,
-#: containerd internal/cri/server/helpers_linux.go, cri-o internal/config/cgmgr.
+#: cgroupfs driver (``/kubepods[/<qos>]/pod<uid>/<id>``, CRI-O ``.../crio-<id>``); kubelet
+#: cm/cgroup_manager_linux.go, containerd internal/cri/server/helpers_linux.go, cri-o v1.37.0
+#: internal/config/cgmgr (systemd_linux.go, cgroupfs_linux.go ``ContainerCgroupPath``).
 CGROUPS_PATH_PATTERNS: Final = (
     (
         r"^kubepods(-besteffort|-burstable)?-pod[0-9a-f_]{36}\.slice:(cri-containerd|crio):"
         r"$(container-id)$"
     ),
-    r"^/kubepods(/besteffort|/burstable)?/pod[0-9a-f-]{36}/$(container-id)$",
+    r"^/kubepods(/besteffort|/burstable)?/pod[0-9a-f-]{36}/(crio-)?$(container-id)$",
 )
 
 #: Signals the kubelet has a container's runtime send to stop it: containerd's StopContainer

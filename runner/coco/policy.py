@@ -109,11 +109,15 @@ def policy_data(
         # Added to the container by the Job controller (a fieldRef to the pod's completion
         # index label or annotation): the only thing that differs between the indices' pods.
         env_patterns.append(f"^{SHARD_INDEX_VARIABLE}={index_pattern(shard_count)}$")
+    pod: dict[str, str] = {
+        "name_regex": pod_name_pattern(job_name, shard_count=shard_count),
+        "hostname_regex": hostname_pattern(job_name, shard_count=shard_count),
+        "index_variable": SHARD_INDEX_VARIABLE,
+    }
+    if shard_count is not None:
+        pod["index_prefix"] = f"{job_name}-"  # the hostname is "<job>-<index>"
     return {
-        "pod": {
-            "name_regex": pod_name_pattern(job_name, shard_count=shard_count),
-            "hostname_regex": hostname_pattern(job_name, shard_count=shard_count),
-        },
+        "pod": pod,
         "replay": {
             "name": container["name"],
             "image": container["image"],
@@ -230,6 +234,9 @@ def _container_mounts(
     termination = container["terminationMessagePath"]
     files.append(_basename(termination))
     mounts.append(_copied(termination, _basename(termination), read_only=False))
+    containerenv, containerenv_name = kata.CRIO_CONTAINERENV
+    files.append(containerenv_name)
+    mounts.append(_copied(containerenv, containerenv_name, read_only=True) | {"optional": True})
     trees: list[str] = []
     emptydirs: list[str] = []
     for mount in _list(container, "volumeMounts"):

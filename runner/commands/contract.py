@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 
 
 DESCRIPTION = """\
-Each claim, the artifact that proves it, the command that checks it, who can run it and what
-it assumes; what is not verifiable and when to revisit it; self-host vs hosted; what the trust
-panel cannot check. --json prints the same contract as JSON, the form the trust panel reads
-(GET /v1/contract). docs/verification-contract.md is generated from the same source."""
+The definitions of tamper-proof, tamper-evident and recomputed; each claim, the artifact that
+proves it, the command that checks it, who can run it and what it assumes; the operator threat
+model; the tenant's checklist from the hardware to the result; what is not verifiable and when
+to revisit it; self-host vs hosted; what the trust panel cannot check. --json prints the same
+contract as JSON, the form the trust panel reads (GET /v1/contract).
+docs/verification-contract.md is generated from the same source."""
 
 
 def register(subparsers: Subparsers) -> None:

@@ -1,6 +1,6 @@
 """``attested-replay tenant reproduce``: re-derive a run's result from a corpus.
 
-Registered under ``attested-replay tenant`` (see :mod:`runner.commands.publish`); the logic is
+Registered under ``attested-replay tenant`` (see :mod:`runner.commands.tenant`); the logic is
 :mod:`runner.pipeline.reproduce`. Exit codes are the verifier's (``verify-attested-run``):
 0 reproduced, 1 malformed envelope, corpus or archive, 7 binding, 8 expectation, 9 usage.
 """

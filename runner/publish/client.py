@@ -60,6 +60,16 @@ class PublishOutcome:
     tree_size: int | None = None
     checkpoint: str | None = None  # the C2SP signed note returned with the publish
     inclusion_proof: tuple[str, ...] | None = None  # base64 hashes, RFC 9162 order
+    #: The latest checkpoint witnesses had cosigned when the service answered, if its tree
+    #: holds the entry: the note with its cosignature lines, and the entry's proof under it.
+    cosigned: CosignedReceipt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CosignedReceipt:
+    tree_size: int
+    checkpoint: str  # the C2SP signed note with the witnesses' cosignature/v1 lines
+    inclusion_proof: tuple[str, ...]  # base64 hashes: logIndex in the tree of tree_size
 
 
 class TokenRequiredError(UsageError):
@@ -290,21 +300,36 @@ def _put_run_pointer(base: str, item: SpoolItem, client: HttpClient) -> None:
 def _with_log_receipt(
     outcome: PublishOutcome, item: SpoolItem, body: dict[str, Any]
 ) -> PublishOutcome:
-    """Check the returned inclusion proof against the returned checkpoint's root."""
+    """Check the returned inclusion proof against the returned checkpoint's root, and the
+    one under the cosigned checkpoint when the receipt carries one."""
     try:
         index = int(body["logIndex"])
         size = int(body["treeSize"])
         note = str(body["checkpoint"])
         proof = tuple(str(h) for h in body["inclusionProof"])
-        checkpoint, _signatures = parse_signed_note(note)
-        hashes = [base64.b64decode(h, validate=True) for h in proof]
-    except (KeyError, TypeError, ValueError, binascii.Error, CheckpointError) as exc:
+        cosigned = body.get("cosigned")
+        if cosigned is not None:
+            cosigned = CosignedReceipt(
+                tree_size=int(cosigned["treeSize"]),
+                checkpoint=str(cosigned["checkpoint"]),
+                inclusion_proof=tuple(str(h) for h in cosigned["inclusionProof"]),
+            )
+    except (KeyError, TypeError, ValueError) as exc:
         raise DeliveryError(f"the server's log receipt is malformed: {exc}") from exc
     entry = LogEntry(tenant=item.tenant, run_id=item.run_id, envelope=item.digest).to_bytes()
-    if checkpoint.size != size or not verify_inclusion(
-        leaf_hash(entry), index, size, hashes, checkpoint.root
+    origin = _check_inclusion(leaf_hash(entry), index, size, note, proof, "")
+    if cosigned is not None and (
+        _check_inclusion(
+            leaf_hash(entry),
+            index,
+            cosigned.tree_size,
+            cosigned.checkpoint,
+            cosigned.inclusion_proof,
+            "cosigned ",
+        )
+        != origin
     ):
-        raise DeliveryError("the server's inclusion proof does not match its checkpoint")
+        raise DeliveryError("the server's cosigned checkpoint is of another log")
     return PublishOutcome(
         digest=outcome.digest,
         status=outcome.status,
@@ -313,7 +338,22 @@ def _with_log_receipt(
         tree_size=size,
         checkpoint=note,
         inclusion_proof=proof,
+        cosigned=cosigned,
     )
+
+
+def _check_inclusion(  # noqa: PLR0917 - the parts of one receipt
+    leaf: bytes, index: int, size: int, note: str, proof: tuple[str, ...], what: str
+) -> str:
+    """The origin of ``note`` once ``proof`` shows ``leaf`` at ``index`` under its root."""
+    try:
+        checkpoint, _signatures = parse_signed_note(note)
+        hashes = [base64.b64decode(h, validate=True) for h in proof]
+    except (ValueError, binascii.Error, CheckpointError) as exc:
+        raise DeliveryError(f"the server's log receipt is malformed: {exc}") from exc
+    if checkpoint.size != size or not verify_inclusion(leaf, index, size, hashes, checkpoint.root):
+        raise DeliveryError(f"the server's inclusion proof does not match its {what}checkpoint")
+    return checkpoint.origin
 
 
 def _receipt(answer: Answer) -> dict[str, Any]:
@@ -354,6 +394,15 @@ def receipt_json(outcome: PublishOutcome) -> str:
             # The first entry of a log has an empty proof: [] (a list, as documented), not null.
             "inclusionProof": (
                 None if outcome.inclusion_proof is None else list(outcome.inclusion_proof)
+            ),
+            "cosigned": (
+                None
+                if outcome.cosigned is None
+                else {
+                    "treeSize": outcome.cosigned.tree_size,
+                    "checkpoint": outcome.cosigned.checkpoint,
+                    "inclusionProof": list(outcome.cosigned.inclusion_proof),
+                }
             ),
         },
         indent=2,

@@ -46,7 +46,9 @@ from attestation.transparency.tiles import TILE_HEIGHT, TILE_WIDTH
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.heads import HeadJournal, SignedHead, divergence
 from runner.publish.merkle import MerkleTree
+from runner.publish.shard_sets import PartShape, shard_set_conflict, stored_shape
 from runner.publish.storage import (
+    WHOLE_RUN,
     DigestCollisionError,
     EntryRow,
     LogTransaction,
@@ -101,6 +103,7 @@ class Outcome(StrEnum):
     CREATED = "created"
     PRESENT = "already-present"
     RUN_CONFLICT = "run-conflict"
+    SHARD_SET_CONFLICT = "shard-set-conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +112,13 @@ class AppendRequest:
     digest: str
     data: bytes
     run_id: str
-    part: str  # storage.WHOLE_RUN, or the shard index as text
+    shape: PartShape  # which part of its run the envelope is
     entry: bytes  # the canonical log entry naming (tenant, run_id, digest)
+
+    @property
+    def part(self) -> str:
+        """The run pointer's part: storage.WHOLE_RUN, or the shard index as text."""
+        return self.shape.part
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +130,7 @@ class Receipt:
     head: SignedHead | None = None
     inclusion_proof: tuple[bytes, ...] = ()
     run_digest: str | None = None  # the envelope the run's part points to
+    conflict: str | None = None  # why a shard-set conflict was refused
 
 
 @dataclass
@@ -551,31 +560,44 @@ class _BatchPlan:
     def __init__(self, now: str) -> None:
         self.now = now
         self.stored: dict[tuple[str, str], tuple[bytes, int]] = {}  # (tenant, digest)
-        self.runs: dict[tuple[str, str, str], str] = {}  # (tenant, run id, part) -> digest
+        self.parts: dict[tuple[str, str], dict[str, str]] = {}  # (tenant, run) -> part -> digest
+        self.shapes: dict[tuple[str, str], PartShape | None] = {}  # (tenant, digest)
         self.rows: list[EntryRow] = []
         self.pointers: list[RunPointer] = []
 
     def read(self, txn: LogTransaction, tenant: str, requests: list[AppendRequest]) -> None:
         stored = txn.envelopes(tenant, [r.digest for r in requests])
         self.stored.update({(tenant, digest): value for digest, value in stored.items()})
-        pointers = txn.run_pointers(tenant, [(r.run_id, r.part) for r in requests])
-        self.runs.update({(tenant, *key): digest for key, digest in pointers.items()})
+        parts = txn.run_parts(tenant, [r.run_id for r in requests])
+        self.parts.update({(tenant, run_id): found for run_id, found in parts.items()})
+        # The shard-set check reads the logged parts of sharded runs (rare): read them now.
+        sharded = {r.run_id for r in requests if r.shape.kind != "unsharded"}
+        sharded.update(run for run, found in parts.items() if set(found) - {WHOLE_RUN})
+        digests = [digest for run in sorted(sharded) for digest in parts.get(run, {}).values()]
+        if digests:
+            logged = txn.envelopes(tenant, digests)
+            self.stored.update({(tenant, digest): value for digest, value in logged.items()})
 
     def place(self, request: AppendRequest, tree: MerkleTree) -> Receipt | Exception:
         key = (request.tenant, request.digest)
-        run_key = (request.tenant, request.run_id, request.part)
-        pointed = self.runs.get(run_key)
+        parts = self.parts.setdefault((request.tenant, request.run_id), {})
+        pointed = parts.get(request.part)
         stored = self.stored.get(key)
         if stored is not None:
             data, index = stored
             if data != request.data:
                 return DigestCollisionError(f"stored bytes under {request.digest} differ")
             if pointed is None:  # logged before its pointer existed (an older service)
-                self._point(request)
+                self._point(request, parts)
                 pointed = request.digest
             if pointed != request.digest:
                 return Receipt(Outcome.RUN_CONFLICT, None, run_digest=pointed)
             return Receipt(Outcome.PRESENT, index, run_digest=pointed)
+        conflict = shard_set_conflict(
+            request.run_id, request.shape, parts, functools.partial(self._shape, request.tenant)
+        )
+        if conflict is not None:  # the more telling refusal, where both apply
+            return Receipt(Outcome.SHARD_SET_CONFLICT, None, conflict=conflict)
         if pointed is not None:  # another envelope has this run: refused, nothing logged
             return Receipt(Outcome.RUN_CONFLICT, None, run_digest=pointed)
         index = tree.append_leaf_hash(leaf_hash(request.entry))
@@ -583,11 +605,17 @@ class _BatchPlan:
             EntryRow(request.tenant, index, request.entry, request.digest, request.data, self.now)
         )
         self.stored[key] = (request.data, index)
-        self._point(request)
+        self._point(request, parts)
         return Receipt(Outcome.CREATED, index, run_digest=request.digest)
 
-    def _point(self, request: AppendRequest) -> None:
-        self.runs[(request.tenant, request.run_id, request.part)] = request.digest
+    def _shape(self, tenant: str, digest: str) -> PartShape | None:
+        if (tenant, digest) not in self.shapes:
+            stored = self.stored.get((tenant, digest))
+            self.shapes[(tenant, digest)] = None if stored is None else stored_shape(stored[0])
+        return self.shapes[(tenant, digest)]
+
+    def _point(self, request: AppendRequest, parts: dict[str, str]) -> None:
+        parts[request.part] = request.digest
         self.pointers.append(
             RunPointer(request.tenant, request.run_id, request.part, request.digest)
         )

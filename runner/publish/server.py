@@ -50,7 +50,7 @@ from attestation.contracts import (
     is_sha256_digest,
     is_tenant_id,
 )
-from attestation.envelope.merged import AnyEnvelope, parse_any_envelope, shard_index
+from attestation.envelope.merged import AnyEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.tiles import (
@@ -71,7 +71,7 @@ from runner.publish.log import (
     Receipt,
 )
 from runner.publish.ratelimit import RateLimiter
-from runner.publish.shard_sets import shard_set_conflict
+from runner.publish.shard_sets import PartShape, part_shape
 from runner.publish.storage import (
     WHOLE_RUN,
     DigestCollisionError,
@@ -396,12 +396,12 @@ def _checked_run_id(run_id: str) -> str:
 # -- publishing -----------------------------------------------------------------------------
 
 
-def envelope_part(data: bytes, tenant: str) -> tuple[str, str]:
+def envelope_part(data: bytes, tenant: str) -> tuple[str, PartShape]:
     """The run ID and run part an envelope's bytes stand for (422 when they are no envelope
     of ``tenant``): a shard envelope is its shard's part, an unsharded or merged envelope
     the whole run's."""
     envelope = _tenant_envelope(data, tenant)
-    return envelope.run_id, _part(envelope)
+    return envelope.run_id, part_shape(envelope)
 
 
 def _tenant_envelope(data: bytes, tenant: str) -> AnyEnvelope:
@@ -419,11 +419,6 @@ def _tenant_envelope(data: bytes, tenant: str) -> AnyEnvelope:
     return envelope
 
 
-def _part(envelope: AnyEnvelope) -> str:
-    shard = shard_index(envelope)
-    return WHOLE_RUN if shard is None else str(shard)
-
-
 def _receipt_json(receipt: Receipt, digest: str, run_id: str, part: str) -> dict[str, Any]:
     assert receipt.head is not None
     assert receipt.log_index is not None
@@ -439,6 +434,23 @@ def _receipt_json(receipt: Receipt, digest: str, run_id: str, part: str) -> dict
     if part != WHOLE_RUN:
         payload["shard"] = int(part)
     return payload
+
+
+async def _add_cosigned(service: Service, tenant: str, payload: dict[str, Any]) -> None:
+    """Add to a receipt the latest checkpoint witnesses cosigned, when its tree holds the
+    entry: ``"cosigned": {"treeSize", "checkpoint", "inclusionProof"}``. Cosignatures come
+    after publication (``serve --witness``), so a new entry's receipt rarely has one."""
+    witnessed = None if service.witnesses is None else service.witnesses.cosigned_head(tenant)
+    if witnessed is None or witnessed[0] <= payload["logIndex"]:
+        return
+    size, note = witnessed
+    try:
+        proof = await asyncio.to_thread(
+            service.log.inclusion_proof, tenant, payload["logIndex"], size
+        )
+    except ProofRangeError:  # never a failed publication: the receipt goes without it
+        return
+    payload["cosigned"] = {"treeSize": size, "checkpoint": note, "inclusionProof": _b64(proof)}
 
 
 def _conflict(run_id: str, part: str, pointed: str | None) -> ApiError:
@@ -524,15 +536,10 @@ async def publish(service: Service, request: BodyRequest, tenant: str, digest: s
         raise ApiError(
             422, f"body digest {body_digest} does not match the path", reason="digest-mismatch"
         )
-    envelope = _tenant_envelope(body, tenant)
-    run_id, part = envelope.run_id, _part(envelope)
-    conflict = await asyncio.to_thread(
-        shard_set_conflict, service.storage, tenant, envelope, digest
-    )
-    if conflict is not None:
-        raise ApiError(409, f"{conflict}; it was not logged", reason="shard-set-conflict")
+    run_id, shape = envelope_part(body, tenant)
+    part = shape.part
     entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
-    receipt = await _integrate(service, AppendRequest(tenant, digest, body, run_id, part, entry))
+    receipt = await _integrate(service, AppendRequest(tenant, digest, body, run_id, shape, entry))
     log.info(
         "envelope_put",
         token=identity.token_id,
@@ -544,13 +551,17 @@ async def publish(service: Service, request: BodyRequest, tenant: str, digest: s
     )
     if receipt.outcome is Outcome.RUN_CONFLICT:
         raise _conflict(run_id, part, receipt.run_digest)
+    if receipt.outcome is Outcome.SHARD_SET_CONFLICT:
+        raise ApiError(409, f"{receipt.conflict}; it was not logged", reason="shard-set-conflict")
     if receipt.outcome is Outcome.CREATED:
         status = 201
     elif request.headers.get("if-none-match", "").strip() == "*":
         status = 412
     else:
         status = 200
-    return JsonAnswer(_receipt_json(receipt, digest, run_id, part), status, {"ETag": f'"{digest}"'})
+    payload = _receipt_json(receipt, digest, run_id, part)
+    await _add_cosigned(service, tenant, payload)
+    return JsonAnswer(payload, status, {"ETag": f'"{digest}"'})
 
 
 async def put_run(service: Service, request: Request) -> Response:
@@ -572,17 +583,19 @@ async def put_run(service: Service, request: Request) -> Response:
         raise ApiError(
             422, f"envelope {digest} is not published for this tenant", reason="not-published"
         )
-    envelope_run, part = envelope_part(stored[0], tenant)
+    envelope_run, shape = envelope_part(stored[0], tenant)
+    part = shape.part
     if envelope_run != run_id:
         raise ApiError(422, f"envelope {digest} is not for run {run_id!r}", reason="wrong-run")
     entry = LogEntry(tenant=tenant, run_id=run_id, envelope=digest).to_bytes()
     previous = await asyncio.to_thread(service.storage.run_digest, tenant, run_id, part)
     receipt = await _integrate(
-        service, AppendRequest(tenant, digest, stored[0], run_id, part, entry)
+        service, AppendRequest(tenant, digest, stored[0], run_id, shape, entry)
     )
     if receipt.outcome is Outcome.RUN_CONFLICT:
         raise _conflict(run_id, part, receipt.run_digest)
     payload = _receipt_json(receipt, digest, run_id, part)
+    await _add_cosigned(service, tenant, payload)
     payload["status"] = "unchanged" if previous == digest else "created"
     return json_response(payload, 200 if previous == digest else 201)
 

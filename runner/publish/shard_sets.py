@@ -1,8 +1,10 @@
-"""Shard sets checked at publication: a part of a run must agree with the parts logged for it.
+"""Shard sets checked as the log places an envelope: a part of a run must agree with the parts
+logged for it.
 
-The log holds one envelope per (run ID, part) (:mod:`runner.publish.log`); this module refuses,
-before the log, a part whose *kind* or *shard count* contradicts the parts already logged for
-its run, so that a tenant never fetches a run it must call tampering:
+The log holds one envelope per (run ID, part) (:mod:`runner.publish.log`); this module decides,
+inside the log's write transaction, whether a part's *kind* or *shard count* contradicts the
+parts already logged for its run (or placed earlier in the same batch), so that a tenant never
+fetches a run it must call tampering:
 
 * a shard envelope (``binding.shard`` = ``i`` of ``n``) beside shards of another count, beside
   an unsharded envelope of the run, or beside a merged envelope of another shard count;
@@ -10,29 +12,34 @@ its run, so that a tenant never fetches a run it must call tampering:
 * a merged envelope of ``n`` shards beside shard envelopes of another count.
 
 Whether a merged envelope's shards are the logged shard envelopes is the tenant's check
-(``tenant/logged_shards.py``), which needs the whole documents. Parts published at the same
-moment are checked against what was logged before either: two contradicting parts that race
-can both be logged, and ``tenant fetch`` still reports them (exit 7).
+(``tenant/logged_shards.py``), which needs the whole documents. Being decided in the log's
+transaction, two contradicting parts published at the same moment cannot both be logged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from attestation.envelope.merged import AnyEnvelope, MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
-from runner.publish.storage import WHOLE_RUN, Storage
+from runner.publish.storage import WHOLE_RUN
 
 
 @dataclass(frozen=True, slots=True)
-class _Shape:
+class PartShape:
     """What part of its run an envelope is: ``kind`` and, but for an unsharded envelope,
     the run's shard count."""
 
     kind: Literal["unsharded", "shard", "merged"]
     count: int | None
     index: int | None = None
+
+    @property
+    def part(self) -> str:
+        """The run pointer's part: the shard index as text, or the whole run."""
+        return WHOLE_RUN if self.index is None else str(self.index)
 
     def describe(self) -> str:
         if self.kind == "shard":
@@ -42,39 +49,43 @@ class _Shape:
         return "an unsharded envelope"
 
 
-def _shape(envelope: AnyEnvelope) -> _Shape:
+def part_shape(envelope: AnyEnvelope) -> PartShape:
     if isinstance(envelope, MergedEnvelope):
-        return _Shape("merged", envelope.shard_count)
+        return PartShape("merged", envelope.shard_count)
     shard = envelope.binding.shard
     if shard is None:
-        return _Shape("unsharded", None)
-    return _Shape("shard", shard.count, shard.index)
+        return PartShape("unsharded", None)
+    return PartShape("shard", shard.count, shard.index)
+
+
+def stored_shape(data: bytes) -> PartShape | None:
+    """The shape of a logged envelope's bytes (None when they no longer parse: the tenant's
+    checks report such an envelope, this check has nothing to compare)."""
+    try:
+        return part_shape(parse_any_envelope(data))
+    except MalformedError:
+        return None
 
 
 def shard_set_conflict(
-    storage: Storage, tenant: str, envelope: AnyEnvelope, digest: str
+    run_id: str,
+    new: PartShape,
+    parts: Mapping[str, str],
+    shape_of: Callable[[str], PartShape | None],
 ) -> str | None:
-    """Why ``envelope`` (of digest ``digest``) contradicts the parts logged for its run, or
-    None when it does not (or is logged already: publishing it again is idempotent).
+    """Why a new envelope of shape ``new`` contradicts the logged ``parts`` of its run (part
+    -> envelope digest; ``shape_of`` reads a logged digest's shape), or None when it does not.
 
-    An unsharded envelope of a run without shards, the common case, costs one query."""
-    run_id = envelope.run_id
-    new = _shape(envelope)
-    logged_shards = storage.run_shards(tenant, run_id)
-    if new.kind == "unsharded" and not logged_shards:
+    An unsharded envelope of a run without shards, the common case, reads no envelope."""
+    shards = sorted(int(part) for part in parts if part != WHOLE_RUN)
+    if new.kind == "unsharded" and not shards:
         return None
-    if storage.envelope(tenant, digest) is not None:
-        return None
-    whole_digest = storage.run_digest(tenant, run_id, WHOLE_RUN)
-    whole = None if whole_digest is None else _logged_shape(storage, tenant, whole_digest)
-    others = [index for index in logged_shards if index != new.index]
-    sibling = (
-        _logged_shape(storage, tenant, storage.run_digest(tenant, run_id, str(others[0])))
-        if others
-        else None
-    )
+    whole_digest = parts.get(WHOLE_RUN)
+    whole = None if whole_digest is None else shape_of(whole_digest)
+    others = [index for index in shards if index != new.index]
+    sibling = shape_of(parts[str(others[0])]) if others else None
     if new.kind == "unsharded":
-        listed = ", ".join(map(str, logged_shards))
+        listed = ", ".join(map(str, shards))
         logged = f"shard envelopes (shards {listed})"
     elif new.kind == "shard" and whole is not None and whole.kind == "unsharded":
         logged = f"an unsharded envelope ({whole_digest})"
@@ -85,15 +96,3 @@ def shard_set_conflict(
     else:
         return None
     return f"run {run_id!r} has {logged} logged; this envelope is {new.describe()}"
-
-
-def _logged_shape(storage: Storage, tenant: str, digest: str | None) -> _Shape | None:
-    """The shape of a logged envelope (None when it is not stored, or no longer parses: the
-    tenant's checks report such an envelope, this check has nothing to compare)."""
-    stored = None if digest is None else storage.envelope(tenant, digest)
-    if stored is None:
-        return None
-    try:
-        return _shape(parse_any_envelope(stored[0]))
-    except MalformedError:
-        return None

@@ -151,10 +151,8 @@ class LogTransaction(Protocol):
         """Bytes and log index of those of ``digests`` that are stored."""
         ...
 
-    def run_pointers(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        """The digest each of those ``(run_id, part)`` points to, where a pointer exists."""
+    def run_parts(self, tenant: str, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Every pointer of those runs that have one: run ID -> part -> envelope digest."""
         ...
 
     def append(self, rows: Sequence[EntryRow]) -> None: ...
@@ -323,6 +321,130 @@ class _StoreReads:
         return int(str(rows[0][0])) if rows else 0
 
 
+class _Statements(Protocol):
+    """One connection's statement runner, with ``%s`` placeholders in either database."""
+
+    def rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]: ...
+    def run(self, statement: str, parameters: Sequence[object]) -> None: ...
+    def run_many(self, statement: str, rows: Sequence[Sequence[object]]) -> None: ...
+
+
+#: At most this many values in one ``IN (...)`` list (SQLite before 3.32 allowed 999
+#: parameters a statement; a batch's lists are far shorter).
+_IN_LIST_CHUNK: Final = 500
+
+
+def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
+    unique = list(dict.fromkeys(values))
+    for start in range(0, len(unique), _IN_LIST_CHUNK):
+        yield unique[start : start + _IN_LIST_CHUNK]
+
+
+def _in_list(count: int) -> str:
+    return "(" + ", ".join(["%s"] * count) + ")"
+
+
+class _Transaction:
+    """The log's statements in one write (or snapshot) transaction, the same SQL on either
+    database: ``statements`` runs them on the transaction's connection."""
+
+    def __init__(self, statements: _Statements) -> None:
+        self._db = statements
+
+    def head(self, tenant: str) -> str | None:
+        rows = self._db.rows("SELECT note FROM signed_heads WHERE tenant = %s", (tenant,))
+        return str(rows[0][0]) if rows else None
+
+    def entries_since(self, tenant: str, start: int, limit: int) -> list[tuple[int, bytes]]:
+        rows = self._db.rows(
+            "SELECT log_index, entry FROM log_entries WHERE tenant = %s AND log_index >= %s "
+            "ORDER BY log_index LIMIT %s",
+            (tenant, start, limit),
+        )
+        return [(int(str(index)), _bytes(entry)) for index, entry in rows]
+
+    def size(self, tenant: str) -> int:
+        rows = self._db.rows(_SIZE, (tenant,))
+        return int(str(rows[0][0])) if rows else 0
+
+    def envelopes(self, tenant: str, digests: Sequence[str]) -> dict[str, tuple[bytes, int]]:
+        found: dict[str, tuple[bytes, int]] = {}
+        for chunk in _chunks(digests):
+            listed = _in_list(len(chunk))  # placeholders only: the values are parameters
+            rows = self._db.rows(
+                f"SELECT digest, data, log_index FROM envelopes WHERE tenant = %s AND digest IN {listed}",  # noqa: S608, E501
+                (tenant, *chunk),
+            )
+            found.update({str(d): (_bytes(data), int(str(i))) for d, data, i in rows})
+        return found
+
+    def run_parts(self, tenant: str, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        for chunk in _chunks(run_ids):
+            listed = _in_list(len(chunk))  # placeholders only: the values are parameters
+            rows = self._db.rows(
+                f"SELECT run_id, part, digest FROM run_pointers WHERE tenant = %s AND run_id IN {listed}",  # noqa: S608, E501
+                (tenant, *chunk),
+            )
+            for run_id, part, digest in rows:
+                found.setdefault(str(run_id), {})[str(part)] = str(digest)
+        return found
+
+    def append(self, rows: Sequence[EntryRow]) -> None:
+        self._db.run_many(
+            "INSERT INTO log_entries (tenant, log_index, entry) VALUES (%s, %s, %s)",
+            [(r.tenant, r.log_index, r.entry) for r in rows],
+        )
+        self._db.run_many(
+            "INSERT INTO envelopes (tenant, digest, data, log_index, published_at) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            [(r.tenant, r.digest, r.data, r.log_index, r.published_at) for r in rows],
+        )
+
+    def set_run_pointers(self, pointers: Sequence[RunPointer]) -> None:
+        self._db.run_many(
+            "INSERT INTO run_pointers (tenant, run_id, part, digest) VALUES (%s, %s, %s, %s)",
+            [(p.tenant, p.run_id, p.part, p.digest) for p in pointers],
+        )
+
+    def put_head(self, tenant: str, size: int, root: bytes, note: str) -> None:
+        self._db.run(
+            "INSERT INTO signed_heads (tenant, size, root, note) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (tenant) DO UPDATE SET size = excluded.size, root = excluded.root, "
+            "note = excluded.note",
+            (tenant, size, root, note),
+        )
+
+
+class _SqliteStatements:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]:
+        return list(self._db.execute(statement.replace("%s", "?"), parameters).fetchall())
+
+    def run(self, statement: str, parameters: Sequence[object]) -> None:
+        self._db.execute(statement.replace("%s", "?"), parameters)
+
+    def run_many(self, statement: str, rows: Sequence[Sequence[object]]) -> None:
+        self._db.executemany(statement.replace("%s", "?"), rows)
+
+
+class _PostgresStatements:
+    def __init__(self, db: Connection) -> None:
+        self._db = db
+
+    def rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]:
+        return list(self._db.execute(statement, parameters).fetchall())
+
+    def run(self, statement: str, parameters: Sequence[object]) -> None:
+        self._db.execute(statement, parameters)
+
+    def run_many(self, statement: str, rows: Sequence[Sequence[object]]) -> None:
+        with self._db.cursor() as cursor:
+            cursor.executemany(statement, rows)
+
+
 # -- SQLite ---------------------------------------------------------------------------------
 
 #: SQLite result codes (``sqlite3.Error.sqlite_errorname``, extended codes start with these)
@@ -355,78 +477,6 @@ def _reraise_sqlite(exc: sqlite3.Error, path: Path) -> NoReturn:
     if fault is None:
         raise exc  # a constraint or programming error: not the store's state
     raise fault from exc
-
-
-class _SqliteTransaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def head(self, tenant: str) -> str | None:
-        row = self._db.execute(
-            "SELECT note FROM signed_heads WHERE tenant = ?", (tenant,)
-        ).fetchone()
-        return None if row is None else str(row[0])
-
-    def entries_since(self, tenant: str, start: int, limit: int) -> list[tuple[int, bytes]]:
-        rows = self._db.execute(
-            "SELECT log_index, entry FROM log_entries WHERE tenant = ? AND log_index >= ? "
-            "ORDER BY log_index LIMIT ?",
-            (tenant, start, limit),
-        ).fetchall()
-        return [(int(index), bytes(entry)) for index, entry in rows]
-
-    def size(self, tenant: str) -> int:
-        (size,) = self._db.execute(_SIZE.replace("%s", "?"), (tenant,)).fetchone()
-        return int(size)
-
-    def envelopes(self, tenant: str, digests: Sequence[str]) -> dict[str, tuple[bytes, int]]:
-        found: dict[str, tuple[bytes, int]] = {}
-        for digest in dict.fromkeys(digests):
-            row = self._db.execute(
-                "SELECT data, log_index FROM envelopes WHERE tenant = ? AND digest = ?",
-                (tenant, digest),
-            ).fetchone()
-            if row is not None:
-                found[digest] = (bytes(row[0]), int(row[1]))
-        return found
-
-    def run_pointers(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        found: dict[tuple[str, str], str] = {}
-        for run_id, part in dict.fromkeys(keys):
-            row = self._db.execute(
-                "SELECT digest FROM run_pointers WHERE tenant = ? AND run_id = ? AND part = ?",
-                (tenant, run_id, part),
-            ).fetchone()
-            if row is not None:
-                found[(run_id, part)] = str(row[0])
-        return found
-
-    def append(self, rows: Sequence[EntryRow]) -> None:
-        self._db.executemany(
-            "INSERT INTO log_entries (tenant, log_index, entry) VALUES (?, ?, ?)",
-            [(r.tenant, r.log_index, r.entry) for r in rows],
-        )
-        self._db.executemany(
-            "INSERT INTO envelopes (tenant, digest, data, log_index, published_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(r.tenant, r.digest, r.data, r.log_index, r.published_at) for r in rows],
-        )
-
-    def set_run_pointers(self, pointers: Sequence[RunPointer]) -> None:
-        self._db.executemany(
-            "INSERT INTO run_pointers (tenant, run_id, part, digest) VALUES (?, ?, ?, ?)",
-            [(p.tenant, p.run_id, p.part, p.digest) for p in pointers],
-        )
-
-    def put_head(self, tenant: str, size: int, root: bytes, note: str) -> None:
-        self._db.execute(
-            "INSERT INTO signed_heads (tenant, size, root, note) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (tenant) DO UPDATE SET size = excluded.size, root = excluded.root, "
-            "note = excluded.note",
-            (tenant, size, root, note),
-        )
 
 
 def _filesystem_is_read_only(path: Path) -> bool:
@@ -622,7 +672,7 @@ class SqliteStorage(_StoreReads):
         with self._write_lock, self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield _SqliteTransaction(db)
+                yield _Transaction(_SqliteStatements(db))
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -635,7 +685,7 @@ class SqliteStorage(_StoreReads):
         with self._connect() as db:
             db.execute("BEGIN")  # deferred: one read snapshot for every statement below
             try:
-                yield _SqliteTransaction(db)
+                yield _Transaction(_SqliteStatements(db))
             finally:
                 if db.in_transaction:
                     db.execute("COMMIT")
@@ -724,73 +774,6 @@ def _reraise_pg(exc: psycopg.Error) -> NoReturn:
     raise fault from exc
 
 
-class _PostgresTransaction:
-    def __init__(self, db: Connection) -> None:
-        self._db = db
-
-    def head(self, tenant: str) -> str | None:
-        row = self._db.execute(
-            "SELECT note FROM signed_heads WHERE tenant = %s", (tenant,)
-        ).fetchone()
-        return None if row is None else str(row[0])
-
-    def entries_since(self, tenant: str, start: int, limit: int) -> list[tuple[int, bytes]]:
-        rows = self._db.execute(
-            "SELECT log_index, entry FROM log_entries WHERE tenant = %s AND log_index >= %s "
-            "ORDER BY log_index LIMIT %s",
-            (tenant, start, limit),
-        ).fetchall()
-        return [(int(str(index)), _bytes(entry)) for index, entry in rows]
-
-    def size(self, tenant: str) -> int:
-        row = self._db.execute(_SIZE, (tenant,)).fetchone()
-        return 0 if row is None else int(str(row[0]))
-
-    def envelopes(self, tenant: str, digests: Sequence[str]) -> dict[str, tuple[bytes, int]]:
-        rows = self._db.execute(
-            "SELECT digest, data, log_index FROM envelopes WHERE tenant = %s AND digest = ANY(%s)",
-            (tenant, list(digests)),
-        ).fetchall()
-        return {str(d): (_bytes(data), int(str(i))) for d, data, i in rows}
-
-    def run_pointers(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        rows = self._db.execute(
-            "SELECT run_id, part, digest FROM run_pointers WHERE tenant = %s AND run_id = ANY(%s)",
-            (tenant, sorted({run_id for run_id, _part in keys})),
-        ).fetchall()
-        wanted = set(keys)
-        return {(str(r), str(p)): str(d) for r, p, d in rows if (str(r), str(p)) in wanted}
-
-    def append(self, rows: Sequence[EntryRow]) -> None:
-        with self._db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO log_entries (tenant, log_index, entry) VALUES (%s, %s, %s)",
-                [(r.tenant, r.log_index, r.entry) for r in rows],
-            )
-            cursor.executemany(
-                "INSERT INTO envelopes (tenant, digest, data, log_index, published_at) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                [(r.tenant, r.digest, r.data, r.log_index, r.published_at) for r in rows],
-            )
-
-    def set_run_pointers(self, pointers: Sequence[RunPointer]) -> None:
-        with self._db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO run_pointers (tenant, run_id, part, digest) VALUES (%s, %s, %s, %s)",
-                [(p.tenant, p.run_id, p.part, p.digest) for p in pointers],
-            )
-
-    def put_head(self, tenant: str, size: int, root: bytes, note: str) -> None:
-        self._db.execute(
-            "INSERT INTO signed_heads (tenant, size, root, note) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (tenant) DO UPDATE SET size = excluded.size, root = excluded.root, "
-            "note = excluded.note",
-            (tenant, size, root, note),
-        )
-
-
 class PostgresStorage(_StoreReads):
     """PostgreSQL through psycopg 3 with a small connection pool. A connection that saw an
     error is closed, never returned to the pool."""
@@ -845,13 +828,13 @@ class PostgresStorage(_StoreReads):
         with self._connect() as db:
             for tenant in sorted(set(tenants)):  # one order everywhere: no deadlock
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (tenant_lock_key(tenant),))
-            yield _PostgresTransaction(db)
+            yield _Transaction(_PostgresStatements(db))
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[LogTransaction]:
         with self._connect() as db:
             db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield _PostgresTransaction(db)
+            yield _Transaction(_PostgresStatements(db))
 
     def _rows(self, statement: str, parameters: Sequence[object]) -> list[Sequence[object]]:
         with self._connect() as db:

@@ -98,7 +98,11 @@ class WitnessSubmitter:
         self._witnessed: dict[tuple[str, str], int] = {}
         #: tenant -> (size, root) of the head last submitted to every witness.
         self._submitted: dict[str, tuple[int, bytes]] = {}
-        self._cosigned: dict[str, str] = {}
+        #: tenant -> (size, note with its cosignatures) of the latest cosigned checkpoint.
+        self._cosigned: dict[str, tuple[int, str]] = {}
+        #: Witnesses unreachable (or timed out) in this round: not asked again before the
+        #: next one, so a witness that hangs costs a round one timeout, not one per tenant.
+        self._down: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,6 +121,11 @@ class WitnessSubmitter:
     def cosigned(self, tenant: str) -> str | None:
         """The latest checkpoint of ``tenant``'s log that a witness cosigned, with every
         cosignature gathered for it, or None."""
+        cosigned = self.cosigned_head(tenant)
+        return None if cosigned is None else cosigned[1]
+
+    def cosigned_head(self, tenant: str) -> tuple[int, str] | None:
+        """:meth:`cosigned` with the size of its tree."""
         with self._lock:
             return self._cosigned.get(tenant)
 
@@ -132,6 +141,7 @@ class WitnessSubmitter:
         except Exception as exc:  # noqa: BLE001 (a storage fault must not end the thread)
             log.warning("witness_round_failed", error=str(exc))
             return
+        self._down.clear()
         for tenant in tenants:
             try:
                 self._submit(tenant)
@@ -148,15 +158,18 @@ class WitnessSubmitter:
             line = self._cosignature(witness, tenant, head)
             if line is not None:
                 lines += line
-        if lines:
-            with self._lock:
-                self._cosigned[tenant] = head.note + lines
+                # Served at once: a witness that answers slowly after this one delays only
+                # its own cosignature.
+                with self._lock:
+                    self._cosigned[tenant] = (head.size, head.note + lines)
         if len(lines.splitlines()) == len(self._witnesses):
             self._submitted[tenant] = state
 
     def _cosignature(self, witness: WitnessEndpoint, tenant: str, head: SignedHead) -> str | None:
         """The witness's cosignature line on ``head``, or None (logged) if it gave none."""
         key = (witness.url, tenant)
+        if witness.url in self._down:
+            return None
         for _attempt in range(2):  # a 409 teaches the size the witness cosigned: once more
             old = self._witnessed.get(key, 0)
             if old > head.size:
@@ -172,6 +185,7 @@ class WitnessSubmitter:
                 return None
             except urllib3.exceptions.HTTPError as exc:
                 log.warning("witness_unreachable", witness=witness.url, error=str(exc))
+                self._down.add(witness.url)
                 return None
             try:
                 valid = verify_cosignatures(head.note + answer, [witness.key])

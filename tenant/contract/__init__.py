@@ -2,8 +2,9 @@
 
 One source (:data:`CONTRACT`, in :mod:`tenant.contract.data`) rendered everywhere:
 ``docs/verification-contract.md`` (:func:`render_markdown`), ``attested-replay contract``
-(:func:`render_text`, or ``--json``: ``CONTRACT.to_json_dict()``) and the trust panel of
-``attested-replay serve`` (``GET /v1/contract``).
+(:func:`render_text`, or ``--json``: ``CONTRACT.to_json_dict()``), ``GET /v1/contract`` of
+``attested-replay serve`` (the same JSON) and its trust panel, which renders that JSON
+(``runner/publish/panel/static/contract.js``).
 """
 
 from tenant.contract.data import CONTRACT, CONTRACT_VERSION
@@ -13,6 +14,8 @@ from tenant.contract.model import (
     ChainLink,
     Comparison,
     Contract,
+    Headings,
+    Labels,
     NotVerifiable,
     Party,
     Reference,
@@ -30,6 +33,8 @@ __all__ = [
     "ChainLink",
     "Comparison",
     "Contract",
+    "Headings",
+    "Labels",
     "NotVerifiable",
     "Party",
     "Reference",

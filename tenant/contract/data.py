@@ -2,7 +2,9 @@
 
 ``docs/verification-contract.md`` is generated from it (``python scripts/gen_contract_doc.py``;
 a test fails when they drift), ``attested-replay contract [--json]`` prints it and the trust
-panel of ``attested-replay serve`` shows it (``GET /v1/contract``). Edit the contract here.
+panel of ``attested-replay serve`` shows it (``GET /v1/contract``, rendered by the panel's
+``contract.js``); ``tests/panel/test_contract_renderings.py`` finds every part of it in all
+four. Edit the contract here; refer to a row as ``{row:ID}``, never by its number.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from tenant.contract.model import (
     ChainLink,
     Comparison,
     Contract,
+    Headings,
+    Labels,
     NotVerifiable,
     Party,
     Reference,
@@ -32,19 +36,32 @@ TENANT_CHECKLIST: Final = (
     ChainLink(
         link="launch measurement: the guest's firmware, kernel, root filesystem (its dm-verity "
         "root hash is on the command line) and command line, hence the Kata agent",
-        pin="`measurements`: `attested-replay measure` on the release's guest files "
-        "(operator.md section 11.1), then `expected --measurement`, one value per node size "
-        "or vCPU type",
+        pin="`measurements`: `attested-replay measure` on the release's guest files, then "
+        "`expected --measurement`, one value per node size or vCPU type",
         proves="the report comes from the guest the tenant trusts, whose agent enforces the "
         "init-data policy and whose default policy refuses everything without it",
         without="any guest: Kata's stock image booted with the genuine HOST_DATA and no "
         "init-data lets the operator run its own command; `verify-attested-run` refuses a "
         "hardware file without it (exit 6) unless `acceptAnyMeasurement` is set",
+        see=(
+            Reference(
+                doc="operator.md",
+                anchor="111-measurement-attested-replay-measure",
+                label="measuring the guest",
+            ),
+        ),
     ),
     ChainLink(
         link="HOST_DATA: the init-data (agent policy, attestation-agent and CDH configuration)",
         pin="`hostData`: `expected --image ... --overlay snp --corpus-source ...`, from the "
         "run parameters `submit` is given",
+        see=(
+            Reference(
+                doc="operator.md",
+                anchor="112-host_data-attested-replay-init-data-and-attested-replay-expected",
+                label="HOST_DATA",
+            ),
+        ),
         proves="the agent admitted only this Job's replay container, with these arguments, "
         "and the CDH admits only the pinned image",
         without="the operator chooses the policy: any container, command or exec in the guest",
@@ -90,6 +107,39 @@ TENANT_CHECKLIST: Final = (
 CONTRACT: Final = Contract(
     version=CONTRACT_VERSION,
     title="Verification contract: what a tenant can check, with what, trusting whom",
+    headings=Headings(
+        terms="Definitions",
+        matrix="Matrix",
+        threat_model="Operator threat model",
+        checklist="The tenant's checklist: from the hardware to the result",
+        not_verifiable="Not verifiable (and when to revisit)",
+        comparison="Self-host operator vs hosted tenant",
+        panel_limits="What the trust panel cannot check",
+    ),
+    labels=Labels(
+        claim="claim",
+        artifact="artifact",
+        command="command",
+        who="who can run it",
+        assumption="trust assumption",
+        hosted="hosted tenant can check it",
+        availability={
+            Availability.YES: "yes",
+            Availability.WITH_OPERATOR: "with the operator's help",
+            Availability.NO: "no",
+        },
+        controls="the operator controls",
+        attempts="it can try to",
+        defence="what attested-replay does",
+        link="link",
+        pin="pin it with",
+        proves="a pinned link proves",
+        without="without it",
+        revisit="Revisit when",
+        self_host="self-host operator (runs replays, the service and the corpus itself)",
+        hosted_tenant="hosted tenant (another party runs them)",
+        see="Exit codes",
+    ),
     summary=(
         (
             'One answer to "what can I actually verify?" for attested-replay. Each row of the '
@@ -99,9 +149,10 @@ CONTRACT: Final = Contract(
             "revisit it. Commands exit 0 only when the check passed."
         ),
         (
-            "This contract is data in the package (`attested-replay contract --json` prints it); "
-            "this page and the trust panel that `attested-replay serve` shows at `/panel/` are "
-            "rendered from it."
+            "This contract is data in the package, and every rendering of it shows all of it: "
+            "`attested-replay contract` (text) and `attested-replay contract --json`, the docs "
+            "page `docs/verification-contract.md`, `GET /v1/contract` of `attested-replay serve` "
+            "and the trust panel it shows at `/panel/`."
         ),
     ),
     terms=(
@@ -145,12 +196,19 @@ CONTRACT: Final = Contract(
             "report with that HOST_DATA can only come from the replay itself, provided the "
             "pinned MEASUREMENT is of a guest image whose default agent policy refuses every "
             "request: a guest booted without its init-data keeps that default while HOST_DATA, "
-            "which the host sets, still matches (operator.md section 2.2). Proves "
+            "which the host sets, still matches (see the guest image). Proves "
             "computation, never data provenance. Envelopes with `platform: simulated` prove "
             "nothing about hardware and verify only when `X` lists their root in "
             "`simulatedRoots`.",
             hosted=Availability.YES,
-            see=(Reference(doc="verification.md", anchor="exit-codes", label="exit codes"),),
+            see=(
+                Reference(doc="verification.md", anchor="exit-codes", label="exit codes"),
+                Reference(
+                    doc="operator.md",
+                    anchor="22-the-guest-image-a-default-policy-that-refuses-everything",
+                    label="the guest image",
+                ),
+            ),
         ),
         Row(
             id="binding",
@@ -161,13 +219,13 @@ CONTRACT: Final = Contract(
             "`sha256-hex` encoding), requested after scoring",
             commands=(_VERIFY,),
             command_note="binding failures exit 7; a different run, corpus, tenant, workload, "
-            "result, evaluation or image than `X` exits 8",
+            "result, evaluation, image, nonce or shard count than `X` exits 8",
             who=(Party.TENANT,),
             who_detail="tenant (it writes `X`: `attested-replay expected`)",
             assurance=Assurance.TAMPER_PROOF,
-            assumption="Given the attested-execution row: the hash is inside the "
-            "hardware-signed report. Says nothing about whether the corpus is the right data "
-            "(next rows).",
+            assumption="Given {row:attested-execution}: the hash is inside the "
+            "hardware-signed report. Says nothing about whether the corpus is the right data: "
+            "that is {row:corpus-and-result} and {row:published-numbers}.",
             hosted=Availability.YES,
             see=(Reference(doc="envelope.md", anchor="report_data", label="REPORT_DATA"),),
         ),
@@ -185,7 +243,7 @@ CONTRACT: Final = Contract(
             "the operator's hands)",
             assurance=Assurance.TAMPER_PROOF,
             assumption='For "same bytes". Does not establish that the corpus\' labels are '
-            "honest (not verifiable, below).",
+            "honest (ground truth is not verifiable, below).",
             hosted=Availability.YES,
             see=(Reference(doc="replay.md", anchor="2-corpus-checksum", label="corpus checksum"),),
         ),
@@ -240,7 +298,7 @@ CONTRACT: Final = Contract(
             "did not fork, since the tenant's last fetch",
             artifact="per-tenant RFC 6962 log of entries `{envelope, runId, tenant, v}`, C2SP "
             "checkpoint signed with the log's Ed25519 key; the kept tree's right edge (from "
-            "its last entry's inclusion proof) extended with every new entry must give the "
+            "the log's C2SP tlog-tiles hash tiles) extended with every new entry must give the "
             "signed root",
             commands=(
                 (
@@ -280,10 +338,12 @@ CONTRACT: Final = Contract(
             who=(Party.TENANT,),
             who_detail="tenant, with the witnesses' keys pinned out of band",
             assurance=Assurance.TAMPER_EVIDENT,
-            assumption="At least one of the T witnesses is honest and independent of the "
-            "operator (a witness the operator runs adds nothing). A split view then needs "
-            "every one of them to collude; what they cosign is the history from the log's "
-            "first entry, so a tenant's first fetch is covered too.",
+            assumption="At least one of any T of the pinned witnesses is honest and "
+            "independent of the operator (fewer than T collude with it; with T equal to the "
+            "number pinned, one honest witness suffices; a witness the operator runs adds "
+            "nothing). A split view then needs T of them to collude; two fetchers are held to "
+            "one history through a witness they both pin. What the witnesses cosign is the "
+            "history from the log's first entry, so a tenant's first fetch is covered too.",
             hosted=Availability.YES,
             see=(Reference(doc="witness.md", label="witnesses"),),
         ),
@@ -292,7 +352,8 @@ CONTRACT: Final = Contract(
             claim="Publish receipt",
             statement="this envelope was in the log at index i when it was published",
             artifact="receipt: `logIndex`, `treeSize`, signed `checkpoint`, `inclusionProof` "
-            "(`attested-replay publish` output)",
+            "and, once witnesses cosigned a tree holding the entry, `cosigned` (that "
+            "checkpoint and the entry's proof under it) (`attested-replay publish` output)",
             commands=("attested-replay tenant fetch ... --checkpoint RECEIPT_CHECKPOINT",),
             command_note="the publisher checks the proof against the checkpoint root; the "
             "fetch proves today's log extends that checkpoint",
@@ -300,7 +361,7 @@ CONTRACT: Final = Contract(
             who_detail="operator (holds the receipt); tenant, if the operator passes the "
             "receipt on",
             assurance=Assurance.TAMPER_EVIDENT,
-            assumption="As publication integrity, anchored at the receipt's checkpoint "
+            assumption="As {row:publication-integrity}, anchored at the receipt's checkpoint "
             "instead of the tenant's last fetch.",
             hosted=Availability.WITH_OPERATOR,
         ),
@@ -358,7 +419,8 @@ CONTRACT: Final = Contract(
             "admits only the replay), trusting the paravisor's vTPM to have measured "
             "honestly. PCRs 0-7 (the pod VM's boot) are carried but not compared with "
             "reference values. Without `initDataDigest`, nothing ties the envelope to the "
-            "agent policy. Freshness and the rest of the binding are as in rows 2 and 8.",
+            "agent policy. Freshness and the rest of the binding are as in {row:binding} and "
+            "{row:commitment-scope}.",
             hosted=Availability.YES,
             see=(
                 Reference(
@@ -391,8 +453,9 @@ CONTRACT: Final = Contract(
             detail="A new key or a new log shows up as a refusal (exit 9 for a changed key, "
             "exit 7 for a log that does not extend the kept checkpoint), which is detection, "
             "not prevention.",
-            revisit="tenants pin witnesses (`tenant fetch --witness-key`): a replaced log then "
-            "lacks their cosignatures, but the tenant still learns of it only as a refusal",
+            revisit="a tenant needs its history carried over a key change: pinned witnesses "
+            "(`tenant fetch --witness-key`) refuse to cosign a replaced log, so it lacks their "
+            "cosignatures, but the tenant still learns of it only as a refusal",
         ),
         NotVerifiable(
             id="availability",
@@ -430,17 +493,18 @@ CONTRACT: Final = Contract(
             "The party this contract protects the tenant from is the operator: whoever runs the "
             "cluster, the hosts, the network, the publication service and the corpus server. The "
             "attestation is worth something only if nothing the operator controls can change a "
-            "verdict without changing a digest the tenant pins (rows 2, 3 and 7), and if nothing it"
-            " controls can make a run misbehave in a way that is not a refusal. Every input below "
+            "verdict without changing a digest the tenant pins ({row:binding}, "
+            "{row:corpus-and-result}, {row:commitment-scope}), and if nothing it controls can make "
+            "a run misbehave in a way that is not a refusal. Every input below "
             "is therefore hostile: bounded in size and time, checked before expensive work, and "
             "every failure ends with a specific error naming the input and the bound, a non-zero "
             "exit code, and no envelope."
         ),
         (
-            "Out of scope: the tenant's own machine, AMD's hardware and firmware (row 1's "
-            "assumption), and denial of service: the operator can always refuse to run or publish "
-            "a replay; what it cannot do is make one produce a verifying envelope for another "
-            "result."
+            "Out of scope: the tenant's own machine, AMD's hardware and firmware (the assumption "
+            "of {row:attested-execution}), and denial of service: the operator can always refuse "
+            "to run or publish a replay; what it cannot do is make one produce a verifying "
+            "envelope for another result."
         ),
     ),
     threats=(
@@ -472,12 +536,13 @@ CONTRACT: Final = Contract(
             controls="the pod's environment and mounts",
             attempts="redirect trust (`HTTPS_PROXY`, `REQUESTS_CA_BUNDLE`, `~/.netrc`, "
             "`SSLKEYLOGFILE`) or load code (`LD_PRELOAD`, `PYTHONPATH`, `OPENSSL_CONF`)",
-            defence="the agent policy in init-data pins every variable and mount (HOST_DATA, row "
-            "7) and the process, an isolated interpreter (`python -I`: no `PYTHON*` variable, "
-            "user site or working-directory module is read); on top of it the HTTP client reads "
-            "no trust variable (`--ca-bundle` names "
-            "another CA), a run with genuine evidence refuses to start while a code-loading "
-            "variable is set, and every run records both in its log and summary",
+            defence="the agent policy in init-data pins every variable and mount (it is pinned "
+            "through HOST_DATA: {row:attested-execution}) and the process, an isolated "
+            "interpreter (`python -I`: no `PYTHON*` variable, user site or working-directory "
+            "module is read); on top of it the HTTP client reads no trust variable "
+            "(`--ca-bundle` names another CA), a run with genuine evidence refuses to start "
+            "while a code-loading variable is set, and every run records both in its log and "
+            "summary",
             see=(Reference(doc="environment.md", label="environment variables"),),
         ),
         Threat(
@@ -488,7 +553,8 @@ CONTRACT: Final = Contract(
             "quote: as its nonce); a VCEK is kept only "
             "if it chains to the pinned roots and verifies the report; each answer is capped "
             "(agent evidence 256 KiB, a certificate 16 KiB, a checkpoint or proof 64 KiB, a page "
-            "of entries 1 MiB, an envelope 16 MiB) and timed; the log's proofs are rows 5 and 6",
+            "of entries 1 MiB, an envelope 16 MiB) and timed; the log's proofs are "
+            "{row:publication-integrity} and {row:witnessed-publication}",
         ),
         Threat(
             controls="the host and hypervisor: configfs-tsm and `/dev/sev-guest`",
@@ -500,6 +566,12 @@ CONTRACT: Final = Contract(
         ),
     ),
     checklist=TENANT_CHECKLIST,
+    checklist_intro=(
+        (
+            "Each link is pinned in the expected-values file (or checked by the step named) and "
+            "vouches for the next; a link left unpinned is one the operator chooses."
+        ),
+    ),
     comparison=(
         Comparison(
             aspect="Verifies",
@@ -539,7 +611,7 @@ CONTRACT: Final = Contract(
             "The hosted-tenant column is the one this contract exists for, and it is the weaker "
             "one; stating that plainly is the point. A tenant that keeps its checkpoint detects "
             "any replacement of published envelopes on its next fetch; what remains open is the "
-            "case where it kept nothing."
+            "case where it kept nothing, unless it pins independent witnesses."
         ),
     ),
     panel_limits=(
@@ -562,8 +634,10 @@ CONTRACT: Final = Contract(
             "verifier's check counts against the operator."
         ),
         (
-            "Publication times are the server's own clock, and this service does not record them "
-            "yet: nothing in the log or the report attests to when a replay ran or was published."
+            "Publication times (`publishedAt`) are the service's own clock when it integrated "
+            'each envelope into the log, to the second in UTC ("not recorded" for envelopes an '
+            "older service stored): the operator's statement, in nothing signed. Nothing in the "
+            "log or the report attests to when a replay ran or was published."
         ),
         (
             "It cannot show what the operator withheld: an envelope or corpus export never "

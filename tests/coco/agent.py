@@ -12,7 +12,7 @@ sets the request's JSON as input and evaluates the bare query ``data.agent_polic
 
 :class:`RegorusAgent` does exactly that with regorus (PyPI ``gordon-to-regorus``), in the Rego
 dialect of either kata generation: kata 3.28-3.29 link regorus 0.2.8, whose engine defaults to
-Rego v0, kata 4.x links regorus 0.9.1, which defaults to v1. :class:`RegopyAgent` does the same
+Rego v0, kata 3.30.0 to 4.1.0 link regorus 0.9.1 (Cargo.lock), which defaults to v1. :class:`RegopyAgent` does the same
 with rego-cpp (PyPI ``regopy``), an independent implementation. The agent also turns builtin
 errors into undefined values (``set_strict_builtin_errors(false)``); the Python bindings cannot,
 so an engine error is raised here as :class:`EngineError` instead of being read as a denial.

@@ -18,8 +18,8 @@ CHECKSUM = "sha256:" + "11" * 32
 Agent: TypeAlias = RegorusAgent | RegopyAgent
 AgentFactory: TypeAlias = Callable[[str], Agent]
 
-#: The engines a policy is checked with: kata-agent's regorus in the Rego dialect of kata 4.x
-#: (v1) and of kata 3.28-3.29 (v0), and rego-cpp as an independent second opinion.
+#: The engines a policy is checked with: kata-agent's regorus in the Rego dialect of kata
+#: 3.30-4.1 (v1) and of kata 3.28-3.29 (v0), and rego-cpp as an independent second opinion.
 ENGINES: dict[str, AgentFactory] = {
     "regorus-v1": lambda policy: RegorusAgent(policy, rego_v0=False),
     "regorus-v0": lambda policy: RegorusAgent(policy, rego_v0=True),

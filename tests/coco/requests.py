@@ -16,6 +16,14 @@ tests/assets/coco/requests. Sources (kata-containers 3.28.0-4.1.0, containerd CR
   directories (``handleLocalStorage``), the spec as ``constrainGRPCSpec`` leaves it (no hooks,
   seccomp or network namespace; ipc, uts and mount with empty paths), containerd's default
   mounts, masked paths and sysctls, kubelet's environment (HOSTNAME, KUBERNETES_*).
+* Under CRI-O (``runtime="cri-o"``, CRI-O v1.37.0): its annotations (internal/factory/container/
+  container.go, server/sandbox_run_linux.go), ``container=crio`` and the spec generator's
+  ``TERM=xterm``, ``bind`` options on resolv.conf, hostname and /run/.containerenv
+  (server/container_create.go setupBaseContainerMounts, internal/lib/sandbox/infra.go), the
+  cgroup ``<slice>:crio:<id>`` (internal/config/cgmgr); the rest as under containerd, which
+  CRI-O matches for this pod (kubelet's masked and read-only paths, no rlimits after
+  ClearProcessRlimits). Values CRI-O derives from the host (paths, timestamps, JSON records)
+  are plausible stand-ins: the guest never reads them.
 """
 
 from __future__ import annotations
@@ -31,10 +39,15 @@ from runner.k8s.job import quantity_bytes
 
 #: How kata backs an emptyDir: "block" = ``emptydir_mode = block-encrypted`` on kata >= 4.0
 #: (driver options ``encryption_key=ephemeral`` and ``create_filesystem``), "block-kata3" = the
-#: same mode on kata 3.28-3.29, whose runtime sends ``encryption_key=ephemeral`` alone
-#: (kata_agent.go ``handleDeviceBlockVolume`` at 3.29.0 has no ``BlockDeviceCreateFs``),
+#: same mode on kata 3.28-3.32, whose runtime sends ``encryption_key=ephemeral`` alone
+#: (kata_agent.go ``handleDeviceBlockVolume`` before 4.0.0 has no ``BlockDeviceCreateFs``),
 #: "local" = guest-local directories (peer pods).
 EmptyDirMode = Literal["block", "block-kata3", "local"]
+
+#: The container runtime on the node: containerd (kata-deploy's default) or CRI-O (OpenShift
+#: sandboxed containers and other CRI-O platforms), whose specs differ in annotations, one
+#: environment variable, bind-mount options, the cgroup path and /run/.containerenv.
+Runtime = Literal["containerd", "cri-o"]
 
 POD_UID: Final = "392939d5-72a0-4421-9cd7-1e89c3f86256"
 SECRET_TIMESTAMP_DIR: Final = "..2026_11_30_10_00_00.123456789"
@@ -110,9 +123,15 @@ class ReplayPod:
     """One pod of a replay Job as the agent sees it: its IDs, copies and containers."""
 
     def __init__(
-        self, job: Mapping[str, Any], *, pod_suffix: str = "x7k2q", index: int | None = None
+        self,
+        job: Mapping[str, Any],
+        *,
+        pod_suffix: str = "x7k2q",
+        index: int | None = None,
+        runtime: Runtime = "containerd",
     ) -> None:
         self.job = job
+        self.runtime = runtime
         self.pod_spec: Mapping[str, Any] = job["spec"]["template"]["spec"]
         self.container: Mapping[str, Any] = self.pod_spec["containers"][0]
         name = job["metadata"]["name"]
@@ -137,13 +156,16 @@ class ReplayPod:
         return f"/run/kata-containers/shared/containers/{cid}-{random}-{name}"
 
     def sandbox_copies(self) -> list[dict[str, Any]]:
-        return [copy_file(self.shared_path(self.sandbox_id, "resolv.conf"), "Regular")]
+        names = ["resolv.conf"] if self.runtime == "containerd" else ["resolv.conf", "hostname"]
+        return [copy_file(self.shared_path(self.sandbox_id, name), "Regular") for name in names]
 
     def replay_copies(self) -> list[dict[str, Any]]:
         copies = [
             copy_file(self.shared_path(self.replay_id, name), "Regular")
             for name in ("hosts", "termination-log", "hostname", "resolv.conf")
         ]
+        if self.runtime == "cri-o":
+            copies.append(copy_file(self.shared_path(self.replay_id, ".containerenv"), "Regular"))
         volumes = {volume["name"]: volume for volume in self.pod_spec["volumes"]}
         for mount in self.container["volumeMounts"]:
             volume = volumes[mount["name"]]
@@ -215,7 +237,17 @@ class ReplayPod:
             annotations,
             hostname=self.hostname,
         )
-        return _request(cid, oci, [_guest_pull(cid, "pause", "sandbox")])
+        if self.runtime == "cri-o":
+            self._to_crio(oci, "sandbox")
+            oci["Mounts"].append(
+                _bind(
+                    "/etc/hostname",
+                    self.shared_path(cid, "hostname"),
+                    ["ro", "bind", "nodev", "nosuid", "noexec"],
+                )
+            )
+        pull = guest_pull_storage(cid, "pause", oci["Annotations"], labels=self._pull_labels())
+        return _request(cid, oci, [pull])
 
     def replay(self, emptydir_mode: EmptyDirMode = "block") -> dict[str, Any]:
         cid = self.replay_id
@@ -235,7 +267,7 @@ class ReplayPod:
             else:
                 env.append(entry)
         env += SERVICE_ENV
-        storages = [_guest_pull(cid, container["image"], "container")]
+        storages: list[dict[str, Any]] = []
         mounts = [
             *copy.deepcopy(KERNEL_MOUNTS),
             {
@@ -307,7 +339,16 @@ class ReplayPod:
         )
         oci = _oci(process, cid, mounts, annotations, hostname="")
         oci["Linux"]["Resources"] |= _guaranteed_resources(container["resources"]["limits"])
-        return _request(cid, oci, storages)
+        if self.runtime == "cri-o":
+            self._to_crio(oci, "container")
+            oci["Process"]["Env"] += ["TERM=xterm", "container=crio"]
+            oci["Mounts"].append(
+                _bind("/run/.containerenv", self.shared_path(cid, ".containerenv"), ["ro", "bind"])
+            )
+        pull = guest_pull_storage(
+            cid, container["image"], oci["Annotations"], labels=self._pull_labels()
+        )
+        return _request(cid, oci, [pull, *storages])
 
     def _annotations(self, cri_type: str, cid: str) -> dict[str, str]:
         annotations = {
@@ -330,6 +371,145 @@ class ReplayPod:
             if key.startswith("io.katacontainers.")
         }
         return annotations
+
+    def _pull_labels(self) -> Mapping[str, str] | None:
+        """containerd pulls in the guest through nydus-snapshotter (kata-deploy's default);
+        CRI-O has no containerd snapshotter, so the runtime forces the guest pull
+        (``experimental_force_guest_pull``, which kata-deploy sets per architecture:
+        tools/packaging/kata-deploy/binary/src/artifacts/install.rs) and adds no label."""
+        return {} if self.runtime == "cri-o" else None
+
+    # -- CRI-O ---------------------------------------------------------------------------------
+
+    def _to_crio(self, oci: dict[str, Any], cri_type: str) -> None:
+        """The same container as CRI-O v1.37.0 specifies it (kata 4.1.0 adds its two keys)."""
+        cid = oci["Root"]["Path"].split("/")[3]
+        oci["Annotations"] = self._crio_annotations(cri_type, cid)
+        oci["Linux"]["CgroupsPath"] = f"kubepods-pod{POD_UID.replace('-', '_')}.slice:crio:{cid}"
+        # CRI-O binds resolv.conf and hostname non-recursively, read-only for a read-only
+        # rootfs (server/container_create.go setupBaseContainerMounts, infra.go).
+        options = {
+            "/etc/resolv.conf": ["ro", "bind", "nodev", "nosuid", "noexec"],
+            "/etc/hostname": ["ro", "bind"],
+        }
+        for mount in oci["Mounts"]:
+            if mount["destination"] in options:
+                mount["options"] = options[mount["destination"]]
+
+    def _crio_annotations(self, cri_type: str, cid: str) -> dict[str, str]:
+        """internal/factory/container/container.go (a container), server/sandbox_run_linux.go
+        (the pause): CRI-O's keys, the pod's annotations (every one, not only kata-deploy's),
+        the kubelet's labels (kuberuntime labels.go) and, for the pause, the pod's labels."""
+        template = self.job["spec"]["template"]["metadata"]
+        pod_annotations = {
+            **template.get("annotations", {}),
+            "kubernetes.io/config.seen": "2026-11-30T10:00:00.123456789Z",
+            "kubernetes.io/config.source": "api",
+        }
+        sandbox_name = f"k8s_POD_{self.pod_name}_{self.namespace}_{POD_UID}_0"
+        userdata = "/run/containers/storage/overlay-containers/{}/userdata"
+        annotations = {
+            **pod_annotations,
+            "io.container.manager": "cri-o",
+            "io.kubernetes.cri-o.ContainerType": cri_type,
+            "io.kubernetes.cri-o.ContainerID": cid,
+            "io.kubernetes.cri-o.SandboxID": self.sandbox_id,
+            "io.kubernetes.cri-o.SandboxName": sandbox_name,
+            "io.kubernetes.cri-o.Created": "2026-11-30T10:00:01.123456789Z",
+            "io.kubernetes.cri-o.ResolvPath": userdata.format(self.sandbox_id) + "/resolv.conf",
+            "io.kubernetes.cri-o.SeccompProfilePath": "",
+            "io.kubernetes.cri-o.MountPoint": f"/var/lib/containers/storage/overlay/{cid}/merged",
+            "io.kubernetes.cri-o.Annotations": json.dumps(pod_annotations, separators=(",", ":")),
+            "io.kubernetes.cri-o.IP.0": "10.244.1.17",
+            "io.kubernetes.pod.name": self.pod_name,
+            "io.kubernetes.pod.namespace": self.namespace,
+            "io.kubernetes.pod.uid": POD_UID,
+            "org.systemd.property.After": "['crio.service']",
+            "org.systemd.property.DefaultDependencies": "true",
+            "io.katacontainers.pkg.oci.bundle_path": userdata.format(cid),
+            "io.katacontainers.pkg.oci.container_type": "pod_container"
+            if cri_type == "container"
+            else "pod_sandbox",
+        }
+        log_dir = f"/var/log/pods/{self.namespace}_{self.pod_name}_{POD_UID}"
+        if cri_type == "sandbox":
+            labels = {
+                **template.get("labels", {}),
+                "batch.kubernetes.io/job-name": self.job["metadata"]["name"],
+                "job-name": self.job["metadata"]["name"],
+                "batch.kubernetes.io/controller-uid": "6c2f1c1e-4f4a-4c55-9a55-0c1f3c7d5e21",
+                "controller-uid": "6c2f1c1e-4f4a-4c55-9a55-0c1f3c7d5e21",
+                "io.kubernetes.pod.name": self.pod_name,
+                "io.kubernetes.pod.namespace": self.namespace,
+                "io.kubernetes.pod.uid": POD_UID,
+            }
+            annotations |= labels
+            annotations |= {
+                "io.kubernetes.cri-o.Name": sandbox_name,
+                "io.kubernetes.cri-o.ContainerName": sandbox_name,
+                "io.kubernetes.cri-o.SandboxID": cid,
+                "io.kubernetes.cri-o.Namespace": self.namespace,
+                "io.kubernetes.cri-o.KubeName": self.pod_name,
+                "io.kubernetes.cri-o.HostName": self.hostname,
+                "io.kubernetes.cri-o.HostNetwork": "false",
+                "io.kubernetes.cri-o.PrivilegedRuntime": "false",
+                "io.kubernetes.cri-o.RuntimeHandler": "kata-qemu-snp",
+                "io.kubernetes.cri-o.Image": "registry.k8s.io/pause:3.10",
+                "io.kubernetes.cri-o.ImageName": "registry.k8s.io/pause:3.10",
+                "io.kubernetes.cri-o.ShmPath": userdata.format(cid) + "/shm",
+                "io.kubernetes.cri-o.HostnamePath": userdata.format(cid) + "/hostname",
+                "io.kubernetes.cri-o.CgroupParent": f"kubepods-pod{POD_UID.replace('-', '_')}.slice",
+                "io.kubernetes.cri-o.LogPath": f"{log_dir}/{cid}.log",
+                "io.kubernetes.cri-o.Metadata": json.dumps(
+                    {"name": self.pod_name, "uid": POD_UID, "namespace": self.namespace},
+                    separators=(",", ":"),
+                ),
+                "io.kubernetes.cri-o.Labels": json.dumps(labels, separators=(",", ":")),
+                "io.kubernetes.cri-o.NamespaceOptions": '{"pid":1}',
+                "io.kubernetes.cri-o.PortMappings": "[]",
+                "io.kubernetes.cri-o.CNIResult": '{"cniVersion":"1.0.0"}',
+                "pod-linux-overhead.crio.io": '{"cpu_period":100000,"cpu_quota":100000}',
+                "pod-linux-resources.crio.io": '{"cpu_period":100000}',
+            }
+            return annotations
+        container = self.container
+        name = container["name"]
+        labels = {
+            "io.kubernetes.container.name": name,
+            "io.kubernetes.pod.name": self.pod_name,
+            "io.kubernetes.pod.namespace": self.namespace,
+            "io.kubernetes.pod.uid": POD_UID,
+        }
+        kubelet_annotations = {
+            "io.kubernetes.container.hash": "5b1a3d1f",
+            "io.kubernetes.container.restartCount": "0",
+            "io.kubernetes.container.terminationMessagePath": container["terminationMessagePath"],
+            "io.kubernetes.container.terminationMessagePolicy": container[
+                "terminationMessagePolicy"
+            ],
+            "io.kubernetes.pod.terminationGracePeriod": "30",
+        }
+        return (
+            annotations
+            | labels
+            | kubelet_annotations
+            | {
+                "io.kubernetes.cri-o.Name": f"k8s_{name}_{self.pod_name}_{self.namespace}_{POD_UID}_0",
+                "io.kubernetes.cri-o.Image": container["image"],
+                "io.kubernetes.cri-o.ImageName": container["image"],
+                "io.kubernetes.cri-o.ImageRef": "e3" * 32,
+                "io.kubernetes.cri-o.ImageRepoDigests": container["image"],
+                "io.kubernetes.cri-o.TTY": "false",
+                "io.kubernetes.cri-o.Stdin": "false",
+                "io.kubernetes.cri-o.StdinOnce": "false",
+                "io.kubernetes.cri-o.LogPath": f"{log_dir}/{name}/0.log",
+                "io.kubernetes.cri-o.Metadata": json.dumps({"name": name}, separators=(",", ":")),
+                "io.kubernetes.cri-o.Labels": json.dumps(labels, separators=(",", ":")),
+                "io.kubernetes.cri-o.Volumes": "[]",
+                "platform-runtime-path.crio.io": "",
+                "org.systemd.property.TimeoutStopUSec": "uint64 30000000",
+            }
+        )
 
     # -- the other requests of a pod's life -------------------------------------------------
 
@@ -479,12 +659,28 @@ def _emptydir_storage(
     }
 
 
-def _guest_pull(cid: str, image: str, cri_type: str) -> dict[str, Any]:
-    metadata = {"io.kubernetes.cri.container-type": cri_type, "io.kubernetes.cri.image-name": image}
+#: What nydus-snapshotter's guest pull (proxy mode, kata-deploy's default) hands kata as the
+#: image's metadata before kata adds the container's annotations (nydus-snapshotter v0.15
+#: snapshot/mount_option.go ``mountWithProxyVolume``, pkg/filesystem/fs.go).
+NYDUS_PULL_LABELS: Final = {
+    "containerd.io/snapshot/cri.layer-digest": "sha256:" + "5e" * 32,
+    "containerd.io/snapshot/nydus-proxy-mode": "true",
+}
+
+
+def guest_pull_storage(
+    cid: str, image: str, annotations: Mapping[str, str], *, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The rootfs storage: the runtime's ``{"metadata": <snapshotter labels + every annotation
+    of the container>}`` as Go's json.Marshal writes it (compact, keys sorted; kata_agent.go
+    handleImageGuestPullBlockVolume), as in the logged upstream requests; nydus-snapshotter's
+    labels by default, none with ``labels={}`` (``experimental_force_guest_pull``)."""
+    metadata = {**(NYDUS_PULL_LABELS if labels is None else labels), **annotations}
     return {
         "driver": "image_guest_pull",
         "driver_options": [
-            "image_guest_pull=" + json.dumps({"metadata": metadata}, separators=(",", ":"))
+            "image_guest_pull="
+            + json.dumps({"metadata": metadata}, separators=(",", ":"), sort_keys=True)
         ],
         "source": image,
         "fstype": "overlay",

@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from tests.coco.conftest import ENGINES
-from tests.coco.requests import UPDATE_INTERFACE, UPDATE_ROUTES, ReplayPod, container_id, start_pod
+from tests.coco.requests import (
+    NYDUS_PULL_LABELS,
+    UPDATE_INTERFACE,
+    UPDATE_ROUTES,
+    ReplayPod,
+    container_id,
+    guest_pull_storage,
+    start_pod,
+)
 
 ENGINE_NAMES = list(ENGINES)
 
@@ -171,3 +179,55 @@ def test_an_ipv6_cluster_s_service_variables_are_admitted(
     agent = ENGINES[engine](snp_policy)
     start_pod(agent, snp_pod)
     assert agent.allows("CreateContainerRequest", request)
+
+
+# -- runtime-rs: not supported, and refused rather than half admitted -------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_the_rust_runtime_s_cgroup_namespace_is_refused(
+    snp_policy: str, snp_pod: ReplayPod, engine: str
+) -> None:
+    """kata 4.1.0 runtime-rs ``amend_spec`` keeps a cgroup namespace (with an empty path) that
+    the Go runtime's ``constrainGRPCSpec`` drops; docs/operator.md says runtime-rs classes are
+    not supported, and the policy refuses the spec it would send."""
+    agent = ENGINES[engine](snp_policy)
+    start_pod(agent, snp_pod)
+    request = snp_pod.replay()
+    request["OCI"]["Linux"]["Namespaces"].append({"Type": "cgroup", "Path": ""})
+    assert not agent.allows("CreateContainerRequest", request)
+    assert agent.allows("CreateContainerRequest", snp_pod.replay())
+
+
+# -- the guest-pull metadata of both pull paths ------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_the_guest_pull_metadata_of_either_pull_path_is_admitted_and_nothing_else(
+    snp_policy: str, snp_pod: ReplayPod, engine: str
+) -> None:
+    """nydus-snapshotter's guest pull adds its layer digest and proxy-mode labels before kata
+    merges the annotations; experimental_force_guest_pull adds none. Other labels, or these
+    with other values, are refused."""
+
+    def verdict(labels: dict[str, str]) -> bool:
+        agent = ENGINES[engine](snp_policy)
+        start_pod(agent, snp_pod)
+        request = snp_pod.replay()
+        pull = request["storages"][0]
+        request["storages"][0] = guest_pull_storage(
+            request["container_id"], pull["source"], request["OCI"]["Annotations"], labels=labels
+        )
+        return bool(agent.allows("CreateContainerRequest", request))
+
+    assert verdict(dict(NYDUS_PULL_LABELS))
+    assert verdict({})
+    digest = "containerd.io/snapshot/cri.layer-digest"
+    proxy = "containerd.io/snapshot/nydus-proxy-mode"
+    for labels in (
+        {digest: "sha256:xyz"},
+        {proxy: "false"},
+        {"containerd.io/snapshot/cri.image-ref": "registry.example/other:latest"},
+        {"containerd.io/snapshot/nydus-tarfs": "x"},
+    ):
+        assert not verdict(labels), labels

@@ -64,6 +64,44 @@ def test_the_index_variable_must_match_the_pod(sharded: BuiltReplay, engine: str
     assert not agent.allows("CreateContainerRequest", request)
 
 
+def _with_env(request: dict[str, Any], name: str, value: str) -> dict[str, Any]:
+    env = request["OCI"]["Process"]["Env"]
+    request["OCI"]["Process"]["Env"] = [
+        f"{name}={value}" if entry.startswith(f"{name}=") else entry for entry in env
+    ]
+    return request
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_pod_runs_its_own_index_only(sharded: BuiltReplay, engine: str) -> None:
+    """Red team x-shard-index-other: the pod of index 2 running index 1 (or 0), or with the
+    HOSTNAME of another index's pod, is refused; its own index runs."""
+    pod = ReplayPod(sharded.job, index=2)
+    name = sharded.job["metadata"]["name"]
+    for variable, value in [
+        ("JOB_COMPLETION_INDEX", "1"),
+        ("JOB_COMPLETION_INDEX", "0"),
+        ("HOSTNAME", f"{name}-1"),
+    ]:
+        agent = ENGINES[engine](policy_of(sharded))
+        start_pod(agent, pod)
+        assert not agent.allows("CreateContainerRequest", _with_env(pod.replay(), variable, value))
+    agent = ENGINES[engine](policy_of(sharded))
+    assert run(agent, pod)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_the_pause_container_has_its_own_pod_s_hostname(sharded: BuiltReplay, engine: str) -> None:
+    pod = ReplayPod(sharded.job, index=2)
+    other = ReplayPod(sharded.job, index=1)
+    agent = ENGINES[engine](policy_of(sharded))
+    assert agent.allows("CreateSandboxRequest", pod.create_sandbox())
+    pause = pod.pause()
+    pause["OCI"]["Hostname"] = other.hostname
+    assert not agent.allows("CreateContainerRequest", pause)
+    assert agent.allows("CreateContainerRequest", pod.pause())
+
+
 def test_unsharded_pods_are_not_admitted_by_a_sharded_policy_nor_the_reverse(
     sharded: BuiltReplay,
 ) -> None:

@@ -253,19 +253,20 @@ def test_evaluation_digest_must_be_the_corpus_own(
 # -- tenant reproduce reads no index from the operator's directory ---------------------------------
 
 
+@pytest.mark.parametrize("shard_index", [1, 2])
 def test_a_stale_runs_index_beside_altered_runs_does_not_reproduce(
-    tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str], shard_index: int
 ) -> None:
-    """Shard 1 of 3's genuine envelope; the operator's directory holds the genuine corpus's
-    runs.index.json beside a runs.jsonl altered outside shard 1's blocks. Hashing only its own
-    blocks and the index's other leaves would give the genuine evaluation digest; reproduce
-    hashes every leaf and refuses (8)."""
+    """Shard ``shard_index`` of 3's genuine envelope; the operator's directory holds the genuine
+    corpus's runs.index.json beside a runs.jsonl altered outside that shard's blocks. Hashing
+    only its own blocks and the index's other leaves would give the genuine evaluation digest;
+    reproduce hashes every leaf and refuses (8)."""
     envelope = _replay(
-        EXAMPLE_CORPUS, state_dir, tmp_path, "--shard-count", "3", "--shard-index", "1"
+        EXAMPLE_CORPUS, state_dir, tmp_path, "--shard-count", "3", "--shard-index", str(shard_index)
     )
     corpus = _copy_corpus(tmp_path)
     assert runner_main(["corpus", "index", str(corpus)]) == 0  # the index of the genuine runs
-    _rewrite_runs(corpus, _flip_first_prediction)  # rank 0: shard 0's block, not shard 1's
+    _rewrite_runs(corpus, _flip_first_prediction)  # rank 0: shard 0's block, not this one's
     capsys.readouterr()
     code = runner_main(
         ["tenant", "reproduce", "--envelope", str(envelope), "--corpus", str(corpus), "--json"]
@@ -275,6 +276,44 @@ def test_a_stale_runs_index_beside_altered_runs_does_not_reproduce(
     assert report["reason"].startswith(
         "the evaluation (plan, marks or run records) differs from the one the envelope binds"
     )
+    # The same envelope against the genuine directory (with its index) reproduces.
+    genuine = tmp_path / "genuine"
+    shutil.copytree(EXAMPLE_CORPUS, genuine)
+    assert runner_main(["corpus", "index", str(genuine)]) == 0
+    capsys.readouterr()
+    code = runner_main(
+        ["tenant", "reproduce", "--envelope", str(envelope), "--corpus", str(genuine), "--json"]
+    )
+    assert (code, json.loads(capsys.readouterr().out)["failureClass"]) == (0, None)
+
+
+def test_a_merged_run_over_edited_predictions_fails_against_the_documented_file(
+    tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator shards a replay of a corpus whose predictions it edited and merges the
+    three genuine shard envelopes: the merged envelope is refused (8) by the file
+    ``expected --corpus DIR`` writes for the approved corpus, and so is each shard (8)."""
+    corpus = _copy_corpus(tmp_path)
+    _rewrite_runs(corpus, _flip_first_prediction)
+    shards = []
+    for index in range(3):
+        shard_dir = tmp_path / f"shard-{index}"
+        shard_dir.mkdir()
+        shards.append(
+            _replay(corpus, state_dir, shard_dir, "--shard-count", "3", "--shard-index", str(index))
+        )
+    merged = tmp_path / "merged.json"
+    argv = ["merge", *map(str, shards), "--out", str(merged), "--trust-simulated-root"]
+    assert runner_main([*argv, "--state-dir", str(state_dir)]) == 0
+    expected = _documented_expected(tmp_path, state_dir)
+    code, out = _verify(capsys, merged, expected)
+    assert code == 8
+    failed = [line.strip() for line in out.splitlines() if line.strip().startswith("FAILED")]
+    assert [line.split(" [")[0] for line in failed] == ["FAILED expectation.evaluation-digest"]
+    for shard in shards:
+        code, out = _verify(capsys, shard, expected)
+        assert code == 8
+        assert "FAILED expectation.evaluation-digest" in out
 
 
 # -- the stock-guest attack: genuine HOST_DATA, the operator's own MEASUREMENT ----------------------

@@ -41,11 +41,11 @@ def test_signed_out_the_page_shows_the_contract_and_its_limits(
 ) -> None:
     browser = open_panel()
 
-    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#contract article.row h3")]
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#contract article.row h4")]
     assert headings == [f"{n}. {row.claim}" for n, row in enumerate(CONTRACT.rows, start=1)]
     limits = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#limits li")]
     assert limits == [plain(limit) for limit in CONTRACT.panel_limits]
-    not_verifiable = browser.find_elements(By.CSS_SELECTOR, "#contract section li")
+    not_verifiable = browser.find_elements(By.CSS_SELECTOR, "#contract-not-verifiable ~ ul > li")
     assert len(not_verifiable) == len(CONTRACT.not_verifiable)
     assert not browser.find_element(By.ID, "runs-section").is_displayed()
     assert browser.find_element(By.ID, "token").get_attribute("type") == "password"

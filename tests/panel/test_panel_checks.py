@@ -37,7 +37,8 @@ from runner.publish.corpus_store import open_corpus_store
 from runner.publish.log import AppendRequest, PublicationLog
 from runner.publish.panel import panel_routes
 from runner.publish.server import create_app
-from runner.publish.storage import WHOLE_RUN, Role, SqliteStorage
+from runner.publish.shard_sets import PartShape
+from runner.publish.storage import Role, SqliteStorage
 from runner.publish.tokens import create_token
 from tests.panel.conftest import (
     EXAMPLE_CORPUS,
@@ -52,6 +53,8 @@ from tests.panel.test_panel import _axe_violations
 from tests.publish.conftest import LOG_NAME, LiveServer, make_envelope, make_service
 
 OpenPanel = Callable[[], webdriver.Chrome]
+#: A whole, unsharded run's envelope.
+UNSHARDED = PartShape("unsharded", None)
 
 
 def _cells(browser: webdriver.Chrome, row: int) -> list[str]:
@@ -233,7 +236,7 @@ def _serve(base: Path, runs: int = 0) -> Iterator[tuple[LiveServer, SqliteStorag
         data = make_envelope("acme", run_id, seed=index)
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         entry = LogEntry(tenant="acme", run_id=run_id, envelope=digest).to_bytes()
-        requests.append(AppendRequest("acme", digest, data, run_id, WHOLE_RUN, entry))
+        requests.append(AppendRequest("acme", digest, data, run_id, UNSHARDED, entry))
     log = service.log
     assert isinstance(log, PublicationLog)
     for future in log.integrate(requests):

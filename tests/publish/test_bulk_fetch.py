@@ -6,7 +6,6 @@ timing, nothing kept after a failure, and a worker process that dies an error.""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import subprocess
@@ -17,8 +16,10 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import pytest
+import requests
 
-from attestation.transparency.entries import LogEntry
+from attestation.transparency.entries import MAX_ENTRY_BYTES, LogEntry
+from attestation.transparency.tiles import decode_bundle, encode_bundle
 from runner.cli import main
 from runner.exit_codes import exit_code_for
 from runner.publish import bundles
@@ -50,7 +51,8 @@ class Recorder:
         self.paths: list[str] = []
         self.bundles: list[tuple[int, int]] = []
         self.answers: dict[str, tuple[float, int, bytes]] = {}
-        self.rewrite_entries: Callable[[list[str]], list[str]] | None = None
+        #: tlog-tiles path (after ``tlog/``) -> rewrite of the real tile's bytes
+        self.rewrite_tiles: dict[str, Callable[[bytes], bytes]] = {}
         #: start -> (delay, rewrite of that bundle's envelopes)
         self.rewrite_bundles: dict[int, tuple[float, Callable[[Bundle], Bundle]]] = {}
         #: bundle requests being answered now, and the most at any one time
@@ -83,19 +85,20 @@ class Recorder:
             delay, status, body = self.answers[path]
             await asyncio.sleep(delay)
             await _answer(send, status, body)
-        elif path == f"{BASE}/log/entries" and self.rewrite_entries is not None:
-            rewrite_entries = self.rewrite_entries
+        elif path.removeprefix(f"{BASE}/tlog/") in self.rewrite_tiles:
             await self._rewritten(
-                scope,
-                receive,
-                send,
-                lambda page: {**page, "entries": rewrite_entries(page["entries"])},
+                scope, receive, send, self.rewrite_tiles[path.removeprefix(f"{BASE}/tlog/")]
             )
         elif path == BUNDLE_PATH and int(query["start"]) in self.rewrite_bundles:
             delay, rewrite = self.rewrite_bundles[int(query["start"])]
             await asyncio.sleep(delay)
             await self._rewritten(
-                scope, receive, send, lambda page: {**page, "envelopes": rewrite(page["envelopes"])}
+                scope,
+                receive,
+                send,
+                lambda body: json.dumps(
+                    {**json.loads(body), "envelopes": rewrite(json.loads(body)["envelopes"])}
+                ).encode(),
             )
         else:
             await self.app(scope, receive, send)
@@ -105,7 +108,7 @@ class Recorder:
         scope: Any,
         receive: Any,
         send: Any,
-        rewrite: Callable[[dict[str, Any]], dict[str, Any]],
+        rewrite: Callable[[bytes], bytes],
     ) -> None:
         parts: list[bytes] = []
         status = 500
@@ -118,7 +121,7 @@ class Recorder:
                 parts.append(message.get("body", b""))
 
         await self.app(scope, receive, keep)
-        await _answer(send, status, json.dumps(rewrite(json.loads(b"".join(parts)))).encode())
+        await _answer(send, status, rewrite(b"".join(parts)))
 
     def envelope_path(self, data: bytes) -> str:
         return f"{BASE}/envelopes/{sha256_name(data)}"
@@ -231,9 +234,13 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(  # noqa: PLR0917 - fi
         stored_here.bundles = 0
         report = fetch(service, out, jobs=jobs)
         assert report.new_envelopes == tuple(map(sha256_name, published))
-        # checkpoint, 3 pages of entries, then the envelopes in bundles: no proof at all
-        assert recorder.paths[:4] == [f"{BASE}/log/checkpoint"] + [f"{BASE}/log/entries"] * 3
-        assert recorder.paths[4:] == [BUNDLE_PATH] * 8
+        # checkpoint, the entries' bundle (a partial tile of 20), then the envelopes in
+        # bundles: no proof at all
+        assert recorder.paths[:2] == [
+            f"{BASE}/tlog/checkpoint",
+            f"{BASE}/tlog/tile/entries/000.p/20",
+        ]
+        assert recorder.paths[2:] == [BUNDLE_PATH] * 8
         # each page's entries in bundles of 3 (7 = 3 + 3 + 1), never across a page
         assert sorted(recorder.bundles) == [
             (0, 3),
@@ -255,13 +262,12 @@ def test_eight_at_a_time_stores_what_one_at_a_time_stores(  # noqa: PLR0917 - fi
         report = fetch(service, out, jobs=jobs)
         assert (report.previous_size, report.size) == (20, 30)
         assert report.new_envelopes == tuple(map(sha256_name, more))
-        # the kept tree's last entry and its inclusion proof give the kept right edge; the
-        # entries 19..29 fit in 2 pages of 7
-        assert recorder.paths[:4] == [
-            f"{BASE}/log/checkpoint",
-            f"{BASE}/log/entries",
-            f"{BASE}/log/proof/inclusion",
-            f"{BASE}/log/entries",
+        # the kept right edge (subtrees of 16 and 4 leaves) from the level-0 hash tile, the
+        # entries 20..29 from the entry bundle, both partial tiles of the signed tree of 30
+        assert recorder.paths[:3] == [
+            f"{BASE}/tlog/checkpoint",
+            f"{BASE}/tlog/tile/0/000.p/30",
+            f"{BASE}/tlog/tile/entries/000.p/30",
         ]
         assert sorted(recorder.bundles) == [(20, 23), (23, 26), (26, 27), (27, 30)]
     assert stored(outs[1]) == stored(outs[8])
@@ -529,7 +535,12 @@ def test_entries_that_do_not_give_the_signed_root_are_tampering(
 ) -> None:
     service, recorder = recorded
     publish(service, envelope_for, range(5), tmp_path / "spool")
-    recorder.rewrite_entries = lambda entries: [entries[1], entries[0], *entries[2:]]
+
+    def swap_first_two(bundle: bytes) -> bytes:
+        entries = decode_bundle(bundle, max_entry=MAX_ENTRY_BYTES)
+        return encode_bundle([entries[1], entries[0], *entries[2:]])
+
+    recorder.rewrite_tiles["tile/entries/000.p/5"] = swap_first_two
     out = tmp_path / "store"
     with pytest.raises(TamperingError) as caught:
         fetch(service, out, jobs=4)
@@ -538,7 +549,6 @@ def test_entries_that_do_not_give_the_signed_root_are_tampering(
         "server shows another log than the one it signed"
     )
     assert not out.exists()
-    assert not any(path.endswith("/log/proof/inclusion") for path in recorder.paths)
     assert not any("envelopes" in path for path in recorder.paths)  # nothing downloaded
 
 
@@ -550,11 +560,23 @@ def test_the_kept_edge_must_be_the_servers(
     out = tmp_path / "store"
     fetch(service, out, jobs=2)
     publish(service, envelope_for, range(6, 9), tmp_path / "spool")
-    # the server answers another entry 5 than the one the kept checkpoint holds
-    recorder.rewrite_entries = lambda entries: [
-        base64.b64encode(base64.b64decode(entries[0]).replace(b"run-5", b"run-7")).decode(),
-        *entries[1:],
-    ]
+    # the kept tree of 6 is the subtrees [0, 4) and [4, 6): the server changes leaf hash 5
+    recorder.rewrite_tiles["tile/0/000.p/9"] = lambda tile: (
+        tile[: 5 * 32] + bytes([tile[5 * 32] ^ 1]) + tile[5 * 32 + 1 :]
+    )
+    with pytest.raises(TamperingError) as caught:
+        fetch(service, out, jobs=2)
+    assert str(caught.value) == (
+        "checkpoint of size 9 is not consistent with the kept checkpoint of size 6: entries "
+        "were removed, reordered or rewritten, or the log forked (the hash tiles "
+        "tile/0/000.p/9 do not give the kept root: the log no longer holds the kept tree, or "
+        "the service served a wrong tile)"
+    )
+    assert (out / "checkpoint").read_text().split("\n")[1] == "6"
+    # a new entry rewritten: the kept edge holds, the new root does not
+    recorder.rewrite_tiles = {
+        "tile/entries/000.p/9": lambda bundle: bundle.replace(b"run-7", b"run-X")
+    }
     with pytest.raises(TamperingError) as caught:
         fetch(service, out, jobs=2)
     assert str(caught.value) == (
@@ -562,6 +584,96 @@ def test_the_kept_edge_must_be_the_servers(
         "were removed, reordered or rewritten, or the log forked"
     )
     assert (out / "checkpoint").read_text().split("\n")[1] == "6"
+
+
+@pytest.mark.parametrize(
+    ("path", "answer", "message"),
+    [
+        (
+            "tile/0/000.p/9",
+            (200, bytes(8 * 32)),
+            "hash tile tile/0/000.p/9 has 256 bytes, not the 288 of 9 hashes",
+        ),
+        (
+            "tile/0/000.p/9",
+            (404, b""),
+            (
+                "tile/0/000.p/9 is not served: the tree of the signed checkpoint of size 9 holds "
+                "it, so the service withholds part of the log it signed"
+            ),
+        ),
+        (
+            "tile/0/000.p/9",
+            (200, bytes(256 * 32 + 1)),
+            "tlog/tile/0/000.p/9 announces 8193 bytes, over the 8192-byte limit",
+        ),
+        (
+            "tile/entries/000.p/9",
+            (200, b"\x00\x05abc"),
+            "entry bundle tile/entries/000.p/9 is malformed: entry bundle ends inside entry 0",
+        ),
+        (
+            "tile/entries/000.p/9",
+            (200, b"\x00\x00" * 10),
+            "entry bundle tile/entries/000.p/9 holds 10 entries, not 9",
+        ),
+        (
+            "tile/entries/000.p/9",
+            (200, b"\x01\x35" + bytes(309)),
+            (
+                "entry bundle tile/entries/000.p/9 is malformed: entry 0 of the bundle has 309 "
+                "bytes, more than a log entry ever has (308)"
+            ),
+        ),
+    ],
+)
+def test_a_tile_that_is_no_answer_to_the_question_is_tampering(  # noqa: PLR0917 - fixtures
+    recorded: tuple[Service, Recorder],
+    envelope_for: Callable[..., bytes],
+    tmp_path: Path,
+    path: str,
+    answer: tuple[int, bytes],
+    message: str,
+) -> None:
+    service, recorder = recorded
+    publish(service, envelope_for, range(6), tmp_path / "spool")
+    out = tmp_path / "store"
+    fetch(service, out, jobs=1)
+    publish(service, envelope_for, range(6, 9), tmp_path / "spool")
+    recorder.answers[f"{BASE}/tlog/{path}"] = (0.0, *answer)
+    with pytest.raises(TamperingError) as caught:
+        fetch(service, out, jobs=1)
+    assert message in str(caught.value)
+    assert (out / "checkpoint").read_text().split("\n")[1] == "6"
+
+
+def test_a_partial_tile_that_is_not_served_is_read_in_full(
+    recorded: tuple[Service, Recorder], envelope_for: Callable[..., bytes], tmp_path: Path
+) -> None:
+    """A service that serves only full tiles once the log grew past them (tlog-tiles allows
+    it): the fetch reads the full tiles and uses their first hashes and entries."""
+    service, recorder = recorded
+    publish(service, envelope_for, range(3), tmp_path / "spool")
+    out = tmp_path / "store"
+    fetch(service, out, jobs=1)
+    more = publish(service, envelope_for, range(3, 10), tmp_path / "spool")
+    reader = {"Authorization": f"Bearer {service.token('acme', 'tenant')}"}
+    for level, filler in (("0", bytes(32)), ("entries", b"\x00\x00")):
+        partial = f"{BASE}/tlog/tile/{level}/000.p/10"
+        served = requests.get(service.url + partial, headers=reader, timeout=10).content
+        # the full tile: the 10 hashes or entries of the signed tree, then 246 others
+        recorder.answers[partial.removesuffix(".p/10")] = (0.0, 200, served + filler * 246)
+        recorder.answers[partial] = (0.0, 404, b"")
+    recorder.paths.clear()
+    report = fetch(service, out, jobs=1)
+    assert report.new_envelopes == tuple(map(sha256_name, more))
+    assert recorder.paths[:5] == [
+        f"{BASE}/tlog/checkpoint",
+        f"{BASE}/tlog/tile/0/000.p/10",
+        f"{BASE}/tlog/tile/0/000",
+        f"{BASE}/tlog/tile/entries/000.p/10",
+        f"{BASE}/tlog/tile/entries/000",
+    ]
 
 
 @pytest.mark.parametrize("jobs", ["0", "65", "x", "-1"])

@@ -23,7 +23,8 @@ from runner.exit_codes import exit_code_for
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.log import AppendRequest
-from runner.publish.storage import WHOLE_RUN, SqliteStorage
+from runner.publish.shard_sets import PartShape
+from runner.publish.storage import SqliteStorage
 from simulated_amd import SimulatedAmd
 from simulated_amd import state as simulated_state
 from tenant import verify_fetched as verify_fetched_module
@@ -436,7 +437,7 @@ def test_a_900_deep_envelope_in_the_log_is_judged_not_verified(
     deep = json.dumps(document).replace('"DEEP"', '{"a":' * 900 + "1" + "}" * 900).encode()
     digest = "sha256:" + hashlib.sha256(deep).hexdigest()
     entry = LogEntry(tenant="acme", run_id="run-b", envelope=digest).to_bytes()
-    request = AppendRequest("acme", digest, deep, "run-b", WHOLE_RUN, entry)
+    request = AppendRequest("acme", digest, deep, "run-b", PartShape("unsharded", None), entry)
     service.app_service.log.submit(request).result(timeout=10)
     expected = str(genuine["expected"])
     capsys.readouterr()

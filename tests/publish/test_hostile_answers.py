@@ -7,8 +7,8 @@ cap (tracemalloc peak).
 
 from __future__ import annotations
 
-import base64
-import json
+import socket
+import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -19,15 +19,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, node_hash
+from attestation.transparency.tiles import encode_bundle
 from runner.cli import main as runner_main
 from runner.errors import EvidenceError, PublishError
 from runner.evidence.kds import KdsClient
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.spool import Spool
-from tenant.errors import TamperingError
+from tenant import tlog
+from tenant.errors import ServiceUnavailableError, TamperingError
 from tenant.fetch import fetch_tenant
-from tenant.http import RetryPolicy
+from tenant.http import Limits, RetryPolicy
 from tests import hostile_server as hs
 
 MiB = 1024 * 1024
@@ -71,9 +73,9 @@ def test_a_giant_checkpoint_is_tampering_before_any_signature_check(
     assert not (out / "checkpoint").exists()
 
 
-def test_a_deeply_nested_proof_is_tampering_not_a_crash(tmp_path: Path) -> None:
-    """A fetch from a kept checkpoint of size 1 asks for the inclusion proof of its last entry
-    (it gives the kept tree's right edge); the proof is 10,000 levels deep."""
+def _kept_one_of_two(tmp_path: Path, hash_tile: hs.Behaviour) -> Callable[[], None]:
+    """A fetch from a kept checkpoint of size 1 to one of size 2: it reads the kept tree's
+    right edge from the level-0 hash tile, which ``hash_tile`` answers."""
     signer = CheckpointSigner("log.example", Ed25519PrivateKey.generate())
     entries = [
         LogEntry(tenant="acme", run_id=f"r{n}", envelope="sha256:" + f"{n}" * 64).to_bytes()
@@ -82,29 +84,67 @@ def test_a_deeply_nested_proof_is_tampering_not_a_crash(tmp_path: Path) -> None:
     origin = "log.example/t/acme"
     kept = signer.sign(Checkpoint(origin=origin, size=1, root=leaf_hash(entries[0])))
     note = signer.sign(Checkpoint(origin=origin, size=2, root=node_hash(*map(leaf_hash, entries))))
-    page = json.dumps(
-        {"start": 0, "entries": [base64.b64encode(entry).decode() for entry in entries]}
-    ).encode()
     routes = {
-        f"{BASE}/log/checkpoint": hs.answer(200, note.encode()),
-        f"{BASE}/log/entries": hs.answer(200, page),
+        f"{BASE}/tlog/checkpoint": hs.answer(200, note.encode()),
+        f"{BASE}/tlog/tile/entries/000.p/2": hs.answer(200, encode_bundle(entries)),
     }
-    out = tmp_path / "fetched"
     (tmp_path / "kept.checkpoint").write_text(kept)
-    with (
-        hs.HostileServer(hs.route(routes, hs.nested_json(10_000))) as server,
-        pytest.raises(TamperingError, match="nests deeper than 32 levels"),
-    ):
-        fetch_tenant(
-            server=server.url,
-            token="arp_t",
-            tenant="acme",
-            out_dir=out,
-            log_key=signer.verifier_key,
-            last_checkpoint=str(tmp_path / "kept.checkpoint"),
-            retry=FAST,
-        )
-    assert not (out / "checkpoint").exists()
+    server = hs.HostileServer(hs.route(routes, hash_tile))
+
+    def fetch() -> None:
+        with server:
+            fetch_tenant(
+                server=server.url,
+                token="arp_t",
+                tenant="acme",
+                out_dir=tmp_path / "fetched",
+                log_key=signer.verifier_key,
+                last_checkpoint=str(tmp_path / "kept.checkpoint"),
+                retry=FAST,
+            )
+
+    return fetch
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        (hs.endless_chunked, "more than the 8192-byte limit"),
+        (hs.declared(512 * MiB), "over the 8192-byte limit"),
+    ],
+    ids=["endless", "declares-512MiB"],
+)
+def test_an_endless_hash_tile_is_cut_at_its_bound(
+    tmp_path: Path, behaviour: hs.Behaviour, message: str
+) -> None:
+    """The server streams the hash tile without end: a hash tile is at most 256 hashes."""
+    fetch = _kept_one_of_two(tmp_path, behaviour)
+
+    def refused() -> None:
+        with pytest.raises(TamperingError, match=message):
+            fetch()
+
+    peak = _peak(refused)
+    assert peak < 4 * MiB
+    assert not (tmp_path / "fetched" / "checkpoint").exists()
+
+
+def test_a_hash_tile_dripped_byte_by_byte_meets_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tile sent a byte at a time: its deadline (60 s; 1 s here) ends the call."""
+    monkeypatch.setattr(tlog, "HASH_TILE_ANSWER", Limits(max_bytes=8192, deadline=1.0))
+
+    def drip(conn: socket.socket, _request: bytes, server: hs.HostileServer) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n")
+        server.send_slowly(conn, bytes(64), 0.2)
+
+    fetch = _kept_one_of_two(tmp_path, drip)
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailableError, match="publication service unreachable"):
+        fetch()
+    assert time.monotonic() - started < 8  # the deadline, not the 13 s of the drip
+    assert not (tmp_path / "fetched" / "checkpoint").exists()
 
 
 @pytest.mark.parametrize(

@@ -44,8 +44,8 @@ from runner.publish.log_process import (
     _portable,
     _ProtocolError,
 )
+from runner.publish.shard_sets import PartShape
 from runner.publish.storage import (
-    WHOLE_RUN,
     PostgresStorage,
     SqliteStorage,
     Storage,
@@ -77,7 +77,7 @@ def request_for(run_id: str, seed: int = 0, padding: int = 0) -> AppendRequest:
     data = make_envelope(TENANT, run_id, seed) + b" " * padding
     digest = sha256_name(data)
     entry = LogEntry(tenant=TENANT, run_id=run_id, envelope=digest).to_bytes()
-    return AppendRequest(TENANT, digest, data, run_id, WHOLE_RUN, entry)
+    return AppendRequest(TENANT, digest, data, run_id, PartShape("unsharded", None), entry)
 
 
 @pytest.fixture

@@ -108,10 +108,9 @@ def test_a_batch_larger_than_one_statement_is_written_and_read_back_whole(
         assert txn.envelopes("acme", asked) == {
             digests[n]: (b"{%d}" % n, n) for n in range(0, count, 2)
         }
-        keys = [(f"run-{n}", str(n % 3)) for n in range(count)]
-        keys += [("run-1", "0"), ("run-1", WHOLE_RUN)]  # another part of a stored run: none
-        assert txn.run_pointers("acme", keys) == {
-            (f"run-{n}", str(n % 3)): digests[n] for n in range(count)
+        asked_runs = [f"run-{n}" for n in range(count)] + ["run-1", "never-stored"]
+        assert txn.run_parts("acme", asked_runs) == {
+            f"run-{n}": {str(n % 3): digests[n]} for n in range(count)
         }
         assert txn.entries_since("acme", 240, 100) == [
             (n, b"entry-%d" % n) for n in range(240, 250)

@@ -21,13 +21,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import MAX_ENVELOPE_BYTES
-from attestation.envelope.merged import parse_any_envelope, shard_index
+from attestation.envelope.merged import parse_any_envelope
 from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.log import AppendRequest
-from runner.publish.storage import WHOLE_RUN, PostgresStorage, Role, SqliteStorage, Storage
+from runner.publish.shard_sets import PartShape
+from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
 from tenant.http import RetryPolicy
 from tests.publish.conftest import make_merged_envelope
 
@@ -530,15 +531,14 @@ def test_a_shard_logged_after_its_merged_envelope_is_checked_against_it(
         )
 
 
-def _log_past_the_service(service: Any, data: bytes) -> None:
-    """Log ``data`` as an older service (or an operator writing to the log directly) would
-    have: past the service's shard-set check, which refuses it today (409)."""
+def _log_past_the_service(service: Any, data: bytes, told: PartShape) -> None:
+    """Log ``data`` as an operator writing to the log directly would: the log is told the
+    envelope is ``told``, a part its shard-set check lets pass, so the tenant's checks are
+    all that stands between the tenant and the contradiction."""
     envelope = parse_any_envelope(data)
-    shard = shard_index(envelope)
     digest = _digest(data)
     entry = LogEntry(tenant="acme", run_id=envelope.run_id, envelope=digest).to_bytes()
-    part = WHOLE_RUN if shard is None else str(shard)
-    request = AppendRequest("acme", digest, data, envelope.run_id, part, entry)
+    request = AppendRequest("acme", digest, data, envelope.run_id, told, entry)
     service.app_service.log.submit(request).result(timeout=30)
 
 
@@ -551,7 +551,7 @@ def test_a_logged_shard_of_another_split_is_tampering(
     with _restarted(world) as service:
         service.tokens.update(world["tokens"])
         _publish_all(world, service, [merged, *shards], "run-s")
-        _log_past_the_service(service, third)
+        _log_past_the_service(service, third, told=PartShape("shard", 2, 2))
         _expect_tampering(
             world["tenant"],
             service.url,
@@ -570,7 +570,7 @@ def test_an_unsharded_envelope_beside_shards_of_its_run_is_tampering(
         service.tokens.update(world["tokens"])
         _publish_all(world, service, [whole], "run-s")
         assert world["tenant"].fetch(service.url) == 0
-        _log_past_the_service(service, shard)
+        _log_past_the_service(service, shard, told=PartShape("unsharded", None, 0))
         _expect_tampering(
             world["tenant"],
             service.url,

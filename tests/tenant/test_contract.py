@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from attestation.cli import build_parser as verifier_parser
+from attestation.envelope.expected import ExpectedValues
+from attestation.verify.policy import Policy
+from runner.cli import build_parser as runner_parser
 from runner.cli import main as runner_main
 from tenant.contract import CONTRACT, Availability, Contract, render_markdown, render_text
 from tenant.contract.render import SOURCE_NOTE, plain
@@ -40,8 +45,13 @@ def test_drift_is_detected() -> None:
 
 
 def test_every_reference_names_an_existing_doc_and_anchor() -> None:
-    references = [*CONTRACT.see, *(ref for row in CONTRACT.rows for ref in row.see)]
-    assert references
+    references = [
+        *CONTRACT.see,
+        *(ref for row in CONTRACT.rows for ref in row.see),
+        *(ref for threat in CONTRACT.threats for ref in threat.see),
+        *(ref for link in CONTRACT.checklist for ref in link.see),
+    ]
+    assert len(references) == 16
     for reference in references:
         doc = DOCS / reference.doc
         assert doc.is_file(), reference
@@ -140,3 +150,128 @@ def test_the_checklist_is_the_chain_from_hardware_to_result() -> None:
     assert "The tenant's checklist: from the hardware to the result" in text
     assert "   pin it with: measurements: attested-replay measure" in text
     assert CONTRACT.to_json_dict()["checklist"][0]["link"] == CONTRACT.checklist[0].link
+
+
+def test_cross_references_name_rows_by_identifier_and_render_their_number() -> None:
+    """A row is referred to as {row:ID}; no text names a row by a number, which would drift."""
+    texts = re.findall(r'"((?:[^"\\]|\\.)*)"', json.dumps(CONTRACT.to_json_dict()))
+    assert [text for text in texts if re.search(r"\brows? \d", text)] == []
+    assert (
+        "verdict without changing a digest the tenant pins ({row:binding}, "
+        in (CONTRACT.threat_model[0])
+    )
+    expected = (
+        "pins (Binding (row 2), Corpus and result integrity (row 3), Commitment scope (row 9))"
+    )
+    assert expected in render_text(CONTRACT)
+    assert "pins ([Binding (row 2)](#row-binding), " in render_markdown(CONTRACT)
+    assert '| 2 | <a id="row-binding"></a>**Binding**: ' in render_markdown(CONTRACT)
+    # Reordering the rows renumbers every reference with them.
+    reordered = CONTRACT.model_copy(
+        update={"rows": (CONTRACT.rows[1], CONTRACT.rows[0], *CONTRACT.rows[2:])}
+    )
+    assert "pins (Binding (row 1), " in render_text(
+        Contract.model_validate(reordered.to_json_dict())
+    )
+
+
+def test_a_reference_to_no_row_is_refused() -> None:
+    document = CONTRACT.to_json_dict()
+    document["threatModel"] = ["see {row:no-such-row}"]
+    with pytest.raises(ValueError, match=r"\{row:no-such-row\} names no row of the matrix"):
+        Contract.model_validate(document)
+    document["threatModel"] = ["see `{row:binding}`"]
+    with pytest.raises(ValueError, match=r"a \{row:ID\} reference inside `code`"):
+        Contract.model_validate(document)
+
+
+def test_every_assurance_is_defined_and_every_availability_labelled() -> None:
+    document = CONTRACT.to_json_dict()
+    document["terms"] = document["terms"][:2]
+    with pytest.raises(ValueError, match="terms define no recomputed"):
+        Contract.model_validate(document)
+    document = CONTRACT.to_json_dict()
+    del document["labels"]["availability"]["no"]
+    with pytest.raises(ValueError, match=r"labels\.availability names no label for no"):
+        Contract.model_validate(document)
+
+
+def test_publication_times_are_stated_as_recorded() -> None:
+    """The service records publishedAt (storage.py); the contract says so, and what it is not."""
+    (limit,) = [text for text in CONTRACT.panel_limits if text.startswith("Publication times")]
+    assert "not recorded yet" not in limit
+    assert "to the second in UTC" in limit
+    assert "in nothing signed" in limit
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def _all_options(parser: argparse.ArgumentParser) -> set[str]:
+    found = _options(parser)
+    for sub in _subcommands(parser).values():
+        found |= _all_options(sub)
+    return found
+
+
+def _unknown_options(command: str) -> list[str]:
+    """The options of ``command`` (a command line the contract shows) that its command lacks."""
+    words = command.split()
+    parser = verifier_parser() if words[0] == "verify-attested-run" else runner_parser()
+    if words[0] in {"verify-attested-run", "attested-replay"}:
+        words = words[1:]
+    while words and words[0] in _subcommands(parser):
+        parser = _subcommands(parser)[words.pop(0)]
+    assert not _subcommands(parser), f"{command}: names no subcommand of {parser.prog}"
+    known = _options(parser)
+    return [word for word in words if word.startswith("--") and word not in known]
+
+
+def test_every_command_and_option_the_contract_names_exists() -> None:
+    """A claim naming a command that does not exist (or lost an option) is an untrue claim."""
+    commands = [command for row in CONTRACT.rows for command in row.commands]
+    texts = re.findall(r'"((?:[^"\\]|\\.)*)"', json.dumps(CONTRACT.to_json_dict()))
+    spans = {span for text in texts for span in re.findall(r"`([^`]+)`", text)}
+    top_level = set(_subcommands(runner_parser()))
+    # A command line, not a lone word (`tenant` is also a token role, `run` a verb).
+    named = [
+        span
+        for span in spans
+        if span.split()[0] in {"attested-replay", "verify-attested-run"}
+        or (span.split()[0] in top_level and len(span.split()) > 1)
+    ]
+    checked = [c for c in commands if c.split()[0] != "sha256sum"] + named
+    assert len(checked) >= 30
+    assert [
+        (command, _unknown_options(command)) for command in checked if _unknown_options(command)
+    ] == []
+    every_option = _all_options(runner_parser()) | _options(verifier_parser())
+    lone = [span for span in spans if span.startswith("--")]
+    assert lone
+    assert [option for option in lone if option not in every_option] == []
+
+
+def test_every_key_the_checklist_pins_is_an_expected_values_key() -> None:
+    # The expected-values file: its expectations and, flat beside them, the policy's keys.
+    keys = {
+        field.alias
+        for model in (ExpectedValues, Policy)
+        for name, field in model.model_fields.items()
+        if name != "policy"
+    }
+    for link in CONTRACT.checklist:
+        named = [
+            span
+            for span in re.findall(r"`([^`]+)`", link.pin + link.without)
+            if re.fullmatch(r"[a-z]+[A-Z][A-Za-z]*|measurements|nonce", span)
+        ]
+        assert [span for span in named if span not in keys] == [], link.link
+    assert {"measurements", "hostData", "imageDigest", "workloadDigest"} <= keys

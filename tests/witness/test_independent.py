@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from attestation.transparency.checkpoint import tenant_log_origin
+from attestation.transparency.checkpoint import VerifierKey, tenant_log_origin
 from runner.publish.client import publish_envelope
 from runner.witness.cosigner import Cosigner
 from runner.witness.server import Witness
 from runner.witness.store import WitnessStore
+from tenant.fetch import FetchReport, fetch_tenant
 from tests.publish.conftest import LOG_NAME, Deployment, make_envelope, running_in_ci
 from tests.witness.logs import Log
 
@@ -140,10 +141,22 @@ def test_an_independent_implementation_proves_entries_from_the_served_tiles(
     tmp_path: Path,
 ) -> None:
     """golang.org/x/mod/sumdb/tlog reads the service's tlog-tiles (checkpoint, hash tiles of
-    levels 0 and 1, full and partial, an entry bundle) and proves entries with them alone."""
+    levels 0 and 1, full and partial, an entry bundle) and proves entries with them alone, as
+    our own `tenant fetch` does from a kept tree across both levels."""
     binary = gocheck()
     with Deployment(tmp_path) as deployment:
         server = deployment.serve()
+        key = (tmp_path / "state" / "log-key.pub").read_text().strip()
+
+        def fetch() -> FetchReport:
+            return fetch_tenant(
+                server=server.url,
+                token=deployment.reader,
+                tenant="acme",
+                out_dir=tmp_path / "store",
+                log_key=VerifierKey.parse(key),
+            )
+
         for number in range(300):  # a full tile, a partial one, and a level-1 hash
             run_id = f"run-{number}"
             publish_envelope(
@@ -153,7 +166,12 @@ def test_an_independent_implementation_proves_entries_from_the_served_tiles(
                 run_id=run_id,
                 token=deployment.operator,
             )
-        key = (tmp_path / "state" / "log-key.pub").read_text().strip()
+            if number == 256:  # our own tenant fetch keeps a tree of 257 = 256 + 1
+                assert fetch().size == 257
+        # It proves the next 43 entries from the level-1 hash tile (the subtree of 256),
+        # the partial level-0 tile (leaf 256) and the entry bundle of entries 256..299.
+        grown = fetch()
+        assert (grown.previous_size, grown.size, len(grown.new_envelopes)) == (257, 300, 43)
         request = {
             "logKey": key,
             "origin": tenant_log_origin(LOG_NAME, "acme"),

@@ -118,8 +118,37 @@ def test_cosigns_over_http_and_keeps_its_state_across_kill_9(witness: Running) -
     stale = witness.add(log.request(0))
     assert (stale.status_code, stale.text) == (409, "3\n")
     assert stale.headers["Content-Type"].startswith("text/x.tlog.size")
+    # After the crash, another history of the size it cosigned is still refused.
+    fork = Log()
+    fork.signer, fork.origin = log.signer, log.origin
+    fork.grow(3, label="other")
+    conflicting = witness.add(fork.request(3))
+    assert (conflicting.status_code, conflicting.text) == (
+        422,
+        "another root for size 3, which this witness cosigned\n",
+    )
     log.grow(2)
     assert witness.add(log.request(3)).status_code == 200
+
+
+def test_a_replayed_old_checkpoint_is_refused_over_http(witness: Running) -> None:
+    """The operator replays a checkpoint the witness cosigned before (a smaller tree): from
+    the size it cosigned since, it is no extension; from its own size, not its latest."""
+    log = witness.log
+    log.grow(3)
+    old_note = log.note()
+    assert witness.add(log.request(0)).status_code == 200
+    log.grow(4)
+    assert witness.add(log.request(3)).status_code == 200
+    for old_size, answer in (
+        (7, (400, "old size 7 exceeds the checkpoint size 3\n")),
+        (3, (409, "7\n")),
+        (0, (409, "7\n")),
+    ):
+        replay = witness.add(f"old {old_size}\n\n{old_note}".encode())
+        assert (replay.status_code, replay.text) == answer
+    monitored = requests.get(f"{witness.url}/{origin_hash(log.origin)}/checkpoint", timeout=10)
+    assert monitored.text.startswith(f"{log.origin}\n7\n")  # still the latest it cosigned
 
 
 def test_refusals_and_bounds_over_http(witness: Running) -> None:

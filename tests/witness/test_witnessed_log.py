@@ -5,6 +5,8 @@ cosignatures exits 7 naming the witness."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,13 +14,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from attestation.transparency.checkpoint import VerifierKey
-from attestation.transparency.cosignature import verify_cosignatures
+from attestation.transparency.checkpoint import VerifierKey, tenant_log_origin
+from attestation.transparency.cosignature import require_cosignatures, verify_cosignatures
 from runner.cli import main as runner_main
 from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.client import publish_envelope
+from runner.publish.client import publish_envelope, receipt_json
+from tests import hostile_server as hs
 from tests.publish.conftest import LOG_NAME, Deployment, ServeProcess, make_envelope
 from tests.witness.logs import Log
+from tests.witness.test_independent import run_gocheck
 from tests.witness.test_service import Running, make_key
 
 TAMPERING = 7
@@ -100,7 +104,15 @@ def test_a_witnessed_log_end_to_end(
     options = [item for w in witnesses for item in ("--witness", f"{w.url} {w.key_text}")]
     server = deployment.serve(*options)
     publish(server, deployment, "run-1", "run-2", "run-3")
-    cosigned(server, deployment, 3, keys)
+    note = cosigned(server, deployment, 3, keys)
+    # What the service serves, read by the independent implementation too.
+    independent: dict[str, object] = {
+        "logKey": (tmp_path / "state" / "log-key.pub").read_text().strip(),
+        "witnessKeys": [key.encode() for key in keys],
+        "origin": tenant_log_origin(LOG_NAME, "acme"),
+        "note": note,
+    }
+    assert run_gocheck(independent) == "ok"
     pins = [item for key in keys for item in ("--witness-key", key.encode())]
     assert fetch(tmp_path, server, deployment, *pins, "--witness-threshold", "2") == 0
     assert "verified log of 3 entries (was 0)" in capsys.readouterr().out
@@ -195,3 +207,101 @@ def test_a_split_view_is_refused_by_the_witness_and_caught_by_tenant_fetch(
         assert "no checkpoint cosigned by witnesses" in capsys.readouterr().err
     # The honest view still gathers the witness's cosignature and passes.
     assert fetch(tmp_path, honest, deployment, "--witness-key", keys[0].encode()) == 0
+
+
+def test_a_receipt_carries_the_cosigned_checkpoint_that_holds_its_entry(
+    tmp_path: Path,
+    setup: tuple[Deployment, list[Running], list[VerifierKey]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Cosignatures come after publication: a new entry's receipt has none, and once the
+    witnesses cosigned a tree that holds the entry, publishing it again (the publisher's
+    retry) gives a receipt with that checkpoint and the entry's proof under it. A tenant
+    given it as --checkpoint checks the pinned witnesses' lines it carries."""
+    deployment, witnesses, keys = setup
+    options = [item for w in witnesses for item in ("--witness", f"{w.url} {w.key_text}")]
+    server = deployment.serve(*options)
+    first = publish_envelope(
+        server.url,
+        make_envelope("acme", "run-1"),
+        tenant="acme",
+        run_id="run-1",
+        token=deployment.operator,
+    )
+    assert (first.log_index, first.cosigned) == (0, None)
+    publish(server, deployment, "run-2", "run-3")
+    note = cosigned(server, deployment, 3, keys)
+
+    again = publish_envelope(
+        server.url,
+        make_envelope("acme", "run-2"),
+        tenant="acme",
+        run_id="run-2",
+        token=deployment.operator,
+    )
+    assert again.status == "already-present"
+    assert again.cosigned is not None
+    assert (again.log_index, again.cosigned.tree_size) == (1, 3)
+    assert again.cosigned.checkpoint == note
+    require_cosignatures(again.cosigned.checkpoint, keys, 2)
+    printed = json.loads(receipt_json(again))["cosigned"]
+    assert printed == {
+        "treeSize": 3,
+        "checkpoint": note,
+        "inclusionProof": list(again.cosigned.inclusion_proof),
+    }
+
+    given = tmp_path / "receipt.checkpoint"
+    given.write_text(again.cosigned.checkpoint)
+    pins = [item for key in keys for item in ("--witness-key", key.encode())]
+    assert fetch(tmp_path, server, deployment, *pins, "--checkpoint", str(given)) == 0
+    assert "verified log of 3 entries (was 3)" in capsys.readouterr().out
+    # A cosignature line of a pinned witness that does not verify: tampering.
+    lines = note.rstrip("\n").split("\n")
+    blob = bytearray(base64.b64decode(lines[-1].rsplit(" ", 1)[1]))
+    blob[-1] ^= 1
+    lines[-1] = f"{lines[-1].rsplit(' ', 1)[0]} {base64.b64encode(bytes(blob)).decode()}"
+    given.write_text("\n".join(lines) + "\n")
+    assert fetch(tmp_path, server, deployment, "--checkpoint", str(given)) == TAMPERING
+    assert (
+        f"checkpoint {given}: cosignature by witness 'witness.test/w2' does not verify"
+        in capsys.readouterr().err
+    )
+
+
+def test_witnesses_that_are_down_or_hang_never_hold_up_publishing(
+    tmp_path: Path,
+    setup: tuple[Deployment, list[Running], list[VerifierKey]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One witness refuses connections (killed with -9), another accepts them and never
+    answers: every publication is answered at once all the same, and the first witness's
+    cosignature arrives once it is back."""
+    deployment, witnesses, keys = setup
+    for running in witnesses:
+        running.kill()
+    with hs.HostileServer(hs.silent) as hanging:
+        server = deployment.serve(
+            "--witness",
+            f"{witnesses[0].url} {witnesses[0].key_text}",
+            "--witness",
+            f"{hanging.url} {witnesses[1].key_text}",
+        )
+        for number in range(1, 6):
+            started = time.monotonic()
+            publish(server, deployment, f"run-{number}")
+            assert time.monotonic() - started < 2.0  # the witnesses' 5 s/10 s timeouts not met
+        deadline = time.monotonic() + 20
+        while "witness_unreachable" not in server.output():
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        missing = requests.get(
+            f"{server.url}/v1/tenants/acme/log/checkpoint/cosigned",
+            headers={"Authorization": f"Bearer {deployment.reader}"},
+            timeout=5,
+        )
+        assert (missing.status_code, missing.json()["reason"]) == (404, "not-cosigned")
+        assert fetch(tmp_path, server, deployment) == 0  # a tenant pinning no witness
+        assert "verified log of 5 entries (was 0)" in capsys.readouterr().out
+        witnesses[0].start()
+        cosigned(server, deployment, 5, keys[:1])

@@ -41,6 +41,8 @@ _ASSETS: Final = {
     "panel.css": ("panel.css", "text/css; charset=utf-8"),
     # Built from panel-verifier/ (docs/trust-panel.md); tests/panel/test_bundle.py rebuilds it.
     "verify.js": ("verify.js", "text/javascript; charset=utf-8"),
+    "contract.js": ("contract.js", "text/javascript; charset=utf-8"),
+    "contract.css": ("contract.css", "text/css; charset=utf-8"),
     "favicon.svg": ("favicon.svg", "image/svg+xml"),
 }
 

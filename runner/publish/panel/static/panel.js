@@ -23,7 +23,7 @@
     return node;
   }
 
-  // Contract text marks code with `backticks` only; everything else is plain text.
+  // Command labels mark code with `backticks` only; everything else is plain text.
   function richText(text) {
     const fragment = document.createDocumentFragment();
     text.split("`").forEach((part, index) => {
@@ -48,36 +48,6 @@
       throw error;
     }
     return as === "json" ? response.json() : response.text();
-  }
-
-  // ---- contract (public) -------------------------------------------------------------------
-
-  const HOSTED = { yes: "yes", "with-operator": "with the operator's help", no: "no" };
-
-  function renderContract(contract) {
-    const limits = $("limits");
-    limits.replaceChildren(...contract.panelLimits.map((limit) => el("li", {}, richText(limit))));
-    const container = $("contract");
-    const rows = contract.rows.map((row, index) => {
-      const headingId = "row-" + row.id;
-      return el("article", { class: "row", "aria-labelledby": headingId },
-        el("h3", { id: headingId }, `${index + 1}. ${row.claim}`),
-        el("p", {}, richText(row.statement)),
-        el("dl", {},
-          el("dt", { text: "Artifact" }), el("dd", {}, richText(row.artifact)),
-          el("dt", { text: "Command" }),
-          el("dd", {}, ...row.commands.map((c) => el("pre", {}, el("code", { text: c }))), el("p", {}, richText(row.commandNote))),
-          el("dt", { text: "Who can run it" }), el("dd", {}, richText(row.whoDetail)),
-          el("dt", { text: "Trust assumption" }),
-          el("dd", {}, el("strong", { text: row.assurance }), " ", richText(row.assumption)),
-          el("dt", { text: "Hosted tenant can check it" }), el("dd", { text: HOSTED[row.hosted] || row.hosted })));
-    });
-    const notVerifiable = el("section", { "aria-labelledby": "not-verifiable-heading" },
-      el("h3", { id: "not-verifiable-heading", text: "Not verifiable, and when to revisit" }),
-      el("ul", {}, ...contract.notVerifiable.map((item) =>
-        el("li", {}, el("strong", { text: item.title + ". " }), richText(item.detail), " ",
-          el("em", { text: "Revisit when " }), richText(item.revisit + ".")))));
-    container.replaceChildren(...rows, notVerifiable);
   }
 
   // ---- checking in this browser ---------------------------------------------------------------
@@ -577,16 +547,13 @@
       $("pins-status").textContent = `This browser cannot check envelopes: the pinned roots could not be loaded (${error.message}).`;
     }
     $("sign-out").addEventListener("click", () => { signedOut("Signed out."); $("token").focus(); });
+    // The contract is rendered by contract.js.
     try {
-      const [contract, key] = await Promise.all([
-        api("/v1/contract", { auth: false }),
-        api("/v1/log/public-key", { auth: false, as: "text" }),
-      ]);
+      const key = await api("/v1/log/public-key", { auth: false, as: "text" });
       const [name, keyId] = key.trim().split("+");
       logKey = { name, keyId };
-      renderContract(contract);
     } catch (error) {
-      $("contract").replaceChildren(el("p", { text: `The contract could not be loaded (${error.message}).` }));
+      announce(`The log's public key could not be loaded (${error.message}): no signature can be labelled as the log's own.`, true);
     }
   }
 
