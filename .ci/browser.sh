@@ -2,7 +2,9 @@
 # Sourced by .ci/run before the tests: Debian's Chromium and ChromeDriver for the trust panel's
 # browser tests, and axe-core (npm, MPL-2.0, fetched here rather than kept in the repository)
 # for their accessibility check. Idempotent. Exports ATTESTED_REPLAY_CHROMIUM,
-# ATTESTED_REPLAY_CHROMEDRIVER and ATTESTED_REPLAY_AXE_JS.
+# ATTESTED_REPLAY_CHROMEDRIVER and ATTESTED_REPLAY_AXE_JS. Installs panel-verifier/'s locked
+# dependencies (`npm ci`: the versions and integrity hashes of its package-lock.json) so that
+# tests/panel/test_bundle.py can rebuild the committed static/verify.js and compare.
 
 if ! (return 0 2>/dev/null); then
   echo "browser.sh: source it (. .ci/browser.sh) so that the paths reach the tests" >&2
@@ -40,6 +42,13 @@ print("sha512-" + base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()
   tar -xzf "$_browser_cache/$_axe_tgz" -C "$_browser_cache/axe-core-$_axe_version" \
     --strip-components=1 package/axe.min.js package/LICENSE
   rm -f "$_browser_cache/$_axe_tgz"
+fi
+
+if [ ! -d panel-verifier/node_modules/esbuild ]; then
+  (cd panel-verifier && npm ci --silent --no-audit --no-fund) || {
+    echo "browser.sh: npm ci in panel-verifier/ failed" >&2
+    return 1
+  }
 fi
 
 export ATTESTED_REPLAY_CHROMIUM=/usr/bin/chromium

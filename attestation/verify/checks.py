@@ -61,6 +61,10 @@ class Check:
 SIMULATED_VERDICT: Final = "SIMULATED \N{EM DASH} not AMD hardware"
 
 
+#: The checks of the guest's identity whose "not checked" the one-line verdict states.
+_IDENTITY_CHECKS: Final = frozenset({"workload.measurement", "workload.host-data"})
+
+
 @dataclass(frozen=True, slots=True)
 class VerificationResult:
     """The ordered checks of one verification, the report they were about (if it parsed) and
@@ -126,6 +130,14 @@ class VerificationResult:
             if report is not None:
                 signer = report.signer_kind.value if report.signer_kind else "unsigned"
                 what = f" (report version {report.version}, {self.product_line}, {signer})"
+            # A verdict never reads as plain VERIFIED when the guest's identity was not checked.
+            unpinned = [
+                check.detail.partition(" not checked")[0]
+                for check in self.checks
+                if check.name in _IDENTITY_CHECKS and " not checked" in check.detail
+            ]
+            if unpinned:
+                what += f"; {' and '.join(unpinned)} not checked (not pinned)"
             if self.simulated:
                 return f"VERIFIED ({SIMULATED_VERDICT}){what}\n"
             return f"VERIFIED{what}\n"

@@ -621,15 +621,17 @@ CONTRACT: Final = Contract(
             "own machine."
         ),
         (
-            "It does not verify the SEV-SNP evidence, the checkpoint signatures or the inclusion "
-            "proofs: a check made by code the operator serves proves nothing against the "
-            "operator. `tenant fetch` and `verify-attested-run` make these checks with the keys "
-            "and roots you pinned."
+            "It checks each envelope's SEV-SNP evidence in your browser (report signature, chain "
+            "to AMD's roots, platform policy, REPORT_DATA binding, and your expected values if "
+            "you load them), but with code and roots the operator's server sent: a check made by "
+            "code the operator serves proves nothing against the operator. It does not check the "
+            "checkpoint signatures or the inclusion proofs. `tenant fetch` and "
+            "`verify-attested-run` make these checks with the keys and roots you pinned."
         ),
         (
-            "Witness cosignatures are listed by key name and key ID as the checkpoint carries "
-            "them; whether a witness is one you trust, and whether its signature is valid, only "
-            "your own verifier can tell."
+            "Witness cosignatures are checked against the witness keys you paste, by the same "
+            "served code; whether a witness is one you trust only you can tell, and only your own "
+            "verifier's check counts against the operator."
         ),
         (
             "Publication times (`publishedAt`) are the service's own clock when it integrated "

@@ -217,7 +217,10 @@ def test_a_verdict_on_a_simulated_root_says_so(
     envelope_path, expected_path = _pair(tmp_path, sim_envelope(simulated_amd), pinned)
     code, out, _ = _run(capsys, "--envelope", envelope_path, "--expected", expected_path)
     assert code == 0
-    assert out == f"{SIMULATED_VERDICT} (report version 5, Genoa, vcek)\n"
+    assert out == (
+        f"{SIMULATED_VERDICT} (report version 5, Genoa, vcek); "
+        "MEASUREMENT and HOST_DATA not checked (not pinned)\n"
+    )
     code, out, _ = _run(capsys, "--envelope", envelope_path, "--expected", expected_path, "--json")
     assert code == 0
     document = json.loads(out)

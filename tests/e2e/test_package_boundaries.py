@@ -237,7 +237,10 @@ def test_attestation_alone_verifies_a_real_report_and_a_real_envelope(
     assert report == {
         "raw": 0,
         "envelope": 0,
-        "summary": "VERIFIED (SIMULATED \N{EM DASH} not AMD hardware) (report version 5, Milan, vcek)\n",
+        "summary": (
+            "VERIFIED (SIMULATED \N{EM DASH} not AMD hardware) (report version 5, Milan, vcek); "
+            "MEASUREMENT and HOST_DATA not checked (not pinned)\n"
+        ),
         "loaded": [],
     }
 

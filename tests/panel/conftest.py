@@ -11,7 +11,6 @@ Screenshots of every state are written to ``test-artifacts/panel/`` (or
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -30,7 +29,8 @@ from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from attestation.transparency.checkpoint import key_id
+from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM, VerifierKey
+from attestation.transparency.cosignature import cosignature_line
 from runner.cli import main as runner_main
 from runner.evidence.simulated import load_or_create_simulated_amd
 from runner.pipeline import RunRequest, run
@@ -84,19 +84,28 @@ class Panel:
     runs: tuple[Published, ...]
     log_key: str
     witness_key_id: str
+    witness_key: str  # the witness's verifier key, as a tenant pins it
+    simulated_root: Path  # PEM of the simulated root the genuine run chains to
 
 
 def _witness_cosigned(app: Any, witness: Ed25519PrivateKey) -> Any:  # ASGI app
-    """The app, with checkpoints carrying one more signature line, as a witness would add.
+    """The app, with checkpoints carrying one more signature line, as a witness adds it.
 
-    The line has the C2SP cosignature shape (key name, base64 of the 4-byte key ID, the 8-byte
-    timestamp and the signature); the panel only lists signers and never verifies them.
+    ``.../log/checkpoint`` and ``.../log/checkpoint/cosigned`` both answer the log's latest
+    checkpoint with a C2SP ``cosignature/v1`` line by ``witness`` (the service itself submits
+    to no witness in these tests).
     """
-    public = witness.public_key().public_bytes_raw()
-    witness_id = key_id(WITNESS_NAME, public)
+    key = VerifierKey(
+        WITNESS_NAME, witness.public_key().public_bytes_raw(), COSIGNATURE_V1_ALGORITHM
+    )
+    timestamp = 1700000000
 
     async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/log/checkpoint"):
+        path = scope["path"] if scope["type"] == "http" else ""
+        if path.endswith("/log/checkpoint/cosigned"):
+            path = path.removesuffix("/cosigned")
+            scope = {**scope, "path": path, "raw_path": path.encode()}
+        elif not path.endswith("/log/checkpoint"):
             await app(scope, receive, send)
             return
         start: dict[str, Any] = {}
@@ -108,13 +117,9 @@ def _witness_cosigned(app: Any, witness: Ed25519PrivateKey) -> Any:  # ASGI app
             body = message["body"]
             if start["status"] == 200:
                 note = body.decode()
-                signed = (
-                    b"cosignature/v1\ntime 1700000000\n" + note.split("\n\n")[0].encode() + b"\n"
-                )
-                blob = witness_id + (1700000000).to_bytes(8, "big") + witness.sign(signed)
-                body = (
-                    note + f"\u2014 {WITNESS_NAME} {base64.b64encode(blob).decode()}\n"
-                ).encode()
+                signed = f"cosignature/v1\ntime {timestamp}\n{note.split(chr(10) * 2)[0]}\n"
+                line = cosignature_line(key, timestamp, witness.sign(signed.encode()))
+                body = (note + line).encode()
             headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             await send({**start, "headers": headers})
@@ -180,6 +185,12 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
         upload = ["corpus", "upload", str(archive), "--server", server.url, "--tenant", "acme"]
         assert runner_main([*upload, "--token-file", str(token_file)]) == 0
         export = "sha256:" + hashlib.sha256(archive.read_bytes()).hexdigest()
+        simulated_root = base / "simulated-root.pem"
+        simulate = ["simulate", "root", "--state-dir", str(state)]
+        assert runner_main([*simulate, "--out", str(simulated_root)]) == 0
+        witness_key = VerifierKey(
+            WITNESS_NAME, witness.public_key().public_bytes_raw(), COSIGNATURE_V1_ALGORITHM
+        )
         yield Panel(
             url=server.url,
             tokens=tokens,
@@ -190,7 +201,9 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
                 ),
             ),
             log_key=signer.verifier_key.encode(),
-            witness_key_id=key_id(WITNESS_NAME, witness.public_key().public_bytes_raw()).hex(),
+            witness_key_id=witness_key.key_id.hex(),
+            witness_key=witness_key.encode(),
+            simulated_root=simulated_root,
         )
     finally:
         server.stop()
@@ -308,3 +321,29 @@ def browser_errors(browser: webdriver.Chrome) -> list[dict[str, Any]]:
 
 def page_json(browser: webdriver.Chrome, script: str) -> Any:  # JSON
     return json.loads(browser.execute_script(f"return JSON.stringify({script})"))
+
+
+def wait_for_verdicts(browser: webdriver.Chrome) -> str:
+    """Wait until the page has checked the envelopes of the page of runs shown; its summary."""
+    WebDriverWait(browser, 60).until(
+        lambda d: d.find_element(By.ID, "runs-summary").text.startswith("Checked in this browser")
+    )
+    return str(browser.find_element(By.ID, "runs-summary").text)
+
+
+def load_file(browser: webdriver.Chrome, input_id: str, path: Path | None) -> str:
+    """Choose ``path`` in a file input (None: clear it) and return the status line under it."""
+    field = browser.find_element(By.ID, input_id)
+    status_id = field.get_attribute("aria-describedby")
+    assert status_id
+    before = browser.find_element(By.ID, status_id).text
+    if path is None:
+        browser.execute_script(
+            "arguments[0].value = ''; arguments[0].dispatchEvent(new Event('change'))", field
+        )
+    else:
+        field.send_keys(str(path))
+    WebDriverWait(browser, 20).until(
+        lambda d: d.find_element(By.ID, status_id).text not in ("", before)
+    )
+    return str(browser.find_element(By.ID, status_id).text)

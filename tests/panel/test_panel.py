@@ -24,6 +24,7 @@ from tests.panel.conftest import (
     page_json,
     role_and_name,
     sign_in,
+    wait_for_verdicts,
 )
 from tests.publish.conftest import LOG_NAME, running_in_ci
 
@@ -74,6 +75,11 @@ def test_signed_in_the_tenant_sees_its_runs_checkpoint_and_commands(
     assert _text(browser, "session-text") == "Signed in as tenant acme."
     # Focus moves to the results, so a screen reader continues there.
     assert browser.switch_to.active_element.get_attribute("id") == "runs-heading"
+    # No simulated root is loaded: the genuine simulated run is not checked (never "verified"),
+    # and the second run's evidence (an all-zero report) fails as verify-attested-run fails it.
+    assert wait_for_verdicts(browser) == (
+        "Checked in this browser, this page: 0 verified, 1 failed, 1 not checked."
+    )
     rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     cells = [[c.text for c in row.find_elements(By.CSS_SELECTOR, "th, td")] for row in rows]
     genuine, second = panel.runs
@@ -83,17 +89,19 @@ def test_signed_in_the_tenant_sees_its_runs_checkpoint_and_commands(
         [
             "0",
             genuine.run_id,
+            "not checked",
+            "simulated (proves nothing about hardware)",
             genuine.published_at,
             genuine.digest,
-            "simulated (proves nothing about hardware)",
             genuine.corpus_export,
         ],
         [
             "1",
             second.run_id,
+            "failed: malformed (exit 1)",
+            "simulated (proves nothing about hardware)",
             "not recorded",
             second.digest,
-            "simulated (proves nothing about hardware)",
             "none held",
         ],
     ]
@@ -110,7 +118,8 @@ def test_signed_in_the_tenant_sees_its_runs_checkpoint_and_commands(
         ),
         (
             f"attested-replay expected --run-id {genuine.run_id} --tenant acme \\\n"
-            f"  --corpus YOUR_CORPUS_DIR --this-workload --policy YOUR_POLICY.json --out expected-{genuine.run_id}.json\n"
+            "  --corpus YOUR_CORPUS_DIR --this-workload --policy YOUR_POLICY.json \\\n"
+            f"  --simulated-root SIMULATED_ROOT_FINGERPRINT --out expected-{genuine.run_id}.json\n"
             f"verify-attested-run --envelope {envelope} --expected expected-{genuine.run_id}.json"
         ),
         f"attested-replay tenant reproduce --envelope {envelope} --corpus {export}",
@@ -251,6 +260,7 @@ def test_landmarks_and_labels_signed_out_and_signed_in(open_panel: OpenPanel, pa
     browser = open_panel()
     _check_landmarks_and_labels(browser)
     sign_in(browser, panel.tokens["acme"])
+    wait_for_verdicts(browser)  # the runs are drawn again once checked
     for details in browser.find_elements(By.CSS_SELECTOR, "details.run summary"):
         details.click()
     _check_landmarks_and_labels(browser)
@@ -264,6 +274,7 @@ def test_axe_core_finds_no_violations(open_panel: OpenPanel, panel: Panel) -> No
     browser = open_panel()
     assert _axe_violations(browser) == []
     sign_in(browser, panel.tokens["acme"])
+    wait_for_verdicts(browser)  # the runs are drawn again once checked
     for details in browser.find_elements(By.CSS_SELECTOR, "details.run summary"):
         details.click()
     assert _axe_violations(browser) == []

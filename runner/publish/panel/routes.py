@@ -14,6 +14,7 @@ from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
 from attestation.transparency.entries import EntryError, LogEntry
 from runner.publish.corpus_store import CorpusStore
+from runner.publish.panel.verifier_data import verifier_data
 from runner.publish.server import Service, not_found, query_int
 from runner.publish.storage import ListedEntry
 from tenant.contract import CONTRACT
@@ -38,6 +39,8 @@ _ASSETS: Final = {
     "": ("index.html", "text/html; charset=utf-8"),
     "panel.js": ("panel.js", "text/javascript; charset=utf-8"),
     "panel.css": ("panel.css", "text/css; charset=utf-8"),
+    # Built from panel-verifier/ (docs/trust-panel.md); tests/panel/test_bundle.py rebuilds it.
+    "verify.js": ("verify.js", "text/javascript; charset=utf-8"),
     "contract.js": ("contract.js", "text/javascript; charset=utf-8"),
     "contract.css": ("contract.css", "text/css; charset=utf-8"),
     "favicon.svg": ("favicon.svg", "image/svg+xml"),
@@ -104,6 +107,9 @@ def panel_routes(service: Service, store: CorpusStore) -> list[BaseRoute]:
         body, media = found
         return Response(body, media_type=media, headers=SECURITY_HEADERS)
 
+    async def verifier_json(_request: Request) -> Response:
+        return JSONResponse(verifier_data(), headers=SECURITY_HEADERS)
+
     async def to_page(_request: Request) -> Response:
         return RedirectResponse("/panel/", status_code=308)
 
@@ -144,6 +150,7 @@ def panel_routes(service: Service, store: CorpusStore) -> list[BaseRoute]:
     return [
         Route("/panel", to_page, methods=["GET"]),
         Route("/panel/", page, methods=["GET"]),
+        Route("/panel/verifier-data.json", verifier_json, methods=["GET"]),
         Route("/panel/{name}", page, methods=["GET"]),
         Route("/v1/contract", contract, methods=["GET"]),
         Route("/v1/whoami", whoami, methods=["GET"]),
