@@ -78,7 +78,7 @@ def verify_shard_blocks(corpus_dir: Path, index: CaseBlocksIndex, blocks: range)
     total = evaluation_block_count(count)
     if not (0 <= blocks.start <= blocks.stop <= total and blocks.step == 1):
         raise ValueError(f"blocks {blocks} are not blocks of a corpus of {total}")
-    first_rank = blocks.start * EVALUATION_BLOCK_CASES
+    first_rank = min(blocks.start * EVALUATION_BLOCK_CASES, count)
     end_rank = min(blocks.stop * EVALUATION_BLOCK_CASES, count)
     scanner = Scanner(collect_labels=True, line_base=first_rank)
     start, stop = index.offsets[blocks.start], index.offsets[blocks.stop]
