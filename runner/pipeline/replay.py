@@ -3,13 +3,14 @@
 A replay folds every run into an exact partial (``attestation.evaluation.partial``) and
 builds the report from those partials. Shard ``I`` of ``N`` scores only the cases of rank
 ``shard_range(I, N, C)`` (whole blocks) in every run, and its result is its partials
-(``attestation.evaluation.shards``): merged, they give the unsharded report. It checks the
-whole of ``cases.jsonl`` (the corpus checksum) and every run's header and entry count; with
-a runs index beside the corpus (``runner.corpus.runs_index``) it decodes, checks and hashes
-only its own blocks of each run and takes the other leaves of the evaluation digest from
-the index, without one (or when told not to use it: a tenant's reproduction) it does all of
-that for every entry. ``corpus_digests`` is what a tenant pins: the checksum and the
-evaluation digest, every leaf hashed.
+(``attestation.evaluation.shards``): merged, they give the unsharded report. It checks every
+run's header and entry count; with a runs index beside the corpus
+(``runner.corpus.runs_index``) it reads, checks and hashes only its own blocks of
+``cases.jsonl`` (``runner.corpus.case_blocks``) and of each run, and takes the other leaves of
+the corpus checksum and of the evaluation digest from the index; without one (or when told
+not to use it: a tenant's reproduction) it does all of that for every case and entry.
+``corpus_digests`` is what a tenant pins: the checksum and the evaluation digest, every leaf
+hashed.
 
 Memory does not grow with the corpus: the case pass keeps one byte per case (its label's
 code, ``runner.corpus.case_labels``), run records are read in bounded pieces
@@ -60,6 +61,7 @@ from runner.corpus.runs_index import (
     read_index_document,
     runs_of,
 )
+from runner.errors import ChecksumMismatchError
 from runner.scoring.checks import check_evaluation
 from tenant.fsutil import atomic_write
 
@@ -94,6 +96,7 @@ def replay_corpus(
     progress: Progress | None = None,
     shard: ShardPosition | None = None,
     use_runs_index: bool = True,
+    expect_checksum: str | None = None,
 ) -> ReplayOutcome:
     """Validate the corpus in ``corpus_dir``, checksum it and score every run (or, for
     ``shard``, that shard's cases of every run).
@@ -105,16 +108,21 @@ def replay_corpus(
     ``progress(done, total)`` counts the cases read from cases.jsonl (total None, not known
     yet), then the case results scored, counted on from there (total = cases * (1 + runs)).
 
+    ``expect_checksum`` is refused (``ChecksumMismatchError``) as soon as the cases are
+    checked, before any run record is read: a shard with the index learns the checksum from
+    its own blocks and the index, so its caller cannot check it in a pass of its own without
+    hashing every block.
+
     Raises ``runner.corpus.CorpusError`` (an ``InputError``) naming file, line and field.
     """
     document = read_index_document(corpus_dir) if shard is not None and use_runs_index else None
     if document is None:
-        evaluation, cases = _checked_cases(corpus_dir, progress)
+        evaluation, cases = _checked_cases(corpus_dir, progress, expect_checksum)
         index = None
     else:
         # A shard with the index hashes its own blocks of the cases and of every run only.
         assert shard is not None
-        evaluation, cases = _checked_shard_cases(corpus_dir, document, shard)
+        evaluation, cases = _checked_shard_cases(corpus_dir, document, shard, expect_checksum)
         index = runs_of(document, evaluation, cases.case_count)
     plan = evaluation.plan
     case_count = cases.case_count
@@ -190,7 +198,9 @@ def replay_corpus(
     )
 
 
-def _checked_cases(corpus_dir: Path, progress: Progress | None) -> tuple[Evaluation, CasesPart]:
+def _checked_cases(
+    corpus_dir: Path, progress: Progress | None, expect_checksum: str | None = None
+) -> tuple[Evaluation, CasesPart]:
     """A replay's checks before the run records: plan and marks (each, and whether they can
     be scored), every case (the checksum pass, which keeps the labels), the plan's set_ref and
     abstain label against the cases."""
@@ -206,12 +216,13 @@ def _checked_cases(corpus_dir: Path, progress: Progress | None) -> tuple[Evaluat
         id_blocks=labels.id_blocks,
         leaves=scan.leaves,
     )
+    _check_expected_checksum(cases.checksum, expect_checksum)
     _check_cases_against_plan(corpus_dir, evaluation, cases)
     return evaluation, cases
 
 
 def _checked_shard_cases(
-    corpus_dir: Path, document: IndexDocument, shard: ShardPosition
+    corpus_dir: Path, document: IndexDocument, shard: ShardPosition, expect_checksum: str | None
 ) -> tuple[Evaluation, CasesPart]:
     """:func:`_checked_cases` for a shard with the index: only its own blocks of the cases
     are read, checked and hashed (``runner.corpus.case_blocks``)."""
@@ -220,8 +231,16 @@ def _checked_shard_cases(
     case_count = document.cases.case_count
     first, end = shard_range(shard.index, shard.count, case_count)
     cases = verify_shard_blocks(corpus_dir, document.cases, blocks_of(first, end))
+    _check_expected_checksum(cases.checksum, expect_checksum)
     _check_cases_against_plan(corpus_dir, evaluation, cases)
     return evaluation, cases
+
+
+def _check_expected_checksum(actual: str, expected: str | None) -> None:
+    if expected is not None and actual != expected:
+        raise ChecksumMismatchError(
+            f"corpus checksum is {actual}, expected {expected}; refusing to replay"
+        )
 
 
 def _check_cases_against_plan(corpus_dir: Path, evaluation: Evaluation, cases: CasesPart) -> None:

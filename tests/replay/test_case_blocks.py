@@ -14,6 +14,7 @@ from runner.corpus.case_blocks import block_offsets, blocks_of, verify_shard_blo
 from runner.corpus.checksum import compute_checksum, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.runs_index import CaseBlocksIndex
+from runner.errors import ChecksumMismatchError
 from runner.pipeline.replay import replay_corpus, write_runs_index
 from tests.replay.test_checksum import reference_checksum
 from tests.replay.test_run_records import write_corpus
@@ -135,8 +136,16 @@ def test_a_shard_reads_only_its_own_blocks_of_the_cases(tmp_path: Path) -> None:
     write_runs_index(corpus)
     text = (corpus / "cases.jsonl").read_bytes()
     (corpus / "cases.jsonl").write_bytes(b"#" + text[1:])
-    outcome = replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
+    outcome = replay_corpus(corpus, shard=ShardPosition(index=1, count=3), expect_checksum=honest)
     assert (outcome.corpus_checksum, outcome.used_runs_index) == (honest, True)
+    # The tenant's value is checked once the shard's own blocks are hashed, before any run.
+    (corpus / "runs.jsonl").write_text("not JSON\n")
+    other = "sha256:" + "0" * 64
+    with pytest.raises(ChecksumMismatchError) as caught:
+        replay_corpus(corpus, shard=ShardPosition(index=1, count=3), expect_checksum=other)
+    assert str(caught.value) == (
+        f"corpus checksum is {honest}, expected {other}; refusing to replay"
+    )
     with pytest.raises(CorpusError, match=r"^cases\.jsonl:1: "):
         replay_corpus(corpus, shard=ShardPosition(index=0, count=3))
     with pytest.raises(CorpusError, match=r"^cases\.jsonl:1: "):
