@@ -40,48 +40,54 @@ Verify a raw report and its VCEK (``verify-attested-run --report``)::
     )
 """
 
-from attestation.abi.product import ProductLine, SignerKind
-from attestation.abi.report import AttestationReport, parse_report, serialize_report
-from attestation.contracts import (
-    MAX_ENVELOPE_BYTES,
-    RunId,
-    Sha256Digest,
-    TenantId,
-    TerminationMessage,
-    sha256_digest,
-)
-from attestation.encoding.canonical import canonicalize
-from attestation.endorsement.chain import VerifiedChain
-from attestation.endorsement.trust import TrustStore, fingerprint
-from attestation.envelope.binding import report_data_for, result_digest
-from attestation.envelope.expected import ExpectedValues, load_expected
-from attestation.envelope.model import Binding, Envelope, Workload, parse_envelope
-from attestation.envelope.verification import verify_envelope
-from attestation.errors import (
-    AttestationError,
-    BadSignatureError,
-    BindingError,
-    EndorsementMismatchError,
-    ExpectationError,
-    FailureClass,
-    MalformedError,
-    PlatformPolicyError,
-    UntrustedChainError,
-    UsageError,
-    WorkloadIdentityError,
-)
-from attestation.exit_codes import EXIT_CODES, VERIFIED, exit_code_for
-from attestation.transparency.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    VerifierKey,
-    verify_signed_checkpoint,
-)
-from attestation.transparency.entries import LogEntry
-from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
-from attestation.verify.checks import Check, VerificationResult
-from attestation.verify.policy import CRYPTO_ONLY, Policy, load_policy
-from attestation.verify.verifier import Verifier, verify_report
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:  # the names below, imported on first use (a one-shot CLI loads only its own)
+    from attestation.abi.product import ProductLine, SignerKind
+    from attestation.abi.report import AttestationReport, parse_report, serialize_report
+    from attestation.contracts import (
+        MAX_ENVELOPE_BYTES,
+        RunId,
+        Sha256Digest,
+        TenantId,
+        TerminationMessage,
+        sha256_digest,
+    )
+    from attestation.encoding.canonical import canonicalize
+    from attestation.endorsement.chain import VerifiedChain
+    from attestation.endorsement.trust import TrustStore, fingerprint
+    from attestation.envelope.binding import report_data_for, result_digest
+    from attestation.envelope.expected import ExpectedValues, load_expected
+    from attestation.envelope.model import Binding, Envelope, Workload, parse_envelope
+    from attestation.envelope.verification import verify_envelope
+    from attestation.errors import (
+        AttestationError,
+        BadSignatureError,
+        BindingError,
+        EndorsementMismatchError,
+        ExpectationError,
+        FailureClass,
+        MalformedError,
+        PlatformPolicyError,
+        UntrustedChainError,
+        UsageError,
+        WorkloadIdentityError,
+    )
+    from attestation.exit_codes import EXIT_CODES, VERIFIED, exit_code_for
+    from attestation.transparency.checkpoint import (
+        Checkpoint,
+        CheckpointError,
+        VerifierKey,
+        verify_signed_checkpoint,
+    )
+    from attestation.transparency.entries import LogEntry
+    from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
+    from attestation.verify.checks import Check, VerificationResult
+    from attestation.verify.policy import CRYPTO_ONLY, Policy, load_policy
+    from attestation.verify.verifier import Verifier, verify_report
 
 __version__ = "0.1.0"
 
@@ -141,3 +147,76 @@ __all__ = [
     "verify_report",
     "verify_signed_checkpoint",
 ]
+
+
+#: Every exported name and the module it lives in: ``import attestation`` itself loads none
+#: of them (``verify-attested-run`` starts in a fresh process per verification, and pays only
+#: for what its mode uses); ``attestation.NAME`` imports the module on first use.
+_EXPORTS: Final = {
+    "AttestationError": "attestation.errors",
+    "AttestationReport": "attestation.abi.report",
+    "BadSignatureError": "attestation.errors",
+    "Binding": "attestation.envelope.model",
+    "BindingError": "attestation.errors",
+    "CRYPTO_ONLY": "attestation.verify.policy",
+    "Check": "attestation.verify.checks",
+    "Checkpoint": "attestation.transparency.checkpoint",
+    "CheckpointError": "attestation.transparency.checkpoint",
+    "EXIT_CODES": "attestation.exit_codes",
+    "EndorsementMismatchError": "attestation.errors",
+    "Envelope": "attestation.envelope.model",
+    "ExpectationError": "attestation.errors",
+    "ExpectedValues": "attestation.envelope.expected",
+    "FailureClass": "attestation.errors",
+    "LogEntry": "attestation.transparency.entries",
+    "MAX_ENVELOPE_BYTES": "attestation.contracts",
+    "MalformedError": "attestation.errors",
+    "PlatformPolicyError": "attestation.errors",
+    "Policy": "attestation.verify.policy",
+    "ProductLine": "attestation.abi.product",
+    "RunId": "attestation.contracts",
+    "Sha256Digest": "attestation.contracts",
+    "SignerKind": "attestation.abi.product",
+    "TenantId": "attestation.contracts",
+    "TerminationMessage": "attestation.contracts",
+    "TrustStore": "attestation.endorsement.trust",
+    "UntrustedChainError": "attestation.errors",
+    "UsageError": "attestation.errors",
+    "VERIFIED": "attestation.exit_codes",
+    "VerificationResult": "attestation.verify.checks",
+    "VerifiedChain": "attestation.endorsement.chain",
+    "Verifier": "attestation.verify.verifier",
+    "VerifierKey": "attestation.transparency.checkpoint",
+    "Workload": "attestation.envelope.model",
+    "WorkloadIdentityError": "attestation.errors",
+    "canonicalize": "attestation.encoding.canonical",
+    "exit_code_for": "attestation.exit_codes",
+    "fingerprint": "attestation.endorsement.trust",
+    "leaf_hash": "attestation.transparency.merkle",
+    "load_expected": "attestation.envelope.expected",
+    "load_policy": "attestation.verify.policy",
+    "parse_envelope": "attestation.envelope.model",
+    "parse_report": "attestation.abi.report",
+    "report_data_for": "attestation.envelope.binding",
+    "result_digest": "attestation.envelope.binding",
+    "serialize_report": "attestation.abi.report",
+    "sha256_digest": "attestation.contracts",
+    "verify_consistency": "attestation.transparency.merkle",
+    "verify_envelope": "attestation.envelope.verification",
+    "verify_inclusion": "attestation.transparency.merkle",
+    "verify_report": "attestation.verify.verifier",
+    "verify_signed_checkpoint": "attestation.transparency.checkpoint",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attestation' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

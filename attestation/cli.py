@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from attestation import __version__, files
 from attestation.contracts import (
@@ -44,15 +44,14 @@ from attestation.contracts import (
     MAX_POLICY_BYTES,
     MAX_REPORT_FILE_BYTES,
 )
-from attestation.endorsement.trust import TrustStore
-from attestation.envelope.expected import load_expected
-from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError, FailureClass, MalformedError, UsageError
 from attestation.exit_codes import EXIT_CODES, MEANINGS, exit_code_for
 from attestation.help_format import HelpFormatter, exit_code_epilog
 from attestation.verify.checks import Check, VerificationResult
-from attestation.verify.policy import Policy, load_policy
-from attestation.verify.verifier import Verifier
+
+if TYPE_CHECKING:  # imported by the mode that uses them: one process verifies in one mode
+    from attestation.endorsement.trust import TrustStore
+    from attestation.verify.policy import Policy
 
 PROG: Final = "verify-attested-run"
 #: How long a FIFO or device input (``<(curl ...)``) may take to end: bounded, so that a FIFO
@@ -224,6 +223,8 @@ def parse_now(value: str | None) -> datetime:
 
 
 def trust_store(args: argparse.Namespace) -> TrustStore:
+    from attestation.endorsement.trust import TrustStore  # raw mode only
+
     store = TrustStore.amd()
     if args.simulated_root is not None:
         root = read_input(
@@ -234,6 +235,8 @@ def trust_store(args: argparse.Namespace) -> TrustStore:
 
 
 def load_policy_file(path: Path | None, *, wait: float = DEFAULT_INPUT_WAIT) -> Policy:
+    from attestation.verify.policy import Policy, load_policy  # raw mode only
+
     if path is None:
         return Policy()
     return load_policy(read_input(path, MAX_POLICY_BYTES, "policy", wait=wait))
@@ -248,6 +251,8 @@ def _run_report(args: argparse.Namespace) -> VerificationResult:
     endorsement = read_input(args.endorsement, MAX_CERTIFICATE_BYTES, "endorsement", wait=wait)
     policy = load_policy_file(args.policy, wait=wait)
     crl = None if args.crl is None else read_input(args.crl, MAX_CRL_BYTES, "CRL", wait=wait)
+    from attestation.verify.verifier import Verifier  # raw mode only
+
     verifier = Verifier(trust_store(args), policy=policy, crl=crl)
     return verifier.verify(report, endorsement, now=now)
 
@@ -267,6 +272,9 @@ def _run_envelope(args: argparse.Namespace) -> VerificationResult:
             )
     now = parse_now(args.now)  # a usage error before any input is read
     wait = args.input_timeout
+    from attestation.envelope.expected import load_expected  # envelope mode only
+    from attestation.envelope.verification import verify_envelope
+
     envelope = read_input(args.envelope, MAX_ENVELOPE_BYTES, "envelope", wait=wait)
     expected = load_expected(
         read_input(args.expected, MAX_EXPECTED_BYTES, "expected-values file", wait=wait)

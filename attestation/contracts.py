@@ -59,8 +59,9 @@ Corpus archives (``run --corpus https://...``; checked while unpacking, entry by
     stores or forwards envelopes must accept every envelope the verifier accepts.
 
 Digests
-    :func:`sha256_digest` is the one ``sha256:<hex>`` of bytes (envelope digests, corpus and
-    result digests, workload code digests).
+    :func:`sha256_digest` is the one ``sha256:<hex>`` of bytes (envelope digests, result
+    digests, workload code digests); :func:`corpus_checksum` is the corpus checksum's head
+    over the tree of :data:`EVALUATION_BLOCK_CASES`-case blocks.
 
 Pod output
     With ``--frame-envelope`` the pod prints its envelope as one line
@@ -213,10 +214,17 @@ MAX_ARCHIVE_HEADER_BYTES: Final = 64 * 1024
 
 #: The most shards one replay may be split into (indices 0..255: three digits).
 MAX_SHARD_COUNT: Final = 256
-#: A run's case results are hashed into the evaluation digest in blocks of this many (the
-#: leaves of the run's cases tree), and a shard scores whole blocks: so a shard can hash
-#: just its own share (``runner.corpus.evaluation``, ``attestation.evaluation.partial``).
+#: Cases are hashed in blocks of this many, in both digests a tenant pins: the corpus
+#: checksum's tree over ``cases.jsonl`` (:func:`corpus_checksum`) and each run's tree of case
+#: results in the evaluation digest. A shard scores whole blocks, so it can hash just its own
+#: share of both (``runner.corpus.case_blocks``, ``runner.corpus.evaluation``,
+#: ``attestation.evaluation.partial``).
 EVALUATION_BLOCK_CASES: Final = 256
+#: What the corpus checksum hashes first: its version and the size of its blocks.
+CORPUS_CHECKSUM_PREAMBLE: Final = (
+    f"attested-replay corpus checksum v2: cases in blocks of {EVALUATION_BLOCK_CASES}, "
+    "RFC 6962 tree\n"
+).encode("ascii")
 #: Where a pod of an Indexed Job finds its completion index (the Job controller adds it to
 #: every container); ``run --shard-count N`` reads its shard index from it.
 SHARD_INDEX_VARIABLE: Final = "JOB_COMPLETION_INDEX"
@@ -233,6 +241,18 @@ def evaluation_block_count(case_count: int) -> int:
     """How many blocks of :data:`EVALUATION_BLOCK_CASES` a run of ``case_count`` case results
     has (the last may be shorter)."""
     return -(-case_count // EVALUATION_BLOCK_CASES)
+
+
+def corpus_checksum(case_count: int, root: bytes) -> str:
+    """The corpus checksum of ``case_count`` cases whose blocks' RFC 6962 tree has ``root``:
+    ``sha256:`` + SHA-256 of :data:`CORPUS_CHECKSUM_PREAMBLE`, the decimal case count, a
+    newline, the root's lowercase hex and a newline. The count is bound beside the root so a
+    shard that takes it from an untrusted index cannot bind another count under the same
+    tree (``runner.corpus.checksum`` computes the leaves)."""
+    if case_count < 1 or len(root) != hashlib.sha256().digest_size:
+        raise ValueError(f"a corpus tree of {case_count} cases and a {len(root)}-byte root")
+    head = CORPUS_CHECKSUM_PREAMBLE + f"{case_count}\n{root.hex()}\n".encode("ascii")
+    return sha256_digest(head)
 
 
 def format_sha256(raw: bytes) -> str:

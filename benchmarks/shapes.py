@@ -4,7 +4,9 @@ The realistic shape: nested inputs (objects in objects, arrays of objects), non-
 (accents, CJK, Cyrillic, Arabic, Hebrew, emoji, with \\u escapes on some lines), floats of
 every kind a writer produces (full precision, rounded, integral ``12.0``, small per-token
 prices like ``2.5e-06``), integers, ``null`` and booleans, keys in random order and the
-default ``json.dumps`` spacing — nothing canonical. Deterministic for a seed.
+default ``json.dumps`` spacing — nothing canonical. Every case has a split and a group, each
+group in one split, so ``attested-replay corpus check`` accepts the corpus (the evaluation
+pack's frozen-set rules). Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ WORDS: Final = (
 )  # fmt: skip
 TOPICS: Final = (b"invoice", b"login", b"refund", b"shipping", b"password", b"upgrade")
 LABELS: Final = ("flag", "clear")
+SPLITS: Final = ("dev", "holdout", "adversarial")
 
 
 def _number(rng: random.Random) -> float:
@@ -54,11 +57,13 @@ def _shuffled(rng: random.Random, value: object) -> object:
 def realistic_case(rng: random.Random, case_id: str) -> tuple[bytes, str]:
     """One ``cases.jsonl`` line of the realistic shape and its label."""
     label = LABELS[rng.random() < 0.6]
+    group = rng.randint(0, 999)
     case = {
         "case_id": case_id,
         "label": label,
-        "split": rng.choice(("dev", "holdout", "adversarial")),
-        "group": f"g-{rng.randint(0, 999)}",
+        # The frozen-set rules (``corpus check``): a group never spans splits.
+        "split": SPLITS[group % len(SPLITS)],
+        "group": f"g-{group}",
         "input": {
             "text": _sentence(rng, rng.randint(3, 12)),
             "meta": {

@@ -9,10 +9,12 @@ process of its own, one after another on this machine (as the pods of an Indexed
 each on its own VM), and reports that process's CPU time for the work (imports excluded): the
 least over ``--repeat`` rounds, each round measuring everything once:
 
-* the corpus checksum of ``cases.jsonl`` (every shard checks it whole: a sequential SHA-256
-  over canonical lines cannot be split) and the integrity pass of an unsharded replay (the
+* the corpus checksum of ``cases.jsonl`` (what a shard without the runs index checks whole;
+  with the index, since checksum v2, a shard hashes only its own blocks) and the integrity
+  pass of an unsharded replay (the
   checksum and the evaluation digest over plan, marks and every run record);
-* ``corpus index`` (``runs.index.json``: every run's block leaves), which the operator runs
+* ``corpus index`` (``runs.index.json``: the leaves of every block of the cases and runs), which
+  the operator runs
   once per corpus, before the Job, outside any TEE;
 * the unsharded ``run`` (simulated evidence: report and verification included);
 * every shard's ``run --shard-index I --shard-count N`` for each N, with the runs index beside

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Final
@@ -32,7 +33,18 @@ def canonicalize(value: object) -> bytes:
     (about 490 levels of objects) has no canonical form here and is refused as malformed, never
     left to escape as a ``RecursionError``. Envelopes never get that deep: their nesting is
     bounded before parsing (``MAX_ENVELOPE_JSON_DEPTH`` in :mod:`attestation.contracts`).
+
+    Most values take :func:`_c_encoded` (``json``'s C encoder, which writes exactly these
+    bytes for the values it accepts); whatever it cannot vouch for takes the exact walk below,
+    which defines the result and writes every error.
     """
+    fast = _c_encoded(value)
+    return fast if fast is not None else exact_canonicalize(value)
+
+
+def exact_canonicalize(value: object) -> bytes:
+    """:func:`canonicalize` by the exact walk alone (the definition the fast path is tested
+    against)."""
     parts: list[str] = []
     try:
         _write(value, parts)
@@ -46,6 +58,60 @@ def canonicalize(value: object) -> bytes:
         raise CanonicalizationError(f"string contains a lone surrogate: {exc}") from exc
 
 
+#: ``json``'s C encoder in RFC 8785's layout: no spaces, keys sorted (by code point), non-ASCII
+#: text as is, the string escapes RFC 8785 3.2.2.2 asks for (see ``_quote``), no NaN.
+_C_ENCODE: Final = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+).encode
+_C_DECODE: Final = json.JSONDecoder().decode
+#: What the C encoder writes otherwise than RFC 8785, looked for anywhere in its output with
+#: every digit but ``0`` written as ``1`` (inside strings too: such a value only takes the
+#: slower exact walk): a double's ``repr`` where it differs from ECMAScript's (an integral
+#: ``12.0`` left, exponents ``1e-05`` and ``1e+16``).
+_NONZERO_AS_ONE: Final = bytes.maketrans(b"23456789", b"11111111")
+_C_DIFFERS: Final = tuple(
+    digit + tail for digit in (b"0", b"1") for tail in (b".0,", b".0]", b".0}", b"e-", b"e+")
+)
+#: A run of 16 digits, every digit written as ``0``: the exact walk decides whether an
+#: integer is beyond +-(2**53-1).
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_SIXTEEN_DIGITS: Final = b"0" * 16
+#: UTF-8 lead bytes of U+E000..U+FFFF and of U+10000..: the only characters whose code-point
+#: order (the C encoder's key sort) differs from RFC 8785's UTF-16 order, when both occur.
+_BMP_HIGH: Final = re.compile(rb"[\xee\xef]")
+_ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")
+
+
+def _c_encoded(value: object) -> bytes | None:
+    """``value``'s RFC 8785 bytes by ``json``'s C encoder, or None when the exact walk must
+    decide: the encoder refused it (a type or NaN it does not take, a lone surrogate, too
+    deep), a double or long integer it writes otherwise, a key order that may differ, or a
+    value that does not read back equal (the encoder turns non-string keys into strings and
+    accepts subclasses the exact walk may not: decoding its output must give ``value``; a
+    double reads back as the equal integer RFC 8785 writes for it)."""
+    try:
+        data = _C_ENCODE(value).encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return None
+    if b".0" in data and b"-0.0" not in data:
+        # Integral doubles below 1e16 as ECMAScript writes them: "6.0" -> "6". ``repr`` ends
+        # no other fraction in 0, so ".0" before a delimiter is an integral double's, or text
+        # in a string, which the read-back below catches.
+        data = data.replace(b".0,", b",").replace(b".0]", b"]").replace(b".0}", b"}")
+    shape = data.translate(_NONZERO_AS_ONE)
+    if shape.endswith(b".0") or any(pattern in shape for pattern in _C_DIFFERS):
+        return None
+    if _SIXTEEN_DIGITS in data.translate(_DIGITS_AS_ZERO):
+        return None
+    if not data.isascii() and _BMP_HIGH.search(data) and _ASTRAL.search(data):
+        return None
+    try:
+        same = _C_DECODE(data.decode("utf-8")) == value
+    except RecursionError:
+        return None
+    return data if same else None
+
+
 def _write(value: object, out: list[str]) -> None:
     if value is None:
         out.append("null")
@@ -56,7 +122,7 @@ def _write(value: object, out: list[str]) -> None:
     elif isinstance(value, int):
         if abs(value) > MAX_SAFE_INTEGER:
             raise CanonicalizationError(f"integer {value} is outside the I-JSON range +-(2**53-1)")
-        out.append(str(value))
+        out.append(int.__repr__(value))  # its number, whatever a subclass's str() says
     elif isinstance(value, float):
         out.append(format_number(value))
     elif isinstance(value, str):

@@ -83,10 +83,13 @@ def ids_digest(block_digests: Sequence[bytes]) -> bytes:
 class CaseLabels:
     """Labels by rank, built while ``cases.jsonl`` is scanned in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, first_rank: int = 0) -> None:
+        #: The rank of the first case added (a shard's labels start at its first block).
+        self.first_rank = first_rank
         #: The distinct labels, in order of first appearance.
         self.names: list[str] = []
-        #: ``codes[k]`` is the index in :attr:`names` of the label of the case of rank k.
+        #: ``codes[k]`` is the index in :attr:`names` of the label of the case of rank
+        #: ``first_rank + k``.
         self.codes = array("B")
         self._code_of: dict[str, int] = {}
         self._code_of_ascii: dict[bytes, int] = {}
@@ -101,11 +104,12 @@ class CaseLabels:
         return self._ids.finish()
 
     def label(self, rank: int) -> str:
-        return self.names[self.codes[rank]]
+        return self.names[self.codes[rank - self.first_rank]]
 
     def labels(self, first: int, end: int) -> list[str]:
         """The labels of ranks ``first`` to ``end - 1``."""
-        return list(map(self.names.__getitem__, self.codes[first:end]))
+        base = self.first_rank
+        return list(map(self.names.__getitem__, self.codes[first - base : end - base]))
 
     def add(self, ids: Sequence[str], labels: Sequence[str]) -> None:
         """The next cases, in order."""

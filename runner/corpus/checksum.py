@@ -1,9 +1,14 @@
-"""Streaming corpus checksum over ``cases.jsonl``.
+"""Streaming corpus checksum over ``cases.jsonl``: a tree over blocks of cases.
 
-checksum = ``sha256:`` + SHA-256 over, for every case in ascending ``case_id`` order, its
-RFC 8785 canonical JSON followed by ``\\n``. The file must already be sorted (and is read
-once, in bounded chunks), so memory does not grow with the corpus unless the caller asks
-for the labels.
+The cases, in ascending ``case_id`` order, are cut into blocks of
+:data:`~attestation.contracts.EVALUATION_BLOCK_CASES` (block ``j``: ranks ``256 j`` to
+``256 j + 255``, the last block possibly shorter). A block's leaf is the RFC 6962 leaf hash
+(SHA-256 of ``0x00`` and the bytes) of its cases' RFC 8785 canonical JSON, each followed by
+``\\n``; the checksum is :func:`attestation.contracts.corpus_checksum` of the case count and
+the RFC 6962 root of the leaves. The file must already be sorted (and is read once, in
+bounded chunks), so memory grows only by one leaf per block (32 bytes per 256 cases) unless
+the caller asks for the labels. A shard checks only its own blocks against the root
+(``runner.corpus.case_blocks``).
 
 Three paths per 1 MiB chunk, all hashing the same bytes for the same cases:
 
@@ -23,13 +28,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import msgspec
 
-from attestation.contracts import format_sha256
+from attestation.contracts import EVALUATION_BLOCK_CASES, corpus_checksum
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.encoding.collector import paused_gc
+from attestation.transparency.merkle import LEAF_PREFIX, CompactRange
 from runner.corpus.canonical_lines import CaseLine, LineDecoder
 from runner.corpus.case_labels import CaseLabels
 from runner.corpus.errors import CorpusError, CorpusOrderError
@@ -81,15 +87,68 @@ class CaseScan:
     #: Every case's label by rank and the digest of the ids, only when the caller asked for
     #: them (scoring needs them).
     labels: CaseLabels | None
+    #: The leaf of every block, in order (what ``corpus index`` writes beside the corpus).
+    leaves: tuple[bytes, ...] = ()
 
 
-class _Scanner:
-    def __init__(self, *, collect_labels: bool) -> None:
-        self.digest = hashlib.sha256()
+class BlockLeaves:
+    """The leaves of consecutive blocks of canonical case lines, fed in pieces of any size."""
+
+    def __init__(self) -> None:
+        self.leaves: list[bytes] = []
+        self._block = hashlib.sha256(LEAF_PREFIX)
+        self._filled = 0
+
+    def add(self, canonical: bytes, count: int) -> None:
+        """The next ``count`` canonical lines (each ending in a newline), in one piece."""
+        room = EVALUATION_BLOCK_CASES - self._filled
+        if count < room:
+            self._block.update(canonical)
+            self._filled += count
+            return
+        # Cut at block ends: one split in C, then one join per block.
+        lines = canonical.split(b"\n")
+        lines[-1:] = []
+        start = 0
+        while start < count:
+            end = min(start + room, count)
+            self._block.update(b"\n".join(lines[start:end]) + b"\n")
+            self._filled += end - start
+            if self._filled == EVALUATION_BLOCK_CASES:
+                self._close()
+            start, room = end, EVALUATION_BLOCK_CASES
+
+    def finish(self) -> list[bytes]:
+        """Every block's leaf (the last block closed)."""
+        if self._filled:
+            self._close()
+        return self.leaves
+
+    def _close(self) -> None:
+        self.leaves.append(self._block.digest())
+        self._block = hashlib.sha256(LEAF_PREFIX)
+        self._filled = 0
+
+
+def tree_root(leaves: Sequence[bytes]) -> bytes:
+    """The RFC 6962 root of block leaves, in order."""
+    tree = CompactRange()
+    for leaf in leaves:
+        tree.append(leaf)
+    return tree.root()
+
+
+class Scanner:
+    """Validates and hashes consecutive chunks of case lines (``line_base`` and ``labels``
+    start where the caller's first line is: ``runner.corpus.case_blocks`` scans a shard's
+    blocks)."""
+
+    def __init__(self, *, collect_labels: bool, line_base: int = 0) -> None:
+        self.blocks = BlockLeaves()
         self.count = 0
         self.last_id: str | None = None
-        self.line_base = 0  # lines before the current chunk
-        self.labels = CaseLabels() if collect_labels else None
+        self.line_base = line_base  # lines before the current chunk
+        self.labels = CaseLabels(first_rank=line_base) if collect_labels else None
 
     def chunk(self, chunk: bytes) -> None:
         if _FAST_CHUNK.fullmatch(chunk) is not None and self._fast(chunk):
@@ -112,7 +171,7 @@ class _Scanner:
         ascending = ids == sorted(ids) and len(set(ids)) == len(ids)
         if not ascending or (self.last_id is not None and ids[0] <= self.last_id):
             return False
-        self.digest.update(canonical)
+        self.blocks.add(canonical, len(ids))
         if self.labels is not None:
             self.labels.add(ids, [case.label for case in cases])
         self.count += len(ids)
@@ -128,7 +187,7 @@ class _Scanner:
         ascending = ids == sorted(ids) and len(set(ids)) == len(ids)
         if not ascending or (self.last_id is not None and first <= self.last_id):
             return False  # the slow path finds the offending line for the message
-        self.digest.update(chunk)
+        self.blocks.add(chunk, len(ids))
         if self.labels is not None:
             self.labels.add_ascii(ids, _FAST_LABELS.findall(chunk))
         self.count += len(ids)
@@ -158,8 +217,7 @@ class _Scanner:
                 canonical = canonicalize(data)
             except CanonicalizationError as exc:
                 raise CorpusError(CASES_FILE, str(exc), line=number) from exc
-            self.digest.update(canonical)
-            self.digest.update(b"\n")
+            self.blocks.add(canonical + b"\n", 1)
             if self.labels is not None:
                 self.labels.add([case.case_id], [case.label])
             self.count += 1
@@ -201,37 +259,55 @@ def scan_cases(
 ) -> CaseScan:
     """Validate ``cases.jsonl`` and compute the corpus checksum in one streaming pass."""
     require_corpus_dir(corpus_dir)
-    scanner = _Scanner(collect_labels=collect_labels)
-    rest = b""
+    scanner = Scanner(collect_labels=collect_labels)
     with open_corpus_file(corpus_dir / CASES_FILE) as handle:
-        while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                break
-            data = rest + block if rest else block
-            cut = data.rfind(b"\n") + 1
-            rest = data[cut:]
-            if len(rest) > MAX_CASE_LINE_BYTES:
-                raise CorpusError(
-                    CASES_FILE,
-                    f"line longer than {MAX_CASE_LINE_BYTES} bytes",
-                    line=scanner.line_base + data.count(b"\n", 0, cut) + 1,
-                )
-            if cut:
-                scanner.chunk(data[:cut])
-                if progress is not None:
-                    progress(scanner.count, None)
-        if rest:
-            scanner.chunk(rest + b"\n")  # the last line may lack its newline
+        scan_lines(handle, scanner, progress=progress)
     if scanner.count == 0:
         raise CorpusError(CASES_FILE, "the corpus has no cases")
     if progress is not None:
         progress(scanner.count, None)
+    leaves = scanner.blocks.finish()
     return CaseScan(
-        checksum=format_sha256(scanner.digest.digest()),
+        checksum=corpus_checksum(scanner.count, tree_root(leaves)),
         case_count=scanner.count,
         labels=scanner.labels,
+        leaves=tuple(leaves),
     )
+
+
+def scan_lines(
+    handle: BinaryIO,
+    scanner: Scanner,
+    *,
+    size: int | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Feed ``scanner`` the lines of ``handle`` from where it stands, ``size`` bytes of them
+    (or up to the end), in bounded chunks; the last line may lack its newline."""
+    rest = b""
+    left = size
+    while True:
+        want = CHUNK_BYTES if left is None else min(CHUNK_BYTES, left)
+        block = handle.read(want) if want else b""
+        if left is not None:
+            left -= len(block)
+        if not block:
+            break
+        data = rest + block if rest else block
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if len(rest) > MAX_CASE_LINE_BYTES:
+            raise CorpusError(
+                CASES_FILE,
+                f"line longer than {MAX_CASE_LINE_BYTES} bytes",
+                line=scanner.line_base + data.count(b"\n", 0, cut) + 1,
+            )
+        if cut:
+            scanner.chunk(data[:cut])
+            if progress is not None:
+                progress(scanner.count, None)
+    if rest:
+        scanner.chunk(rest + b"\n")  # the last line may lack its newline
 
 
 def compute_checksum(corpus_dir: Path, *, progress: Progress | None = None) -> str:

@@ -1,4 +1,11 @@
-"""``runs.index.json``: every run's block leaves, so that a shard hashes only its own blocks.
+"""``runs.index.json``: the leaves of every block of the cases and of every run, so that a
+shard hashes only its own blocks.
+
+The corpus checksum is a tree over blocks of ``cases.jsonl`` (``runner.corpus.checksum``):
+the index lists every block's leaf and byte offset, and a shard reads, checks and hashes only
+its own blocks of ``cases.jsonl`` and takes the other leaves from the index
+(``runner.corpus.case_blocks``), with the argument below for its checksum as for its
+evaluation digest.
 
 Every shard binds the evaluation digest of the whole corpus, whose run part is a tree over
 each run's blocks of case results (``runner.corpus.evaluation``). Without this file a shard
@@ -38,9 +45,10 @@ from runner.corpus.evaluation import Evaluation, RunsIndex
 from runner.corpus.jsonio import parse_small_json
 
 RUNS_INDEX_FILE: Final = "runs.index.json"
-RUNS_INDEX_FORMAT: Final = "attested-replay.runs-index/v1"
-#: 64 hex digits per block and run: a million blocks in all (256 million case results over
-#: all runs) fit; a larger corpus is sharded without an index.
+RUNS_INDEX_FORMAT: Final = "attested-replay.runs-index/v2"
+#: 64 hex digits per block and run (and per block of cases, with its offset): about a million
+#: blocks in all (256 million case results over the cases and all runs) fit; a larger corpus
+#: is sharded without an index.
 MAX_RUNS_INDEX_BYTES: Final = 64 << 20
 
 
@@ -53,21 +61,52 @@ class _IndexedRun(BaseModel):
     leaves: str = Field(pattern=r"^[0-9a-f]*$")
 
 
+class _IndexedCases(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    #: Every block's leaf of the corpus checksum's tree, in order, as lowercase hex.
+    leaves: str = Field(pattern=r"^[0-9a-f]*$")
+    #: The byte offset in ``cases.jsonl`` where each block starts, then the file's size.
+    offsets: Annotated[tuple[Annotated[int, Field(ge=0)], ...], Field(strict=False)]
+
+
 class _IndexDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    format: Literal["attested-replay.runs-index/v1"]
+    format: Literal["attested-replay.runs-index/v2"]
     block_cases: int
     case_count: int = Field(ge=1)
+    cases: _IndexedCases
     runs: Annotated[tuple[_IndexedRun, ...], Field(min_length=1, strict=False)]
 
 
-def read_runs_index(corpus_dir: Path, evaluation: Evaluation, case_count: int) -> RunsIndex | None:
-    """The runs index beside ``runs.jsonl``, checked against the corpus (its case count and
-    the plan's runs), or None when there is none.
+@dataclass(frozen=True, slots=True)
+class CaseBlocksIndex:
+    """The index's blocks of ``cases.jsonl``: not trusted (``runner.corpus.case_blocks``
+    checks a shard's own blocks against them)."""
+
+    case_count: int
+    #: Every block's leaf, in order.
+    leaves: tuple[bytes, ...]
+    #: Where each block starts in ``cases.jsonl``, then the file's size (one more than
+    #: :attr:`leaves`, ascending).
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDocument:
+    """A runs index file read and checked on its own (before the corpus is known)."""
+
+    document: _IndexDocument
+    cases: CaseBlocksIndex
+
+
+def read_index_document(corpus_dir: Path) -> IndexDocument | None:
+    """The index beside the corpus, checked on its own (format, block size, the cases'
+    leaves and offsets), or None when there is none.
 
     Raises:
-        CorpusError: the file cannot be read, or is not an index of this corpus's runs.
+        CorpusError: the file cannot be read, or is not an index.
     """
     path = corpus_dir / RUNS_INDEX_FILE
     try:
@@ -90,6 +129,58 @@ def read_runs_index(corpus_dir: Path, evaluation: Evaluation, case_count: int) -
             f"field 'block_cases': {document.block_cases}, this evaluation digest has blocks "
             f"of {EVALUATION_BLOCK_CASES} case results",
         )
+    return IndexDocument(document, _case_blocks(document))
+
+
+def _case_blocks(document: _IndexDocument) -> CaseBlocksIndex:
+    blocks = evaluation_block_count(document.case_count)
+    cases = document.cases
+    if len(cases.leaves) != 2 * HASH_SIZE * blocks:
+        raise CorpusError(
+            RUNS_INDEX_FILE,
+            f"field 'cases.leaves': {len(cases.leaves)} hex digits, {document.case_count} "
+            f"cases make {blocks} blocks of {2 * HASH_SIZE}",
+        )
+    offsets = cases.offsets
+    if len(offsets) != blocks + 1 or offsets[0] != 0:
+        raise CorpusError(
+            RUNS_INDEX_FILE,
+            f"field 'cases.offsets': {len(offsets)} offsets, {blocks} blocks need {blocks + 1} "
+            "starting at 0 (each block's start, then the file's size)",
+        )
+    for position in range(blocks):
+        if offsets[position + 1] <= offsets[position]:
+            raise CorpusError(
+                RUNS_INDEX_FILE,
+                f"field 'cases.offsets.{position + 1}': {offsets[position + 1]} does not come "
+                f"after {offsets[position]}",
+            )
+    raw = binascii.unhexlify(cases.leaves)
+    return CaseBlocksIndex(
+        case_count=document.case_count,
+        leaves=tuple(raw[i : i + HASH_SIZE] for i in range(0, len(raw), HASH_SIZE)),
+        offsets=offsets,
+    )
+
+
+def read_runs_index(corpus_dir: Path, evaluation: Evaluation, case_count: int) -> RunsIndex | None:
+    """The runs index beside ``runs.jsonl``, checked against the corpus (its case count and
+    the plan's runs), or None when there is none.
+
+    Raises:
+        CorpusError: the file cannot be read, or is not an index of this corpus's runs.
+    """
+    read = read_index_document(corpus_dir)
+    return None if read is None else runs_of(read, evaluation, case_count)
+
+
+def runs_of(read: IndexDocument, evaluation: Evaluation, case_count: int) -> RunsIndex:
+    """The runs of an index, checked against the corpus (its case count and the plan's runs).
+
+    Raises:
+        CorpusError: it is not an index of this corpus's runs.
+    """
+    document = read.document
     if document.case_count != case_count:
         raise CorpusError(
             RUNS_INDEX_FILE,
@@ -128,8 +219,11 @@ class BuiltIndex:
     evaluation_digest: str
 
 
-def encode_runs_index(case_count: int, runs: Mapping[tuple[str, int], Sequence[bytes]]) -> bytes:
-    """The file's bytes (RFC 8785 and a newline) for ``runs``' leaves, in the given order.
+def encode_runs_index(
+    cases: CaseBlocksIndex, runs: Mapping[tuple[str, int], Sequence[bytes]]
+) -> bytes:
+    """The file's bytes (RFC 8785 and a newline) for the cases' blocks and ``runs``' leaves,
+    in the given order.
 
     Raises:
         CorpusError: they would exceed :data:`MAX_RUNS_INDEX_BYTES`, which every shard
@@ -138,7 +232,8 @@ def encode_runs_index(case_count: int, runs: Mapping[tuple[str, int], Sequence[b
     document = {
         "format": RUNS_INDEX_FORMAT,
         "block_cases": EVALUATION_BLOCK_CASES,
-        "case_count": case_count,
+        "case_count": cases.case_count,
+        "cases": {"leaves": b"".join(cases.leaves).hex(), "offsets": list(cases.offsets)},
         "runs": [
             {"arm_id": arm_id, "run_index": run_index, "leaves": b"".join(leaves).hex()}
             for (arm_id, run_index), leaves in runs.items()
@@ -148,7 +243,8 @@ def encode_runs_index(case_count: int, runs: Mapping[tuple[str, int], Sequence[b
     if len(data) > MAX_RUNS_INDEX_BYTES:
         raise CorpusError(
             RUNS_INDEX_FILE,
-            f"the index of {len(runs)} runs of {case_count} cases would be {len(data)} bytes, "
+            f"the index of {len(runs)} runs of {cases.case_count} cases would be {len(data)} "
+            "bytes, "
             f"over the {MAX_RUNS_INDEX_BYTES}-byte limit: shard without it",
         )
     return data

@@ -3,13 +3,14 @@
 A replay folds every run into an exact partial (``attestation.evaluation.partial``) and
 builds the report from those partials. Shard ``I`` of ``N`` scores only the cases of rank
 ``shard_range(I, N, C)`` (whole blocks) in every run, and its result is its partials
-(``attestation.evaluation.shards``): merged, they give the unsharded report. It checks the
-whole of ``cases.jsonl`` (the corpus checksum) and every run's header and entry count; with
-a runs index beside the corpus (``runner.corpus.runs_index``) it decodes, checks and hashes
-only its own blocks of each run and takes the other leaves of the evaluation digest from
-the index, without one (or when told not to use it: a tenant's reproduction) it does all of
-that for every entry. ``corpus_digests`` is what a tenant pins: the checksum and the
-evaluation digest, every leaf hashed.
+(``attestation.evaluation.shards``): merged, they give the unsharded report. It checks every
+run's header and entry count; with a runs index beside the corpus
+(``runner.corpus.runs_index``) it reads, checks and hashes only its own blocks of
+``cases.jsonl`` (``runner.corpus.case_blocks``) and of each run, and takes the other leaves of
+the corpus checksum and of the evaluation digest from the index; without one (or when told
+not to use it: a tenant's reproduction) it does all of that for every case and entry.
+``corpus_digests`` is what a tenant pins: the checksum and the evaluation digest, every leaf
+hashed.
 
 Memory does not grow with the corpus: the case pass keeps one byte per case (its label's
 code, ``runner.corpus.case_labels``), run records are read in bounded pieces
@@ -34,10 +35,10 @@ from attestation.evaluation.metrics import RunTally
 from attestation.evaluation.models import Plan
 from attestation.evaluation.partial import PartialError, RunPartial, shard_range, tail_size
 from attestation.evaluation.shards import shard_result, whole_report
+from runner.corpus.case_blocks import CasesPart, block_offsets, blocks_of, verify_shard_blocks
 from runner.corpus.case_labels import CaseLabels
 from runner.corpus.checksum import (
     CASES_FILE,
-    CaseScan,
     Progress,
     compute_checksum,
     read_case_ids,
@@ -54,9 +55,13 @@ from runner.corpus.run_records import CaseColumns, CorpusCases, IgnoreCases, Run
 from runner.corpus.runs_index import (
     RUNS_INDEX_FILE,
     BuiltIndex,
+    CaseBlocksIndex,
+    IndexDocument,
     encode_runs_index,
-    read_runs_index,
+    read_index_document,
+    runs_of,
 )
+from runner.errors import ChecksumMismatchError
 from runner.scoring.checks import check_evaluation
 from tenant.fsutil import atomic_write
 
@@ -91,6 +96,7 @@ def replay_corpus(
     progress: Progress | None = None,
     shard: ShardPosition | None = None,
     use_runs_index: bool = True,
+    expect_checksum: str | None = None,
 ) -> ReplayOutcome:
     """Validate the corpus in ``corpus_dir``, checksum it and score every run (or, for
     ``shard``, that shard's cases of every run).
@@ -102,29 +108,37 @@ def replay_corpus(
     ``progress(done, total)`` counts the cases read from cases.jsonl (total None, not known
     yet), then the case results scored, counted on from there (total = cases * (1 + runs)).
 
+    ``expect_checksum`` is refused (``ChecksumMismatchError``) as soon as the cases are
+    checked, before any run record is read: a shard with the index learns the checksum from
+    its own blocks and the index, so its caller cannot check it in a pass of its own without
+    hashing every block.
+
     Raises ``runner.corpus.CorpusError`` (an ``InputError``) naming file, line and field.
     """
-    evaluation, scan, labels = _checked_cases(corpus_dir, progress)
+    document = read_index_document(corpus_dir) if shard is not None and use_runs_index else None
+    if document is None:
+        evaluation, cases = _checked_cases(corpus_dir, progress, expect_checksum)
+        index = None
+    else:
+        # A shard with the index hashes its own blocks of the cases and of every run only.
+        assert shard is not None
+        evaluation, cases = _checked_shard_cases(corpus_dir, document, shard, expect_checksum)
+        index = runs_of(document, evaluation, cases.case_count)
     plan = evaluation.plan
-    case_count = scan.case_count
+    case_count = cases.case_count
+    labels = cases.labels
     owned = (
         range(case_count)
         if shard is None
         else range(*shard_range(shard.index, shard.count, case_count))
     )
-    # A shard with a runs index hashes its own blocks only; an unsharded replay hashes all.
-    index = (
-        read_runs_index(corpus_dir, evaluation, case_count)
-        if shard is not None and use_runs_index
-        else None
-    )
     reader = RunReader(
         corpus_dir,
         evaluation,
-        checksum=scan.checksum,
+        checksum=cases.checksum,
         cases=CorpusCases(
             count=case_count,
-            id_blocks=labels.id_blocks,
+            id_blocks=cases.id_blocks,
             read_ids=lambda: read_case_ids(corpus_dir),
         ),
         count_first=shard is not None,
@@ -156,7 +170,7 @@ def replay_corpus(
             plan=plan,
             marks=evaluation.marks,
             partials=ordered,
-            corpus_checksum=scan.checksum,
+            corpus_checksum=cases.checksum,
             evaluation_digest=evaluation_digest,
             case_count=case_count,
         )
@@ -165,7 +179,7 @@ def replay_corpus(
             shard_index=shard.index,
             shard_count=shard.count,
             case_count=case_count,
-            set_checksum=scan.checksum,
+            set_checksum=cases.checksum,
             evaluation_digest=evaluation_digest,
             # The JSON values the evaluation digest hashed (and scoring read): the verifier
             # rebuilds the report from exactly these.
@@ -174,7 +188,7 @@ def replay_corpus(
             partials=ordered,
         )
     return ReplayOutcome(
-        corpus_checksum=scan.checksum,
+        corpus_checksum=cases.checksum,
         evaluation_digest=evaluation_digest,
         case_count=case_count,
         result=result,
@@ -185,8 +199,8 @@ def replay_corpus(
 
 
 def _checked_cases(
-    corpus_dir: Path, progress: Progress | None
-) -> tuple[Evaluation, CaseScan, CaseLabels]:
+    corpus_dir: Path, progress: Progress | None, expect_checksum: str | None = None
+) -> tuple[Evaluation, CasesPart]:
     """A replay's checks before the run records: plan and marks (each, and whether they can
     be scored), every case (the checksum pass, which keeps the labels), the plan's set_ref and
     abstain label against the cases."""
@@ -195,15 +209,49 @@ def _checked_cases(
     scan = scan_cases(corpus_dir, collect_labels=True, progress=progress)
     labels = scan.labels
     assert labels is not None
+    cases = CasesPart(
+        checksum=scan.checksum,
+        case_count=scan.case_count,
+        labels=labels,
+        id_blocks=labels.id_blocks,
+        leaves=scan.leaves,
+    )
+    _check_expected_checksum(cases.checksum, expect_checksum)
+    _check_cases_against_plan(corpus_dir, evaluation, cases)
+    return evaluation, cases
+
+
+def _checked_shard_cases(
+    corpus_dir: Path, document: IndexDocument, shard: ShardPosition, expect_checksum: str | None
+) -> tuple[Evaluation, CasesPart]:
+    """:func:`_checked_cases` for a shard with the index: only its own blocks of the cases
+    are read, checked and hashed (``runner.corpus.case_blocks``)."""
+    evaluation = load_evaluation(corpus_dir)
+    check_evaluation(evaluation)
+    case_count = document.cases.case_count
+    first, end = shard_range(shard.index, shard.count, case_count)
+    cases = verify_shard_blocks(corpus_dir, document.cases, blocks_of(first, end))
+    _check_expected_checksum(cases.checksum, expect_checksum)
+    _check_cases_against_plan(corpus_dir, evaluation, cases)
+    return evaluation, cases
+
+
+def _check_expected_checksum(actual: str, expected: str | None) -> None:
+    if expected is not None and actual != expected:
+        raise ChecksumMismatchError(
+            f"corpus checksum is {actual}, expected {expected}; refusing to replay"
+        )
+
+
+def _check_cases_against_plan(corpus_dir: Path, evaluation: Evaluation, cases: CasesPart) -> None:
     plan = evaluation.plan
-    if plan.set_ref and plan.set_ref != scan.checksum:
+    if plan.set_ref and plan.set_ref != cases.checksum:
         raise CorpusError(
             PLAN_FILE,
-            f"field 'set_ref': {plan.set_ref} is not the corpus checksum {scan.checksum}",
+            f"field 'set_ref': {plan.set_ref} is not the corpus checksum {cases.checksum}",
         )
     if plan.abstain_label is not None:
-        _check_no_abstain_label(corpus_dir, labels, plan.abstain_label)
-    return evaluation, scan, labels
+        _check_no_abstain_label(corpus_dir, cases.labels, plan.abstain_label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,23 +270,23 @@ def corpus_digests(corpus_dir: Path) -> CorpusDigests:
     Raises:
         CorpusError: the corpus is invalid.
     """
-    scan, evaluation_digest, _ = _every_leaf(corpus_dir)
-    return CorpusDigests(scan.checksum, evaluation_digest)
+    cases, evaluation_digest, _ = _every_leaf(corpus_dir)
+    return CorpusDigests(cases.checksum, evaluation_digest)
 
 
 def _every_leaf(
     corpus_dir: Path,
-) -> tuple[CaseScan, str, dict[tuple[str, int], tuple[bytes, ...]]]:
-    """A replay's checks but the scoring, each run's leaves hashed from runs.jsonl: the case
-    scan, the evaluation digest and the leaves by (arm, run index)."""
-    evaluation, scan, labels = _checked_cases(corpus_dir, None)
+) -> tuple[CasesPart, str, dict[tuple[str, int], tuple[bytes, ...]]]:
+    """A replay's checks but the scoring, each run's leaves hashed from runs.jsonl: the
+    cases, the evaluation digest and the leaves by (arm, run index)."""
+    evaluation, cases = _checked_cases(corpus_dir, None)
     reader = RunReader(
         corpus_dir,
         evaluation,
-        checksum=scan.checksum,
+        checksum=cases.checksum,
         cases=CorpusCases(
-            count=scan.case_count,
-            id_blocks=labels.id_blocks,
+            count=cases.case_count,
+            id_blocks=cases.id_blocks,
             read_ids=lambda: read_case_ids(corpus_dir),
         ),
     )
@@ -247,21 +295,27 @@ def _every_leaf(
         for read in reader.runs(IgnoreCases)
     }
     _check_complete(runs, evaluation)
-    return scan, reader.evaluation_digest, runs
+    return cases, reader.evaluation_digest, runs
 
 
 def index_corpus(corpus_dir: Path) -> BuiltIndex:
-    """The runs index of a corpus (``runner.corpus.runs_index``), after every check of a
-    replay but the scoring: a corpus a replay refuses gets no index.
+    """The runs index of a corpus (``runner.corpus.runs_index``: the leaves and offsets of
+    the blocks of ``cases.jsonl`` and every run's leaves), after every check of a replay but
+    the scoring: a corpus a replay refuses gets no index.
 
     Raises:
         CorpusError: the corpus is invalid, or its index would exceed the index's size cap.
     """
-    scan, evaluation_digest, runs = _every_leaf(corpus_dir)
+    cases, evaluation_digest, runs = _every_leaf(corpus_dir)
+    blocks = CaseBlocksIndex(
+        case_count=cases.case_count,
+        leaves=cases.leaves,
+        offsets=block_offsets(corpus_dir, cases.case_count),
+    )
     return BuiltIndex(
-        data=encode_runs_index(scan.case_count, runs),
+        data=encode_runs_index(blocks, runs),
         runs=len(runs),
-        blocks=evaluation_block_count(scan.case_count),
+        blocks=evaluation_block_count(cases.case_count),
         evaluation_digest=evaluation_digest,
     )
 
@@ -344,7 +398,7 @@ def _check_no_abstain_label(corpus_dir: Path, labels: CaseLabels, abstain_label:
     # with the abstain label would make both true at once.
     if abstain_label not in labels.names:
         return
-    rank = labels.codes.index(labels.names.index(abstain_label))
+    rank = labels.first_rank + labels.codes.index(labels.names.index(abstain_label))
     case_id = read_case_ids(corpus_dir)[rank]
     raise CorpusError(
         CASES_FILE,

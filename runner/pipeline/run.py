@@ -314,14 +314,21 @@ def _replay(request: RunRequest, progress: Progress | None) -> ReplayOutcome:
     with corpus_directory(
         request.corpus, deadline=request.corpus_deadline, ca_bundle=request.ca_bundle
     ) as corpus_dir:
-        if request.expect_checksum:
+        if request.expect_checksum and request.shard is None:
             actual = compute_checksum(corpus_dir)
             if actual != request.expect_checksum:
                 raise ChecksumMismatchError(
                     f"corpus checksum is {actual}, expected {request.expect_checksum}; "
                     "refusing to replay"
                 )
-        outcome = replay_corpus(corpus_dir, progress=progress, shard=request.shard)
+        # A shard checks the expected checksum as soon as its own blocks are hashed (with the
+        # runs index it never hashes the others: runner.corpus.case_blocks).
+        outcome = replay_corpus(
+            corpus_dir,
+            progress=progress,
+            shard=request.shard,
+            expect_checksum=request.expect_checksum if request.shard is not None else None,
+        )
     if request.expect_checksum and outcome.corpus_checksum != request.expect_checksum:
         raise ChecksumMismatchError(f"corpus changed during the replay: {outcome.corpus_checksum}")
     return outcome

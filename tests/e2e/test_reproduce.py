@@ -25,7 +25,7 @@ from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 
 # runner.pipeline exports the function ``run``, which hides the module of the same name.
 run_module = importlib.import_module("runner.pipeline.run")
-CHECKSUM = "sha256:9e74e8c33fb1c42ff74c4f307f85d954f6617f9c8e5fb27cdc99e6642c2d1ca7"
+CHECKSUM = "sha256:fc3c6e0b6c2a2b393dd0f8d028b90e336179bcf77983748ecbf1fa2506a53262"
 
 
 def _reproduce(

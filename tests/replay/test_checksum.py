@@ -17,13 +17,35 @@ from runner.corpus.checksum import compute_checksum, scan_cases
 from tests.replay.conftest import EXAMPLE_CORPUS
 from tests.replay.golden import EXAMPLE_CHECKSUM
 
+#: The corpus checksum v2 as docs/replay.md defines it, written out here independently.
+CHECKSUM_PREAMBLE = b"attested-replay corpus checksum v2: cases in blocks of 256, RFC 6962 tree\n"
+BLOCK = 256
+
+
+def tree_root(leaves: list[bytes]) -> bytes:
+    """RFC 6962 section 2.1 MTH of leaf hashes (at least one)."""
+    if len(leaves) == 1:
+        return leaves[0]
+    split = 1 << ((len(leaves) - 1).bit_length() - 1)  # the largest power of two below n
+    return hashlib.sha256(b"\x01" + tree_root(leaves[:split]) + tree_root(leaves[split:])).digest()
+
+
+def reference_leaves(cases: list[dict[str, Any]]) -> list[bytes]:
+    """Each block's leaf, computed with the independent ``rfc8785`` package."""
+    ordered = sorted(cases, key=lambda case: str(case["case_id"]))
+    return [
+        hashlib.sha256(
+            b"\x00" + b"".join(rfc8785.dumps(case) + b"\n" for case in ordered[i : i + BLOCK])
+        ).digest()
+        for i in range(0, len(ordered), BLOCK)
+    ]
+
 
 def reference_checksum(cases: list[dict[str, Any]]) -> str:
-    """The definition, computed with the independent ``rfc8785`` package."""
-    digest = hashlib.sha256()
-    for case in sorted(cases, key=lambda case: str(case["case_id"])):
-        digest.update(rfc8785.dumps(case) + b"\n")
-    return "sha256:" + digest.hexdigest()
+    """The definition: the head over the case count and the root of the blocks' tree."""
+    root = tree_root(reference_leaves(cases))
+    head = CHECKSUM_PREAMBLE + str(len(cases)).encode() + b"\n" + root.hex().encode() + b"\n"
+    return "sha256:" + hashlib.sha256(head).hexdigest()
 
 
 def write_cases(directory: Path, cases: list[dict[str, Any]], *, canonical: bool) -> Path:

@@ -16,6 +16,7 @@ from runner.corpus.errors import CorpusError
 from runner.pipeline.replay import ReplayOutcome, compute_checksum, replay_corpus
 from tests.replay.conftest import EXAMPLE_CORPUS, CorpusBuilder
 from tests.replay.golden import EXAMPLE_CHECKSUM, EXAMPLE_EVALUATION_DIGEST, EXAMPLE_RESULT_DIGEST
+from tests.replay.test_checksum import reference_leaves
 
 
 def test_example_replay_golden() -> None:
@@ -179,11 +180,18 @@ def test_cli_corpus_index(example_copy: Path, run_cli: Callable[..., tuple[int, 
     )
     document = json.loads(index.read_text())
     assert (document["format"], document["block_cases"], document["case_count"]) == (
-        "attested-replay.runs-index/v1",
+        "attested-replay.runs-index/v2",
         256,
         3000,
     )
     assert [len(run["leaves"]) for run in document["runs"]] == [12 * 64] * 4
+    # The blocks of cases.jsonl: where every 256th line starts (then the size), and the
+    # leaves the checksum's tree has (written out independently in test_checksum).
+    lines = (example_copy / "cases.jsonl").read_bytes().splitlines(keepends=True)
+    starts = [sum(map(len, lines[:first])) for first in range(0, 3000, 256)]
+    assert document["cases"]["offsets"] == [*starts, sum(map(len, lines))]
+    cases = [json.loads(line) for line in lines]
+    assert document["cases"]["leaves"] == b"".join(reference_leaves(cases)).hex()
 
 
 def test_cli_corpus_index_refuses_before_reading_and_writes_nothing_for_a_bad_corpus(

@@ -644,7 +644,7 @@ BAD_INDEXES: list[tuple[str, Any, str]] = [
     (
         "format",
         lambda d: d.update(format="attested-replay.runs-index/v0"),
-        "format: Input should be 'attested-replay.runs-index/v1'",
+        "format: Input should be 'attested-replay.runs-index/v2'",
     ),
     ("extra key", lambda d: d.update(signed_by="AMD"), "signed_by: Extra inputs are not permitted"),
     (
@@ -667,7 +667,69 @@ BAD_INDEXES: list[tuple[str, Any, str]] = [
         lambda d: d["runs"][1].update(leaves=d["runs"][1]["leaves"].upper()),
         "runs.1.leaves: String should match pattern '^[0-9a-f]*$'",
     ),
+    (
+        "cases' leaves short",
+        lambda d: d["cases"].update(leaves=d["cases"]["leaves"][:128]),
+        "field 'cases.leaves': 128 hex digits, 600 cases make 3 blocks of 64",
+    ),
+    (
+        "an offset missing",
+        lambda d: d["cases"]["offsets"].pop(),
+        (
+            "field 'cases.offsets': 3 offsets, 3 blocks need 4 starting at 0 (each block's start, "
+            "then the file's size)"
+        ),
+    ),
+    (
+        "no cases",
+        lambda d: d.pop("cases"),
+        "cases: Field required",
+    ),
 ]
+
+
+def test_an_index_that_misplaces_or_mislabels_a_block_of_cases_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Shard 1 of 3 (block 1 of 600 cases) checks the offsets and leaves it reads by."""
+    corpus = write_corpus(tmp_path / "c", 7, cases=600)
+    write_runs_index(corpus)
+    honest = _index_of(corpus)
+    offsets = honest["cases"]["offsets"]
+    size = (corpus / "cases.jsonl").stat().st_size
+    leaf = honest["cases"]["leaves"][64:128]
+    forged = "0" * 64
+    cases: list[tuple[Any, str]] = [
+        (
+            lambda c: c["offsets"].__setitem__(3, size + 1),
+            f"field 'cases.offsets.3': {size + 1} bytes, cases.jsonl has {size}",
+        ),
+        (
+            lambda c: c["offsets"].__setitem__(1, offsets[1] + 1),
+            (
+                f"field 'cases.offsets.1': offset {offsets[1] + 1} is not the start of a line of "
+                "cases.jsonl"
+            ),
+        ),
+        (
+            lambda c: c["offsets"].__setitem__(2, offsets[1]),
+            f"field 'cases.offsets.2': {offsets[1]} does not come after {offsets[1]}",
+        ),
+        (
+            lambda c: c.update(leaves=c["leaves"][:64] + forged + c["leaves"][128:]),
+            (
+                f"field 'cases.leaves': block 1 (cases 257 to 512 of cases.jsonl) hashes to {leaf}, "
+                f"the index lists {forged}"
+            ),
+        ),
+    ]
+    for change, message in cases:
+        document = json.loads(json.dumps(honest))
+        change(document["cases"])
+        (corpus / RUNS_INDEX_FILE).write_text(json.dumps(document))
+        with pytest.raises(CorpusError) as caught:
+            replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
+        assert str(caught.value).removesuffix(f": {REBUILD}") == f"runs.index.json: {message}"
 
 
 @pytest.mark.parametrize(

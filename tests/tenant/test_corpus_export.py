@@ -28,7 +28,7 @@ from tenant.corpus_export import (
 from tests.fifo_guard import fifo
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))
-CHECKSUM = "sha256:9e74e8c33fb1c42ff74c4f307f85d954f6617f9c8e5fb27cdc99e6642c2d1ca7"
+CHECKSUM = "sha256:fc3c6e0b6c2a2b393dd0f8d028b90e336179bcf77983748ecbf1fa2506a53262"
 
 
 def _export(corpus: Path, out: Path) -> bytes:

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
+from attestation.encoding import canonical as canonical_module
 from attestation.encoding.canonical import CanonicalizationError, canonicalize, format_number
 from attestation.errors import MalformedError
 
@@ -229,3 +230,63 @@ def test_nesting_past_the_recursion_limit_is_malformed_not_a_crash() -> None:
         value = {"a": value}
     with pytest.raises(CanonicalizationError, match="nests too deeply to canonicalize"):
         canonicalize(value)
+
+
+_tricky_floats = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-(2**53), max_value=2**53).map(float),
+    st.sampled_from([0.0, -0.0, 1e-5, 1e-6, 1e-7, 1e15, 1e16, 1e21, 5e-324, 2.5e-06, 123.0]),
+)
+_tricky_text = st.text(
+    alphabet=st.one_of(
+        st.characters(), st.sampled_from(["\ue000", "\uffff", "\U0001f600", '"', "\\", "\x7f"])
+    ),
+    max_size=8,
+)
+_tricky_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | _tricky_floats
+    | _tricky_text,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(_tricky_text, children, max_size=4)
+        | st.dictionaries(st.integers(0, 3), children, min_size=1, max_size=2)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_tricky_values)
+def test_the_c_encoder_path_gives_the_exact_bytes_or_declines(value: object) -> None:
+    """Whatever the fast path returns is the exact walk's bytes (and rfc8785's); what it
+    declines, the exact walk decides (refusing what has no RFC 8785 form)."""
+    fast = canonical_module._c_encoded(value)
+    try:
+        exact = canonical_module.exact_canonicalize(value)
+    except CanonicalizationError:
+        assert fast is None
+        return
+    assert fast in (None, exact)
+    assert canonicalize(value) == exact
+
+
+def test_the_c_encoder_path_takes_an_envelope_shaped_value() -> None:
+    value = {"b": [1, 2.5, "x\u00e9"], "a": {"z": None, "y": True}, "c": 0.1}
+    assert (
+        canonical_module._c_encoded(value)
+        == b'{"a":{"y":true,"z":null},"b":[1,2.5,"x\xc3\xa9"],"c":0.1}'
+    )
+    assert canonical_module._c_encoded({"a": [12.0, -3.0, 0.0]}) == b'{"a":[12,-3,0]}'
+    for declined in (
+        {"a": -0.0},
+        {"a": "x:1.0,"},
+        {"a": 1e-05},
+        {1: "x"},
+        [2**53],
+        {"\ue000": 1, "\U0001f600": 2},
+        (1, 2),
+    ):
+        assert canonical_module._c_encoded(declined) is None

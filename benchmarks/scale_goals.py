@@ -1,0 +1,259 @@
+"""Issue 30's speed and memory goals on the independent corpus shape, each against a floor
+measured in the same run.
+
+    python benchmarks/scale_goals.py [--sizes 100000 4000000] [--runs 3] [--workdir DIR]
+                                     [--verify-seconds 2.0]
+
+The corpus is ``benchmarks/shapes.py``'s realistic shape (``write_realistic_corpus``: nested
+inputs, non-ASCII text, floats of every kind written non-canonically, keys in any order, two
+arms of two runs with errors and unknown costs), one per ``--sizes`` entry (generated once
+into ``--workdir`` and reused); ``corpus check`` must accept the smallest (the frozen-set
+rules: ids, labels, splits, groups, set_ref and marks_ref), or the script stops.
+
+Goals, each printed with every run's ratio, the least ratio and the spread (largest / least
+ratio) of ``--runs`` runs, and how many runs met it:
+
+* checksum: ``compute_checksum`` <= 4x ``sha256sum`` of the same ``cases.jsonl`` (each size);
+* replay: ``replay_corpus`` <= 2.5x the floor ``orjson.loads`` of every line of
+  ``cases.jsonl`` and ``runs.jsonl`` (each size);
+* replay memory: peak RSS (``VmHWM``) of a fresh interpreter replaying the largest size
+  <= 1.1x that of one replaying the smallest (the child alone: ``benchmarks/memory.py``);
+* envelope verification, warm (one process, ``attestation.verify_envelope`` of the same
+  envelope and expected values, as ``verify-attested-run --envelope`` and ``tenant fetch
+  --expected`` run it) >= 0.8x the rate of the ECDSA P-384 floor (``cryptography``'s verify
+  of a P-384/SHA-384 signature over a report's 672 signed bytes), batches alternating;
+* one-shot ``verify-attested-run --envelope E --expected X`` in a fresh process <= 3x a fresh
+  ``python -c 'import cryptography'`` (wall time).
+
+Envelopes come from ``attested-replay demo`` (simulated evidence, the bundled corpus). The
+exit status is 0 when every goal is met in every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from benchmarks.shapes import write_realistic_corpus  # noqa: E402
+
+_REPLAY_PEAK = """
+import sys
+from pathlib import Path
+from benchmarks.memory import own_peak_rss_kib
+from runner.pipeline.replay import replay_corpus
+replay_corpus(Path(sys.argv[1]))
+print(own_peak_rss_kib())
+"""
+_ONE_SHOT = (
+    "import sys; from attestation.cli import main; "
+    "sys.argv = ['verify-attested-run', '--envelope', sys.argv[1], '--expected', sys.argv[2]]; "
+    "raise SystemExit(main())"
+)
+
+
+class Goal:
+    """One goal's ratios over the runs."""
+
+    def __init__(self, name: str, limit: float, *, at_least: bool = False) -> None:
+        self.name = name
+        self.limit = limit
+        self.at_least = at_least
+        self.ratios: list[float] = []
+        self.details: list[str] = []
+
+    def add(self, ratio: float, detail: str) -> None:
+        self.ratios.append(ratio)
+        self.details.append(detail)
+
+    def met(self, ratio: float) -> bool:
+        return ratio >= self.limit if self.at_least else ratio <= self.limit
+
+    def line(self) -> str:
+        best = max(self.ratios) if self.at_least else min(self.ratios)
+        spread = max(self.ratios) / min(self.ratios)
+        met = sum(self.met(r) for r in self.ratios)
+        sign = ">=" if self.at_least else "<="
+        return (
+            f"{self.name}: goal {sign} {self.limit:g}; best {best:.2f}, spread {spread:.2f}, "
+            f"met in {met} of {len(self.ratios)} runs; runs: "
+            + "; ".join(f"{r:.2f} ({d})" for r, d in zip(self.ratios, self.details, strict=True))
+        )
+
+    @property
+    def all_met(self) -> bool:
+        return all(self.met(r) for r in self.ratios)
+
+
+def timed(action: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def corpus(workdir: Path, cases: int) -> Path:
+    directory = workdir / f"realistic-{cases}"
+    if not (directory / "runs.jsonl").exists():
+        print(f"generating {cases} cases into {directory} ...", file=sys.stderr, flush=True)
+        write_realistic_corpus(directory, cases)
+    return directory
+
+
+def sha256sum(path: Path) -> None:
+    subprocess.run(["sha256sum", str(path)], check=True, capture_output=True)
+
+
+def parse_floor(directory: Path) -> None:
+    for name in ("cases.jsonl", "runs.jsonl"):
+        with (directory / name).open("rb") as handle:
+            for line in handle:
+                orjson.loads(line)
+
+
+def peak_rss_kib(directory: Path) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", _REPLAY_PEAK, str(directory)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    return int(done.stdout.strip())
+
+
+def rate(action: Callable[[], object], seconds: float) -> float:
+    """Calls per second of ``action`` over about ``seconds``."""
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        action()
+        calls += 1
+    return calls / elapsed
+
+
+def demo_envelope(scratch: Path) -> tuple[Path, Path]:
+    out = scratch / "demo"
+    subprocess.run(
+        [sys.executable, "-m", "runner", "demo", "--out-dir", str(out), "--state-dir",
+         str(scratch / "state")],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    return out / "envelope.json", out / "expected.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 4_000_000])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--verify-seconds", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    if args.runs < 3:
+        parser.error("--runs: at least 3 (a best and a spread of fewer say little)")
+    from attestation import load_expected, verify_envelope
+    from runner.corpus.check import check_corpus
+    from runner.corpus.checksum import compute_checksum
+    from runner.pipeline.replay import replay_corpus
+
+    print(
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
+        + " ".join(f"{value:.2f}" for value in os.getloadavg())
+    )
+    with tempfile.TemporaryDirectory(prefix="scale-goals-") as scratch_name:
+        scratch = Path(scratch_name)
+        workdir = args.workdir or scratch
+        sizes = sorted(args.sizes)
+        corpora = {cases: corpus(workdir, cases) for cases in sizes}
+        checked = check_corpus(corpora[sizes[0]])
+        if not checked.ok:
+            errors = checked.to_json()["errors"]
+            print(f"corpus check refused the generated corpus: {errors!s:.2000}")
+            return 1
+        envelope_path, expected_path = demo_envelope(scratch)
+        envelope = envelope_path.read_bytes()
+        expected = load_expected(expected_path.read_bytes())
+
+        key = ec.generate_private_key(ec.SECP384R1())
+        signed = os.urandom(0x2A0)
+        signature = key.sign(signed, ec.ECDSA(hashes.SHA384()))
+        public = key.public_key()
+
+        goals: list[Goal] = []
+        for cases in sizes:
+            directory = corpora[cases]
+            checksum_goal = Goal(f"checksum, {cases} cases, / sha256sum", 4.0)
+            replay_goal = Goal(f"replay, {cases} cases, / orjson parse floor", 2.5)
+            for _ in range(args.runs):
+                ours = timed(functools.partial(compute_checksum, directory))
+                floor = timed(functools.partial(sha256sum, directory / "cases.jsonl"))
+                checksum_goal.add(ours / floor, f"{ours:.2f} s / {floor:.2f} s")
+                ours = timed(functools.partial(replay_corpus, directory))
+                floor = timed(functools.partial(parse_floor, directory))
+                replay_goal.add(ours / floor, f"{ours:.2f} s / {floor:.2f} s")
+            goals += [checksum_goal, replay_goal]
+
+        memory_goal = Goal(f"replay peak RSS, {sizes[-1]} / {sizes[0]} cases", 1.1)
+        verify_goal = Goal("envelope verification, warm, / ECDSA P-384 verify", 0.8, at_least=True)
+        one_shot_goal = Goal("verify-attested-run one-shot / python -c 'import cryptography'", 3.0)
+        now = dt.datetime.now(dt.UTC)
+        for _ in range(args.runs):
+            small, large = peak_rss_kib(corpora[sizes[0]]), peak_rss_kib(corpora[sizes[-1]])
+            memory_goal.add(large / small, f"{large / 1024:.1f} / {small / 1024:.1f} MiB")
+            floor_rate = rate(
+                lambda: public.verify(signature, signed, ec.ECDSA(hashes.SHA384())),
+                args.verify_seconds / 2,
+            )
+            ours_rate = rate(
+                lambda: verify_envelope(envelope, expected, now=now), args.verify_seconds / 2
+            )
+            verify_goal.add(ours_rate / floor_rate, f"{ours_rate:.0f}/s vs {floor_rate:.0f}/s")
+            floor = min(
+                timed(
+                    lambda: subprocess.run(
+                        [sys.executable, "-c", "import cryptography"], check=True, cwd=REPO
+                    )
+                )
+                for _ in range(3)
+            )
+            ours = min(
+                timed(
+                    lambda: subprocess.run(
+                        [sys.executable, "-c", _ONE_SHOT, str(envelope_path), str(expected_path)],
+                        check=True,
+                        capture_output=True,
+                        cwd=REPO,
+                    )
+                )
+                for _ in range(3)
+            )
+            one_shot_goal.add(ours / floor, f"{ours * 1000:.0f} ms / {floor * 1000:.0f} ms")
+        goals += [memory_goal, verify_goal, one_shot_goal]
+    for goal in goals:
+        print(goal.line())
+    print(
+        "load average at the end: " + " ".join(f"{value:.2f}" for value in os.getloadavg()),
+        f"(median ratio of the first goal: {statistics.median(goals[0].ratios):.2f})",
+    )
+    return 0 if all(goal.all_met for goal in goals) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
