@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from attestation.contracts import evaluation_block_count
+from attestation.contracts import MAX_SHARDED_CASES, evaluation_block_count
 from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.metrics import RunTally
@@ -57,6 +57,7 @@ from runner.corpus.runs_index import (
     encode_runs_index,
     read_runs_index,
 )
+from runner.pipeline.shard_tails import tails_document
 from runner.scoring.checks import check_evaluation
 from tenant.fsutil import atomic_write
 
@@ -83,6 +84,9 @@ class ReplayOutcome(BaseModel):
     shard: ShardPosition | None = None
     #: A shard that hashed only its own blocks, the others' leaves from ``runs.index.json``.
     used_runs_index: bool = False
+    #: A shard's tails file (``runner.pipeline.shard_tails``): its runs' latency tails, which
+    #: its result attests by their Merkle roots.
+    tails: bytes | None = None
 
 
 def replay_corpus(
@@ -107,6 +111,12 @@ def replay_corpus(
     evaluation, scan, labels = _checked_cases(corpus_dir, progress)
     plan = evaluation.plan
     case_count = scan.case_count
+    if shard is not None and case_count > MAX_SHARDED_CASES:
+        raise CorpusError(
+            CASES_FILE,
+            f"{case_count} cases, more than the {MAX_SHARDED_CASES} a sharded replay may have "
+            "(it bounds the proofs a merge carries)",
+        )
     owned = (
         range(case_count)
         if shard is None
@@ -151,6 +161,7 @@ def replay_corpus(
         for arm in plan.arms
         for index in range(1, plan.runs_per_arm + 1)
     ]
+    tails: bytes | None = None
     if shard is None:
         result = whole_report(
             plan=plan,
@@ -173,6 +184,7 @@ def replay_corpus(
             marks=json.loads(evaluation.marks_canonical),
             partials=ordered,
         )
+        tails = tails_document(shard.index, shard.count, ordered)
     return ReplayOutcome(
         corpus_checksum=scan.checksum,
         evaluation_digest=evaluation_digest,
@@ -181,6 +193,7 @@ def replay_corpus(
         result_digest=digest_of_result(result),
         shard=shard,
         used_runs_index=index is not None,
+        tails=tails,
     )
 
 
