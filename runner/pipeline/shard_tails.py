@@ -167,25 +167,32 @@ def tail_openings(
                 arm_id=key[0],
                 run_index=key[1],
                 p95=encode_value(value),
-                shards=tuple(_opening(tail, value) for tail in runs),
+                shards=tuple(open_tail(tail, value) for tail in runs),
             )
         )
     return tuple(openings)
 
 
-def _opening(tail: list[float], value: float) -> ShardTailOpening:
+def open_tail(tail: list[float], value: float) -> ShardTailOpening:
+    """A descending tail opened at ``value`` (:mod:`attestation.evaluation.tails`)."""
     # Descending: the values > v are those whose negation is < -v.
     above = bisect.bisect_left(tail, -value, key=operator.neg)
     at_least = bisect.bisect_right(tail, -value, key=operator.neg)
+    proof = proof_for(tail, above, at_least)
+    return ShardTailOpening(above=above, at_least=at_least, proof=encode_proof(proof))
+
+
+def proof_for(tail: list[float], above: int, at_least: int) -> bytes:
+    """The blocks of ``tail`` an opening with these counts shows, each with its inclusion
+    proof (:func:`~attestation.evaluation.tails.opened_blocks`)."""
     data = tail_bytes(tail)
     leaves = [leaf_hash(data[i : i + BLOCK_BYTES]) for i in range(0, len(data), BLOCK_BYTES)]
     tree = MerkleTree(leaves)
-    proof = b"".join(
+    return b"".join(
         data[block * BLOCK_BYTES : (block + 1) * BLOCK_BYTES]
         + b"".join(tree.inclusion_proof(block, len(leaves)))
         for block in opened_blocks(above, at_least, len(tail))
     )
-    return ShardTailOpening(above=above, at_least=at_least, proof=encode_proof(proof))
 
 
 #: Reads a shard's tails file, at most the given number of bytes (plus one, to tell a larger).

@@ -19,7 +19,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.cli import main as verify_main
-from attestation.contracts import sha256_digest
+from attestation.contracts import (
+    MAX_SHARD_ENVELOPE_BYTES,
+    RUN_OPENINGS_JSON_BYTES,
+    TAIL_OPENING_JSON_BYTES,
+    merged_envelope_bound,
+    sha256_digest,
+)
 from runner.cli import main as runner_main
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.storage import SqliteStorage
@@ -103,6 +109,18 @@ def test_merged_report_is_the_unsharded_report(
     unsharded = genuine_run.envelope_json
     assert sharded.merged_json["resultDigest"] == unsharded["binding"]["resultDigest"]  # type: ignore[index]
     assert sharded.merged_json["result"] == unsharded["result"]
+
+
+def test_the_merged_envelope_is_within_its_bound(sharded: ShardedRun) -> None:
+    """Shard envelopes within the per-shard bound, the merged envelope within the bound
+    the early refusal computes (its openings: one per run and shard)."""
+    for shard in sharded.shards:
+        assert len(shard.read_bytes()) <= MAX_SHARD_ENVELOPE_BYTES
+    runs = len(sharded.merged_json["tailOpenings"])
+    assert runs == 4  # the example plan: 2 arms x 2 runs, every latency known
+    assert len(sharded.merged.read_bytes()) <= merged_envelope_bound(3, runs)[0]
+    openings = json.dumps(sharded.merged_json["tailOpenings"], separators=(",", ":"))
+    assert len(openings) <= runs * (RUN_OPENINGS_JSON_BYTES + 3 * TAIL_OPENING_JSON_BYTES)
 
 
 def test_the_tenant_verifies_the_merged_envelope_with_its_usual_expected_values(

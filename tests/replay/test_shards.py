@@ -354,3 +354,18 @@ def test_every_shard_checks_the_run_structure(builder: CorpusBuilder) -> None:
     (corpus / "runs.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs))
     with pytest.raises(CorpusError, match=r"field 'cases\.3': Input should be a valid dictionary"):
         replay_corpus(corpus, shard=ShardPosition(index=0, count=2))
+
+
+def test_a_shard_result_does_not_grow_with_the_cases(tmp_path: Path) -> None:
+    """Ten times the cases: the tails file grows tenfold, the attested shard result by the
+    digits of its counters and cost totals only."""
+    sizes = {}
+    for cases in (700, 7000):
+        corpus = varied_corpus(tmp_path / str(cases), cases=cases, seed=5)
+        outcome = replay_corpus(corpus, shard=ShardPosition(index=1, count=2))
+        assert outcome.tails is not None
+        sizes[cases] = (len(canonicalize(outcome.result)), len(outcome.tails))
+    (small_result, small_tails), (large_result, large_tails) = sizes[700], sizes[7000]
+    assert large_tails > 8 * small_tails
+    # 6 runs x (10 counters + 1 cost total), each at most a few digits longer
+    assert 0 <= large_result - small_result <= 6 * 11 * 3
