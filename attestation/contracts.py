@@ -381,7 +381,7 @@ def frame_envelope(envelope: bytes) -> str:
     return FRAME_PREFIX + base64.b64encode(envelope).decode("ascii")
 
 
-#: With ``--frame-envelope`` a shard also prints its tails file (``runner.pipeline.shard_tails``)
+#: With ``--frame-envelope`` a shard also prints its tails file (``runner.shard_tails``)
 #: as one ``<prefix><base64>`` line after its envelope's, for ``collect``'s merge.
 TAILS_FRAME_PREFIX: Final = "ATTESTED-TAILS "
 

@@ -256,7 +256,7 @@ def merge_envelopes(
     include_result: bool = True,
 ) -> MergedEnvelope:
     """The merged envelope of a sharded replay's shard envelopes (in any order) and the tail
-    openings at each run's p95 (``runner.pipeline.shard_tails`` computes them from the
+    openings at each run's p95 (``runner.shard_tails`` computes them from the
     shards' tails files).
 
     Only the structure is checked here (the verifier checks everything, evidence included):

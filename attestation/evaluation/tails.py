@@ -6,7 +6,7 @@ shard's cases, so a shard does not attest it by value: its attested shard result
 tail's **root**, an RFC 6962 Merkle tree hash (``attestation.transparency.merkle``) over the
 tail in *blocks* of :data:`~attestation.contracts.TAIL_BLOCK_VALUES` values (the leaf of a
 block is its values as big-endian IEEE 754 binary64, descending), and hands the tail itself
-to the merge beside its envelope (the tails file, ``runner.pipeline.shard_tails``).
+to the merge beside its envelope (the tails file, ``runner.shard_tails``).
 
 The merge finds each run's p95 ``v`` from the tails and, per shard, *opens* the tail at ``v``
 (:class:`TailOpening`): ``above``, the number of the shard's tail values greater than ``v``,

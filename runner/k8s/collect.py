@@ -59,7 +59,7 @@ from runner.k8s.job import (
 )
 from runner.k8s.retry import read_json
 from runner.k8s.state import job_outcome
-from runner.pipeline.shard_tails import merge_with_tails
+from runner.shard_tails import merge_with_tails
 from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")

@@ -1,7 +1,7 @@
 """Merge a sharded replay's shard envelopes into one merged envelope (``attested-replay merge``).
 
 The shards are read (each at most the envelope cap) with their tails files (``<shard>.tails.json``
-beside each, ``runner.pipeline.shard_tails``: checked against the tail roots the shards
+beside each, ``runner.shard_tails``: checked against the tail roots the shards
 attest, and opened at each run's p95), joined by the verifier's own merge
 (``attestation.envelope.merged.merge_envelopes``: one complete, consistent set, the report
 rebuilt with the replay's code), and the merged envelope is verified exactly as a tenant would
@@ -37,8 +37,8 @@ from attestation.verify.checks import VerificationResult
 from runner.errors import InputError, UsageError
 from runner.pipeline.envelope import read_envelope_file
 from runner.pipeline.run import default_tails_path
-from runner.pipeline.shard_tails import merge_with_tails
 from runner.pipeline.verification import expect_what_is_bound, raise_unless_verified
+from runner.shard_tails import merge_with_tails
 from tenant.fsutil import atomic_write
 
 log = structlog.get_logger("attested-replay.merge")

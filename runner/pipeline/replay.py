@@ -57,8 +57,8 @@ from runner.corpus.runs_index import (
     encode_runs_index,
     read_runs_index,
 )
-from runner.pipeline.shard_tails import tails_document
 from runner.scoring.checks import check_evaluation
+from runner.shard_tails import tails_document
 from tenant.fsutil import atomic_write
 
 __all__ = [
@@ -84,7 +84,7 @@ class ReplayOutcome(BaseModel):
     shard: ShardPosition | None = None
     #: A shard that hashed only its own blocks, the others' leaves from ``runs.index.json``.
     used_runs_index: bool = False
-    #: A shard's tails file (``runner.pipeline.shard_tails``): its runs' latency tails, which
+    #: A shard's tails file (``runner.shard_tails``): its runs' latency tails, which
     #: its result attests by their Merkle roots.
     tails: bytes | None = None
 

@@ -42,7 +42,7 @@ from attestation.evaluation.partial import shard_range
 from attestation.evaluation.shards import ShardMergeError
 from attestation.verify.checks import VerificationResult
 from runner.pipeline.replay import ReplayOutcome, replay_corpus
-from runner.pipeline.shard_tails import merge_with_tails
+from runner.shard_tails import merge_with_tails
 from simulated_amd import SimulatedAmd
 from simulated_amd.amd import DEFAULT_MEASUREMENT
 from tests.e2e.conftest import EXAMPLE_CORPUS

@@ -33,7 +33,7 @@ from attestation.evaluation.shards import (
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError
 from runner.pipeline.replay import replay_corpus, write_runs_index
-from runner.pipeline.shard_tails import read_tails, tail_openings
+from runner.shard_tails import read_tails, tail_openings
 
 from .conftest import EXAMPLE_CORPUS, CorpusBuilder, jcs
 

@@ -35,7 +35,7 @@ from attestation.evaluation.tails import (
     tail_bytes,
     tail_root,
 )
-from runner.pipeline.shard_tails import open_tail, proof_for
+from runner.shard_tails import open_tail, proof_for
 
 latency = st.one_of(
     st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False),
