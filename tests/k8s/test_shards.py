@@ -254,6 +254,25 @@ def sharded_script(
     return script
 
 
+def test_submit_refuses_a_split_that_cannot_merge_before_any_request(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "merged.json"
+    count = str(MAX_MERGEABLE_SHARD_COUNT + 1)
+    code = cli(*submit_args(kubeconfig, pods, "--shards", count, run_id=RUN_ID), "--out", str(out))
+    assert code == 9
+    assert error_line(capsys.readouterr().err).startswith(
+        "--shards 38: at most 37 shards can be merged: the merged envelope of 38 shards"
+    )
+    assert cluster.requests["total"] == 0  # no Job, no read: refused before any work
+    assert cluster.jobs == {}
+    assert not out.exists()
+
+
 def test_submit_waits_collects_merges_and_verifies_with_one_index_retried(  # noqa: PLR0917 (pytest fixtures)
     cluster: FakeCluster,
     kubeconfig: Path,
