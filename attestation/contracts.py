@@ -225,6 +225,89 @@ CORPUS_CHECKSUM_PREAMBLE: Final = (
     f"attested-replay corpus checksum v2: cases in blocks of {EVALUATION_BLOCK_CASES}, "
     "RFC 6962 tree\n"
 ).encode("ascii")
+#: A shard attests its latency tail by a Merkle root over blocks of this many values (the
+#: leaves; ``attestation.evaluation.tails``), and a merge opens a few blocks per shard.
+TAIL_BLOCK_VALUES: Final = 32
+#: The most cases a sharded replay may have (a shard refuses more: no corpus comes near, and
+#: it bounds a tail's inclusion proofs, so every split below merges).
+MAX_SHARDED_CASES: Final = 2**40
+#: The longest inclusion proof of a tail block (a tail has at most MAX_SHARDED_CASES values).
+MAX_TAIL_PATH: Final = (MAX_SHARDED_CASES.bit_length() - 1) - (TAIL_BLOCK_VALUES.bit_length() - 1)
+#: One shard's opening of one run's tail: at most four blocks (those around the values above
+#: the p95 and around those at least it), each with its proof.
+MAX_TAIL_OPENING_BYTES: Final = 4 * (8 * TAIL_BLOCK_VALUES + 32 * MAX_TAIL_PATH)
+#: The most runs a plan has (10 arms x 5 runs per arm; ``attestation.evaluation.models``).
+MAX_PLAN_ARMS: Final = 10
+MAX_RUNS_PER_ARM: Final = 5
+MAX_PLAN_RUNS: Final = MAX_PLAN_ARMS * MAX_RUNS_PER_ARM
+#: A shard envelope (report, chain, binding and shard result: counters, cost totals and tail
+#: roots, never latencies) is at most this, whatever the number of cases: ``run`` refuses to
+#: write a larger one (a plan and marks near their own limits, or cost totals of thousands
+#: of digits). Its JSON values likewise.
+MAX_SHARD_ENVELOPE_BYTES: Final = 64 * 1024
+MAX_SHARD_ENVELOPE_JSON_ITEMS: Final = 1_500
+#: What a merged envelope holds besides its shards and openings: its header and the merged
+#: report (a report is bounded by its plan and marks: a few thousand values, tens of KB).
+MERGED_BASE_BYTES: Final = 256 * 1024
+MERGED_BASE_JSON_ITEMS: Final = 10_000
+#: One shard's opening in a merged envelope as JSON (``{"above":A,"atLeast":B,"proof":"..."}``
+#: with 16-digit counts and base64 of the largest proof, and its comma) and its values.
+TAIL_OPENING_JSON_BYTES: Final = 4 * -(-MAX_TAIL_OPENING_BYTES // 3) + 64
+TAIL_OPENING_JSON_ITEMS: Final = 4
+#: One run's openings besides the shards' (arm, run index, p95, brackets).
+RUN_OPENINGS_JSON_BYTES: Final = 128
+RUN_OPENINGS_JSON_ITEMS: Final = 8
+
+
+def merged_envelope_bound(shards: int, runs: int) -> tuple[int, int]:
+    """An upper bound of the bytes and JSON values of the merged envelope of ``shards`` shards
+    of a plan of ``runs`` runs, whatever the number of cases: each shard envelope within
+    :data:`MAX_SHARD_ENVELOPE_BYTES`, each run's openings within their largest size."""
+    size = (
+        MERGED_BASE_BYTES
+        + shards * (MAX_SHARD_ENVELOPE_BYTES + 1)
+        + runs * (RUN_OPENINGS_JSON_BYTES + shards * TAIL_OPENING_JSON_BYTES)
+    )
+    items = (
+        MERGED_BASE_JSON_ITEMS
+        + shards * (MAX_SHARD_ENVELOPE_JSON_ITEMS + 1)
+        + runs * (RUN_OPENINGS_JSON_ITEMS + shards * TAIL_OPENING_JSON_ITEMS)
+    )
+    return size, items
+
+
+def max_mergeable_shards(runs: int = MAX_PLAN_RUNS) -> int:
+    """The most shards whose merged envelope fits the envelope limits for any corpus of a plan
+    of ``runs`` runs (:func:`merged_envelope_bound`), at most :data:`MAX_SHARD_COUNT`."""
+    fitting = 0
+    for shards in range(1, MAX_SHARD_COUNT + 1):
+        size, items = merged_envelope_bound(shards, runs)
+        if size > MAX_ENVELOPE_BYTES or items > MAX_ENVELOPE_JSON_ITEMS:
+            break
+        fitting = shards
+    return fitting
+
+
+#: The most shards ``run --shard-count`` and ``submit --shards`` accept: every such split
+#: merges, for any plan and any number of cases (checked before any shard runs).
+MAX_MERGEABLE_SHARD_COUNT: Final = max_mergeable_shards()
+
+
+def mergeable_shard_count_problem(count: int, option: str) -> str | None:
+    """Why ``count`` shards cannot be merged (naming ``option`` and the limit), or None."""
+    if 1 <= count <= MAX_MERGEABLE_SHARD_COUNT:
+        return None
+    size, items = merged_envelope_bound(count, MAX_PLAN_RUNS)
+    return (
+        f"{option} {count}: at most {MAX_MERGEABLE_SHARD_COUNT} shards can be merged: the "
+        f"merged envelope of {count} shards of a plan of up to {MAX_PLAN_RUNS} runs may reach "
+        f"{size} bytes and {items} JSON values, over the envelope limits "
+        f"({MAX_ENVELOPE_BYTES} bytes, {MAX_ENVELOPE_JSON_ITEMS} values)"
+        if count > MAX_MERGEABLE_SHARD_COUNT
+        else f"{option} {count}: a replay has at least 1 shard"
+    )
+
+
 #: Where a pod of an Indexed Job finds its completion index (the Job controller adds it to
 #: every container); ``run --shard-count N`` reads its shard index from it.
 SHARD_INDEX_VARIABLE: Final = "JOB_COMPLETION_INDEX"
@@ -316,6 +399,16 @@ POD_LOG_TAIL_LINES: Final = 4096
 def frame_envelope(envelope: bytes) -> str:
     """The log line that carries ``envelope`` (without the newline)."""
     return FRAME_PREFIX + base64.b64encode(envelope).decode("ascii")
+
+
+#: With ``--frame-envelope`` a shard also prints its tails file (``runner.shard_tails``)
+#: as one ``<prefix><base64>`` line after its envelope's, for ``collect``'s merge.
+TAILS_FRAME_PREFIX: Final = "ATTESTED-TAILS "
+
+
+def frame_tails(tails: bytes) -> str:
+    """The log line that carries a shard's tails file (without the newline)."""
+    return TAILS_FRAME_PREFIX + base64.b64encode(tails).decode("ascii")
 
 
 def framed_payloads(log_text: str) -> set[str]:

@@ -2,9 +2,11 @@
 
 The operator builds it (``attested-replay merge``); nothing in it is trusted for itself. The
 verifier checks every shard envelope as an envelope of its own (report, chain, binding),
-checks that the shards are exactly shards 0..N-1 of one replay, re-runs the merge with the
-same code as the replay (``attestation.evaluation.shards``) and compares the result with
-``result`` and ``resultDigest``; then the tenant's expectations apply to the header. The
+checks that the shards are exactly shards 0..N-1 of one replay, checks each run's p95 against
+the shards' attested latency-tail roots by ``tailOpenings`` (a shard envelope carries its
+tail's Merkle root, not its latencies: ``attestation.evaluation.tails``), re-runs the merge
+with the same code as the replay (``attestation.evaluation.shards``) and compares the result
+with ``result`` and ``resultDigest``; then the tenant's expectations apply to the header. The
 header repeats what every shard binds (run, tenant, corpus, evaluation, workload, image,
 nonce), so expected values written for an unsharded run apply unchanged.
 """
@@ -13,13 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, JsonValue
 
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
     MAX_ENVELOPE_JSON_ITEMS,
+    MAX_PLAN_RUNS,
     MAX_SHARD_COUNT,
     Nonce,
     RunId,
@@ -43,6 +46,7 @@ from attestation.envelope.model import (
 from attestation.errors import MalformedError
 from attestation.evaluation.shards import (
     CheckedShard,
+    RunTailOpenings,
     ShardMergeError,
     check_complete,
     check_shard_result,
@@ -84,6 +88,16 @@ class MergedEnvelope(WireModel):
     result: dict[str, JsonValue] | None = None
     #: The shard envelopes, shard 0 first; each carries its shard result.
     shards: Annotated[tuple[Envelope, ...], Field(min_length=1, max_length=MAX_SHARD_COUNT)]
+    #: Each run's p95 with every shard's tail opened at it, for the runs whose latencies are
+    #: all known, in plan order (``attestation.evaluation.shards.proven_p95s``).
+    tail_openings: Annotated[tuple[RunTailOpenings, ...], Field(max_length=MAX_PLAN_RUNS)] = ()
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON object (``tailOpenings`` omitted when empty: no run has a p95)."""
+        document = super().to_json_dict()
+        if not self.tail_openings:
+            document.pop("tailOpenings", None)
+        return document
 
 
 AnyEnvelope = Envelope | MergedEnvelope
@@ -214,14 +228,11 @@ def shard_results(merged: MergedEnvelope) -> list[CheckedShard]:
     return results
 
 
-def merge_envelopes(shards: Sequence[Envelope], *, include_result: bool = True) -> MergedEnvelope:
-    """The merged envelope of a sharded replay's shard envelopes (in any order).
-
-    Only the structure is checked here (the verifier checks everything, evidence included):
+def ordered_shards(shards: Sequence[Envelope]) -> list[Envelope]:
+    """Shard envelopes in index order.
 
     Raises:
-        ShardMergeError: not one complete, consistent set of shards, or results that do not
-            merge.
+        ShardMergeError: none, more than a replay can have, or a whole run's envelope.
     """
     if not shards:
         raise ShardMergeError("no shard envelopes to merge")
@@ -235,7 +246,26 @@ def merge_envelopes(shards: Sequence[Envelope], *, include_result: bool = True) 
         if shard.binding.shard is None:
             raise ShardMergeError(f"the envelope of run {shard.run_id} is a whole run's")
         positions.append((shard.binding.shard.index, shard))
-    ordered = [shard for _, shard in sorted(positions, key=lambda pair: pair[0])]
+    return [shard for _, shard in sorted(positions, key=lambda pair: pair[0])]
+
+
+def merge_envelopes(
+    shards: Sequence[Envelope],
+    tail_openings: Sequence[RunTailOpenings],
+    *,
+    include_result: bool = True,
+) -> MergedEnvelope:
+    """The merged envelope of a sharded replay's shard envelopes (in any order) and the tail
+    openings at each run's p95 (``runner.shard_tails`` computes them from the
+    shards' tails files).
+
+    Only the structure is checked here (the verifier checks everything, evidence included):
+
+    Raises:
+        ShardMergeError: not one complete, consistent set of shards, or results that do not
+            merge.
+    """
+    ordered = ordered_shards(shards)
     first = ordered[0].binding
     assert first.shard is not None
     header = {field: getattr(first, field) for field in SHARED_FIELDS}
@@ -245,12 +275,13 @@ def merge_envelopes(shards: Sequence[Envelope], *, include_result: bool = True) 
         shard_count=first.shard.count,
         result_digest=first.result_digest,  # replaced below
         shards=tuple(ordered),
+        tail_openings=tuple(tail_openings),
         **header,
     )
     problem = consistency_problem(draft)
     if problem is not None:
         raise ShardMergeError(problem)
-    report = merge_shard_results(shard_results(draft))
+    report = merge_shard_results(shard_results(draft), draft.tail_openings)
     return draft.model_copy(
         update={
             "result_digest": result_digest(report),

@@ -11,13 +11,15 @@ Checks, in class order (the exit code is the class of the first failing check):
    listed in order, of this run (run, tenant, corpus, evaluation, workload, image, nonce), of
    one launch configuration (equal MEASUREMENT and HOST_DATA) and one platform (all
    ``sev-snp`` or all ``simulated``);
-4. ``merged.result`` (binding, 7): the shard results merge (the same code as the replay) into
-   a report whose digest is ``resultDigest`` (and whose bytes are ``result`` when present);
+4. ``merged.result`` (binding, 7): each run's p95 in ``tailOpenings`` is proven from every
+   shard's attested latency-tail root (its blocks' inclusion proofs and the counts above and
+   at it), and the shard results merge (the same code as the replay) into a report whose
+   digest is ``resultDigest`` (and whose bytes are ``result`` when present);
 5. the expectation checks on the header, and ``expectation.shard`` (a whole run; the
    tenant's ``shardCount`` when pinned).
 
 Cost: the N shard verifications plus the merge: a few additions per run and shard, and per
-run a bisection over the shards' (already checked) latency tails.
+run and shard one or two inclusion proofs of a tail block.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def _result_check(merged: MergedEnvelope, checked: Sequence[CheckedShard | None]
     try:
         complete = [shard for shard in checked if shard is not None]
         check_complete([shard.result for shard in complete])
-        report = merge_shard_results(complete)
+        report = merge_shard_results(complete, merged.tail_openings)
     except AttestationError as exc:
         return Check.failed(name, _BINDING, f"the shard results do not merge: {exc}")
     try:

@@ -12,8 +12,9 @@ and the pieces added back together without changing a byte of the result:
   k = n - ceil(0.95 n) + 1 (:func:`tail_size`), and the k-th largest value of a union is
   among the union of every part's k largest values: a part keeps only those, its *tail*.
   A latency is the double its JSON text denotes (``numbers.scored_value``), so a tail is
-  doubles, exactly; on the wire it is their IEEE 754 bytes, which a verifier reads, checks
-  and merges in C at any size.
+  doubles, exactly. On the wire a part carries its tail's Merkle root
+  (:mod:`~attestation.evaluation.tails`), not its values: a merge opens each part's tail at
+  the p95 (:class:`CommittedPartial`, :func:`merge_committed`).
 
 The unsharded replay is the one-part case of the same code (:func:`merge_partials` of a
 single partial is that partial), so a merged result equals the unsharded one by construction.
@@ -21,9 +22,6 @@ single partial is that partial), so a merged result equals the unsharded one by 
 
 from __future__ import annotations
 
-import array
-import base64
-import binascii
 import bisect
 import decimal
 import itertools
@@ -31,7 +29,6 @@ import math
 import operator
 import re
 import struct
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -39,8 +36,14 @@ from typing import Final, overload
 
 from pydantic import Field, model_validator
 
-from attestation.contracts import EVALUATION_BLOCK_CASES, SnakeWireModel, evaluation_block_count
+from attestation.contracts import (
+    EVALUATION_BLOCK_CASES,
+    Sha256Digest,
+    SnakeWireModel,
+    evaluation_block_count,
+)
 from attestation.evaluation.numbers import beyond_double, scored_value
+from attestation.evaluation.tails import tail_bytes, tail_root
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
 #: 5e-324 to 1.8e308), so sums of doubles never come near this precision; Inexact and
@@ -54,8 +57,6 @@ EXACT: Final = decimal.Context(
 #: A cost total (never normalized away from what the sum produced, so zeros may trail).
 _SUM_TEXT: Final = re.compile(r"^(0|[1-9][0-9]*)(\.[0-9]+)?$")
 _MAX_SUM_TEXT: Final = 2 * 2000 + 2
-#: A tail of the largest possible run within the envelope limit, in base64.
-_MAX_TAIL_TEXT: Final = 24 * 1024 * 1024
 
 
 class PartialError(ValueError):
@@ -101,22 +102,6 @@ def double_of(latency: Decimal) -> float:
     return value
 
 
-def tail_bytes(tail: Sequence[float]) -> bytes:
-    """A tail on the wire: big-endian IEEE 754 binary64, in its order."""
-    packed = array.array("d", tail)
-    if sys.byteorder == "little":
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def tail_from_bytes(data: bytes) -> list[float]:
-    packed = array.array("d")
-    packed.frombytes(data)
-    if sys.byteorder == "little":
-        packed.byteswap()
-    return packed.tolist()
-
-
 @dataclass(frozen=True, slots=True)
 class RunPartial:
     """One run's scoring state over some of its cases (see the module docstring)."""
@@ -143,7 +128,7 @@ class RunPartial:
             arm_id=self.arm_id,
             run_index=self.run_index,
             cost_total_usd=f"{self.cost_total_usd:f}",
-            latency_tail=base64.b64encode(tail_bytes(self.latency_tail)).decode("ascii"),
+            latency_tail_root=tail_root(tail_bytes(self.latency_tail)),
             **{name: getattr(self, name) for name in COUNTERS},
         )
 
@@ -303,12 +288,6 @@ class UnionTail(Sequence[float]):
         return self._values
 
 
-def _negative_zero(descending: list[float]) -> bool:
-    """Whether a descending tail ending in zeros holds a negative zero (among its last)."""
-    zeros = descending[descending.index(0.0) :]
-    return any(math.copysign(1.0, value) < 0 for value in zeros)
-
-
 #: The bit pattern of +infinity: every finite non-negative double's pattern is below it.
 _INFINITY_BITS: Final = 0x7FF0000000000000
 _BITS: Final = struct.Struct("<Q")
@@ -321,7 +300,8 @@ def _double(bits: int) -> float:
 
 
 class RunPartialDoc(SnakeWireModel):
-    """A :class:`RunPartial` on the wire (snake_case, like the evaluation report)."""
+    """A :class:`RunPartial` on the wire (snake_case, like the evaluation report): its
+    counters and cost total by value, its latency tail by its Merkle root."""
 
     arm_id: str = Field(min_length=1, max_length=20)
     run_index: int = Field(ge=1, le=5)
@@ -337,8 +317,9 @@ class RunPartialDoc(SnakeWireModel):
     cost_total_usd: str = Field(min_length=1, max_length=_MAX_SUM_TEXT, pattern=_SUM_TEXT.pattern)
     cost_unknown_cases: int = Field(ge=0)
     latency_unknown_cases: int = Field(ge=0)
-    #: The tail, descending: base64 of its big-endian IEEE 754 binary64 values.
-    latency_tail: str = Field(max_length=_MAX_TAIL_TEXT)
+    #: The Merkle root of the tail (descending doubles, :func:`tails.tail_root`); the tail has
+    #: the part's ``tail`` largest known latencies, so its length follows from the counters.
+    latency_tail_root: Sha256Digest
 
     @model_validator(mode="after")
     def _consistent(self) -> RunPartialDoc:
@@ -353,40 +334,94 @@ class RunPartialDoc(SnakeWireModel):
             raise ValueError("latency_unknown_cases exceeds cases")
         return self
 
-    def to_partial(self, *, tail: int) -> RunPartial:
-        """The partial; its tail must be the part's ``tail`` largest known latencies.
-
-        Raises:
-            PartialError: a latency text that is not a normalized decimal, a tail that is
-                not descending, or one of the wrong length.
-        """
-        where = f"run {self.arm_id}/{self.run_index}"
-        try:
-            data = base64.b64decode(self.latency_tail, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise PartialError(f"{where}: the latency tail is not base64: {exc}") from None
-        known = self.cases - self.latency_unknown_cases
-        if len(data) != 8 * min(tail, known):
-            raise PartialError(
-                f"{where}: latency tail has {len(data) / 8:g} values, expected {min(tail, known)}"
-            )
-        values = tail_from_bytes(data)
-        # Each check is one pass in C: a sum is finite only if every value is (a finite sum
-        # may overflow: then each value is checked); a descending tail whose last value is
-        # not negative has none; sorting a descending list is one linear pass (timsort finds
-        # one run). A replay writes 0 for a zero latency, never -0 (its tally adds 0.0).
-        if (
-            (not math.isfinite(sum(values)) and not all(map(math.isfinite, values)))
-            or (values and values[-1] < 0)
-            or (values and values[-1] == 0 and _negative_zero(values))
-        ):
-            raise PartialError(f"{where}: a latency in the tail is negative or not finite")
-        if values != sorted(values, reverse=True):
-            raise PartialError(f"{where}: latency tail is not descending")
-        return RunPartial(
+    def to_committed(self, *, tail: int) -> CommittedPartial:
+        """The partial as committed: its tail holds ``min(tail, known latencies)`` values."""
+        return CommittedPartial(
             arm_id=self.arm_id,
             run_index=self.run_index,
             cost_total_usd=Decimal(self.cost_total_usd),
-            latency_tail=tuple(values),
+            tail_length=min(tail, self.cases - self.latency_unknown_cases),
+            tail_root=self.latency_tail_root,
             **{name: getattr(self, name) for name in COUNTERS},
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedPartial:
+    """A part's partial as a shard attests it: counters and cost total by value, its latency
+    tail by length and Merkle root (opened at the p95 by a merge)."""
+
+    arm_id: str
+    run_index: int
+    cases: int
+    correct: int
+    positives: int
+    true_positives: int
+    negatives: int
+    false_positives: int
+    abstentions: int
+    errors: int
+    cost_total_usd: Decimal
+    cost_unknown_cases: int
+    latency_unknown_cases: int
+    tail_length: int
+    tail_root: str
+
+
+class KnownLast(Sequence[float]):
+    """The tail of a merged run when only its last value is known (the p95, proven by the
+    shards' openings): ``count`` long; any other value is not known and raises."""
+
+    __slots__ = ("_count", "_last")
+
+    def __init__(self, count: int, last: float) -> None:
+        self._count = count
+        self._last = last
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[float]: ...
+    def __getitem__(self, index: int | slice) -> float | Sequence[float]:
+        if isinstance(index, int) and self._count and index in (-1, self._count - 1):
+            return self._last
+        raise IndexError("a merged tail knows its last value (the p95) only")
+
+
+def merge_committed(
+    parts: Sequence[CommittedPartial], *, tail: int, p95: float | None
+) -> RunPartial:
+    """One run's partial over the union of the parts' cases, its tail known by its last value
+    ``p95`` (which the caller proved from the parts' openings; None when the run has unknown
+    latencies, so no p95).
+
+    Raises:
+        PartialError: no parts, parts of different runs, an inexact sum, costs beyond the
+            largest double, or a p95 given or missing against the latencies known.
+    """
+    if not parts:
+        raise PartialError("no partials to merge")
+    first = parts[0]
+    for part in parts[1:]:
+        if (part.arm_id, part.run_index) != (first.arm_id, first.run_index):
+            raise PartialError(
+                f"partials of runs {first.arm_id}/{first.run_index} and "
+                f"{part.arm_id}/{part.run_index} cannot be merged"
+            )
+    counters = {name: sum(getattr(part, name) for part in parts) for name in COUNTERS}
+    known_all = counters["latency_unknown_cases"] == 0 and counters["cases"] > 0
+    where = f"run {first.arm_id}/{first.run_index}"
+    if known_all and p95 is None:
+        raise PartialError(f"{where}: every latency is known and no p95 is opened")
+    if not known_all and p95 is not None:
+        raise PartialError(f"{where}: a p95 is opened though some latencies are unknown")
+    return RunPartial(
+        arm_id=first.arm_id,
+        run_index=first.run_index,
+        cost_total_usd=require_reportable_cost(exact_sum([part.cost_total_usd for part in parts])),
+        latency_tail=() if p95 is None else KnownLast(tail, p95),
+        **counters,
+    )

@@ -7,9 +7,11 @@ whole corpus, the plan and marks it read (their JSON values, the doubles the eva
 digest hashed), and one :class:`~.partial.RunPartialDoc` per run. :func:`check_shard_result`
 checks one result on its own and decodes its partials (once: a shard envelope's verification
 does it, and a merge reads what it decoded); :func:`merge_shard_results` checks that the
-checked results are the complete set of one sharded replay, merges each run's partials
-exactly and builds the evaluation report with the same code as an unsharded replay
-(:func:`whole_report`), so the merged report is byte for byte the unsharded one.
+checked results are the complete set of one sharded replay, checks each run's p95 against
+the shards' tail openings (:mod:`~attestation.evaluation.tails`: a shard's tail is attested
+by its Merkle root, not by value), merges each run's partials exactly and builds the
+evaluation report with the same code as an unsharded replay (:func:`whole_report`), so the
+merged report is byte for byte the unsharded one.
 """
 
 from __future__ import annotations
@@ -20,23 +22,39 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, JsonValue, ValidationError, model_validator
 
-from attestation.contracts import MAX_SHARD_COUNT, Sha256Digest, SnakeWireModel
+from attestation.contracts import (
+    MAX_SHARD_COUNT,
+    MAX_SHARDED_CASES,
+    MAX_TAIL_OPENING_BYTES,
+    Sha256Digest,
+    SnakeWireModel,
+    WireModel,
+)
 from attestation.encoding.json_document import describe_validation_error
 from attestation.errors import BindingError
 from attestation.evaluation.marks import scoring_problem
 from attestation.evaluation.metrics import RunMetrics, finish_run
 from attestation.evaluation.models import PassMarks, Plan
 from attestation.evaluation.partial import (
+    CommittedPartial,
     PartialError,
     RunPartial,
     RunPartialDoc,
-    merge_partials,
+    merge_committed,
     shard_range,
     tail_size,
 )
 from attestation.evaluation.report import SCORER, build_report
+from attestation.evaluation.tails import (
+    TailError,
+    TailOpening,
+    check_opening,
+    check_order_statistic,
+    decode_proof,
+    decode_value,
+)
 
-SHARD_RESULT_FORMAT: Final = "attested-replay.shard-result/v2"
+SHARD_RESULT_FORMAT: Final = "attested-replay.shard-result/v3"
 
 RunKey = tuple[str, int]
 
@@ -48,14 +66,14 @@ class ShardMergeError(BindingError):
 class ShardResult(SnakeWireModel):
     """The result a shard attests (the ``result`` of its envelope), snake_case like the report."""
 
-    format: Literal["attested-replay.shard-result/v2"]
+    format: Literal["attested-replay.shard-result/v3"]
     scorer: str = Field(max_length=100)
     shard_index: int = Field(ge=0, lt=MAX_SHARD_COUNT)
     shard_count: int = Field(ge=1, le=MAX_SHARD_COUNT)
     #: The shard's ranks in cases.jsonl: [first_case, end_case).
     first_case: int = Field(ge=0)
     end_case: int = Field(ge=0)
-    case_count: int = Field(ge=1)
+    case_count: int = Field(ge=1, le=MAX_SHARDED_CASES)
     set_checksum: Sha256Digest
     evaluation_digest: Sha256Digest
     plan: dict[str, JsonValue]
@@ -195,12 +213,12 @@ def check_complete(results: Sequence[ShardResult]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CheckedShard:
-    """A shard result whose runs' partials are decoded and checked: each latency tail is
-    decoded once, when its shard envelope is verified, and merged from here."""
+    """A shard result whose runs' partials are decoded and checked (once, when its shard
+    envelope is verified), merged from here."""
 
     result: ShardResult
     #: One per run, in the result's order.
-    partials: tuple[RunPartial, ...]
+    partials: tuple[CommittedPartial, ...]
     #: The result's plan and marks, validated.
     plan: Plan
     marks: PassMarks
@@ -213,8 +231,7 @@ def plan_runs(plan: Plan) -> list[RunKey]:
 
 def check_shard_result(result: ShardResult, *, where: str) -> CheckedShard:
     """Decode and check a shard result on its own: its plan and marks can be scored, it has
-    exactly the plan's runs, each once, and every run's partial decodes (its latency tail is
-    as long as the shard's cases make it, descending, finite and not negative).
+    exactly the plan's runs, each once, and every run's partial decodes.
 
     Raises:
         ShardMergeError: naming ``where`` and the problem.
@@ -234,10 +251,7 @@ def check_shard_result(result: ShardResult, *, where: str) -> CheckedShard:
             f"{where} ({result.position}) has runs {keys}; the plan asks for exactly {wanted}"
         )
     tail = tail_size(result.case_count)
-    try:
-        partials = tuple(run.to_partial(tail=tail) for run in result.runs)
-    except PartialError as exc:
-        raise ShardMergeError(f"{where} ({result.position}): {exc}") from None
+    partials = tuple(run.to_committed(tail=tail) for run in result.runs)
     return CheckedShard(result, partials, plan, marks)
 
 
@@ -250,11 +264,37 @@ def _plan_and_marks(result: ShardResult, *, where: str) -> tuple[Plan, PassMarks
         ) from None
 
 
-def merge_shard_results(shards: Sequence[CheckedShard]) -> dict[str, JsonValue]:
-    """The evaluation report of a sharded replay from all of its checked shard results.
+class ShardTailOpening(WireModel):
+    """One shard's latency tail opened at a run's p95 (:class:`~.tails.TailOpening`)."""
+
+    above: Annotated[int, Field(strict=True, ge=0)]
+    at_least: Annotated[int, Field(strict=True, ge=0)]
+    #: base64 of the opened blocks' values and inclusion proofs.
+    proof: Annotated[str, Field(max_length=4 * -(-MAX_TAIL_OPENING_BYTES // 3))]
+
+
+class RunTailOpenings(WireModel):
+    """A merged run's p95 and every shard's opening at it, shard 0 first."""
+
+    arm_id: Annotated[str, Field(min_length=1, max_length=20)]
+    run_index: Annotated[int, Field(strict=True, ge=1, le=5)]
+    #: The p95 as the hex of its big-endian binary64 (:func:`~.tails.encode_value`).
+    p95: Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
+    shards: Annotated[
+        tuple[ShardTailOpening, ...], Field(strict=False, min_length=1, max_length=MAX_SHARD_COUNT)
+    ]
+
+
+def merge_shard_results(
+    shards: Sequence[CheckedShard], openings: Sequence[RunTailOpenings]
+) -> dict[str, JsonValue]:
+    """The evaluation report of a sharded replay from all of its checked shard results and
+    the tail openings at each run's p95 (one per run whose latencies are all known, in the
+    plan's order).
 
     Raises:
-        ShardMergeError: the results are incomplete, from different replays, or inconsistent.
+        ShardMergeError: the results are incomplete, from different replays, or inconsistent,
+            or an opening does not prove its run's p95 from the shards' attested tails.
     """
     results = [shard.result for shard in shards]
     check_complete(results)
@@ -269,12 +309,13 @@ def merge_shard_results(shards: Sequence[CheckedShard]) -> dict[str, JsonValue]:
     # Every shard's plan and marks are shard 0's (above), each validated when it was checked.
     plan, marks = shards[0].plan, shards[0].marks
     tail = tail_size(first.case_count)
-    parts: dict[RunKey, list[RunPartial]] = {key: [] for key in plan_runs(plan)}
+    parts: dict[RunKey, list[CommittedPartial]] = {key: [] for key in plan_runs(plan)}
     for shard in shards:
         for partial in shard.partials:
             parts[(partial.arm_id, partial.run_index)].append(partial)
+    p95s = proven_p95s(parts, openings, rank=tail)
     try:
-        merged = [merge_partials(parts[key], tail=tail) for key in parts]
+        merged = [merge_committed(parts[key], tail=tail, p95=p95s.get(key)) for key in parts]
     except PartialError as exc:
         raise ShardMergeError(str(exc)) from None
     return whole_report(
@@ -285,3 +326,58 @@ def merge_shard_results(shards: Sequence[CheckedShard]) -> dict[str, JsonValue]:
         evaluation_digest=first.evaluation_digest,
         case_count=first.case_count,
     )
+
+
+def opened_runs(parts: Mapping[RunKey, Sequence[CommittedPartial]]) -> list[RunKey]:
+    """The runs whose p95 a merge opens: those with every latency known, in plan order."""
+    return [
+        key for key, runs in parts.items() if all(part.latency_unknown_cases == 0 for part in runs)
+    ]
+
+
+def proven_p95s(
+    parts: Mapping[RunKey, Sequence[CommittedPartial]],
+    openings: Sequence[RunTailOpenings],
+    *,
+    rank: int,
+) -> dict[RunKey, float]:
+    """Each opened run's p95, checked against every shard's attested tail root.
+
+    Raises:
+        ShardMergeError: openings for other runs than :func:`opened_runs`, or out of order,
+            or one that does not prove its p95 (naming the run and shard).
+    """
+    wanted = opened_runs(parts)
+    keys = [(opening.arm_id, opening.run_index) for opening in openings]
+    if keys != wanted:
+        raise ShardMergeError(
+            f"the tail openings are for runs {keys}; the runs with every latency known are "
+            f"{wanted}, in plan order"
+        )
+    proven: dict[RunKey, float] = {}
+    for key, run in zip(wanted, openings, strict=True):
+        where = f"run {key[0]}/{key[1]}"
+        committed = parts[key]
+        if len(run.shards) != len(committed):
+            raise ShardMergeError(
+                f"{where}: {len(run.shards)} tail openings for {len(committed)} shards"
+            )
+        try:
+            value = decode_value(run.p95)
+            decoded = [
+                TailOpening(shard.above, shard.at_least, decode_proof(shard.proof))
+                for shard in run.shards
+            ]
+        except TailError as exc:
+            raise ShardMergeError(f"{where}: {exc}") from None
+        for index, (opening, part) in enumerate(zip(decoded, committed, strict=True)):
+            problem = check_opening(
+                opening, value=value, length=part.tail_length, root=part.tail_root
+            )
+            if problem is not None:
+                raise ShardMergeError(f"{where}: shard {index}'s tail opening: {problem}")
+        problem = check_order_statistic(decoded, value=value, rank=rank)
+        if problem is not None:
+            raise ShardMergeError(f"{where}: {problem}")
+        proven[key] = value
+    return proven

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attestation.contracts import MAX_SHARD_COUNT
+from attestation.contracts import MAX_MERGEABLE_SHARD_COUNT
 from runner.commands.parsing import input_dir
 from runner.errors import UsageError
 from runner.image.layout import manifest_digest
@@ -78,7 +78,8 @@ def add_job_arguments(
         type=int,
         metavar="N",
         help=f"split the replay into N shards: an Indexed Job with one TEE per shard, merged by "
-        f"`collect` (at most {MAX_SHARD_COUNT}; the pods' agent policy admits indices 0..N-1)",
+        f"`collect` (at most {MAX_MERGEABLE_SHARD_COUNT}, so that the shards merge within the "
+        "envelope limits; the pods' agent policy admits indices 0..N-1)",
     )
 
 

@@ -18,11 +18,12 @@ from pydantic import ValidationError
 
 from attestation.contracts import (
     FRAME_PREFIX,
-    MAX_SHARD_COUNT,
+    MAX_MERGEABLE_SHARD_COUNT,
     RUN_ID_GRAMMAR,
     SHARD_INDEX_VARIABLE,
     explain_problem,
     frame_envelope,
+    frame_tails,
 )
 from runner.commands.parsing import (
     add_command,
@@ -191,8 +192,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--shard-count",
         type=int,
         metavar="N",
-        help=f"score one shard of a replay split into N shards (at most {MAX_SHARD_COUNT}); "
+        help=f"score one shard of a replay split into N shards (at most "
+        f"{MAX_MERGEABLE_SHARD_COUNT}, so that the merged envelope fits the envelope limits); "
         "the envelope attests that shard, and `attested-replay merge` joins all N",
+    )
+    parser.add_argument(
+        "--tails-out",
+        type=output_file("--tails-out"),
+        metavar="FILE",
+        help="a shard's latency tails, for the merge (default: <out>.tails.json)",
     )
     parser.add_argument(
         "--shard-index",
@@ -208,6 +216,8 @@ def handle(args: argparse.Namespace) -> int:
         result = run(request, progress=progress)
     if args.frame_envelope:
         print(frame_envelope(result.envelope_bytes))
+        if result.outcome.tails is not None:
+            print(frame_tails(result.outcome.tails))
     _print_summary(result, framed=args.frame_envelope)
     return 0
 

@@ -18,6 +18,9 @@ is absent nothing is lost, and the summary says which happened.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -31,12 +34,13 @@ from attestation.contracts import (
     MAX_POD_LOG_BYTES,
     MAX_SHARD_COUNT,
     POD_LOG_TAIL_LINES,
+    TAILS_FRAME_PREFIX,
     TerminationMessage,
     framed_payloads,
     sha256_digest,
     unframe_envelope,
 )
-from attestation.envelope.merged import MergedBudget, merge_envelopes, merged_envelope_bytes
+from attestation.envelope.merged import MergedBudget, merged_envelope_bytes
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.errors import AttestationError, MalformedError
 from attestation.exit_codes import EXIT_CODES
@@ -54,6 +58,7 @@ from runner.k8s.job import (
 )
 from runner.k8s.pods import list_run_pods
 from runner.k8s.state import job_outcome
+from runner.shard_tails import merge_with_tails
 from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
@@ -244,9 +249,9 @@ class Collector:
             problem = budget.add(parsed)
             if problem is not None:  # the verifier would refuse the merged envelope as malformed
                 raise VerificationFailedError(f"Job {where}: {problem}", verifier_exit_code=1)
-            shards.append(parsed)
+            shards.append((parsed, functools.partial(self._tails_from_pod_log, pod.name), where))
         try:
-            merged = merge_envelopes(shards)
+            merged = merge_with_tails(shards)
             envelope = merged_envelope_bytes(merged)
         except AttestationError as exc:
             raise VerificationFailedError(
@@ -327,6 +332,35 @@ class Collector:
             return unframe_envelope(frames.pop())
         except MalformedError as exc:
             raise EnvelopeMissingError(f"pod {pod}: {exc}") from exc
+
+    def _tails_from_pod_log(self, pod: str, limit: int) -> bytes:
+        """A shard pod's tails file, the ``ATTESTED-TAILS`` line it prints after its envelope
+        (``limit``: the most its attested tails take; the publication service keeps
+        envelopes only, so the tails always come from the log)."""
+        text = retry.call(
+            self._retry,
+            "read pod log",
+            self._core.read_namespaced_pod_log,
+            pod,
+            self._namespace,
+            container=CONTAINER_NAME,
+            tail_lines=POD_LOG_TAIL_LINES,
+            limit_bytes=MAX_POD_LOG_BYTES + 4 * -(-limit // 3),
+        )
+        lines = {
+            line[len(TAILS_FRAME_PREFIX) :].strip()
+            for line in str(text).splitlines()
+            if line.startswith(TAILS_FRAME_PREFIX)
+        }
+        if len(lines) != 1:
+            raise EnvelopeMissingError(
+                f"pod {pod}: expected one {TAILS_FRAME_PREFIX.strip()} line (the shard's "
+                f"latency tails) in container {CONTAINER_NAME}'s log, found {len(lines)}"
+            )
+        try:
+            return base64.b64decode(lines.pop(), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise EnvelopeMissingError(f"pod {pod}: the tails line is not base64: {exc}") from exc
 
     def _from_publication(
         self, base_url: str, tenant: str, run_id: str, *, shard: int | None = None

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 
 from attestation.contracts import (
     IDENTIFIER_RULES,
+    MAX_MERGEABLE_SHARD_COUNT,
     MAX_SHARD_COUNT,
     NONCE_RULE,
     RUN_ID_PATTERN,
@@ -28,6 +29,7 @@ from attestation.contracts import (
     is_run_id,
     is_sha256_digest,
     is_tenant_id,
+    mergeable_shard_count_problem,
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
@@ -327,12 +329,17 @@ class ReplaySpec:
                     f"--endorsement-secret is for SEV-SNP evidence from the attestation agent; "
                     f"the {self.overlay} overlay's evidence is {OVERLAYS[self.overlay].evidence}"
                 )
-        if self.shards is not None and (
-            type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARD_COUNT
-        ):
-            raise UsageError(
-                f"--shards {self.shards!r}: must be a whole number from 1 to {MAX_SHARD_COUNT}"
-            )
+        if self.shards is not None:
+            if type(self.shards) is not int:
+                raise UsageError(
+                    f"--shards {self.shards!r}: must be a whole number from 1 to "
+                    f"{MAX_MERGEABLE_SHARD_COUNT}"
+                )
+            # Before anything is created: a split whose shards could not merge is refused
+            # here, not after every shard has run.
+            problem = mergeable_shard_count_problem(self.shards, "--shards")
+            if problem is not None:
+                raise UsageError(problem)
         if self.parallelism is not None:
             if self.shards is None:
                 raise UsageError("--parallelism needs --shards (an unsharded Job runs one pod)")

@@ -1,6 +1,8 @@
 """Merge a sharded replay's shard envelopes into one merged envelope (``attested-replay merge``).
 
-The shards are read (each at most the envelope cap), joined by the verifier's own merge
+The shards are read (each at most the envelope cap) with their tails files (``<shard>.tails.json``
+beside each, ``runner.shard_tails``: checked against the tail roots the shards
+attest, and opened at each run's p95), joined by the verifier's own merge
 (``attestation.envelope.merged.merge_envelopes``: one complete, consistent set, the report
 rebuilt with the replay's code), and the merged envelope is verified exactly as a tenant would
 before it is written: against the tenant's expected values when given, else the crypto-only
@@ -10,6 +12,7 @@ root, as ``run`` does).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,16 +27,18 @@ from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.merged import (
     MergedBudget,
     MergedEnvelope,
-    merge_envelopes,
     merged_envelope_bytes,
 )
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
+from attestation.files import open_regular
 from attestation.verify.checks import VerificationResult
 from runner.errors import InputError, UsageError
 from runner.pipeline.envelope import read_envelope_file
+from runner.pipeline.run import default_tails_path
 from runner.pipeline.verification import expect_what_is_bound, raise_unless_verified
+from runner.shard_tails import merge_with_tails
 from tenant.fsutil import atomic_write
 
 log = structlog.get_logger("attested-replay.merge")
@@ -82,7 +87,12 @@ def merge_shards(
             raise UsageError(f"{option} {target} is one of the shard envelopes")
     shards = _read_shards(shard_paths)
     try:
-        merged = merge_envelopes(shards)
+        merged = merge_with_tails(
+            [
+                (shard, functools.partial(_read_tails, path), str(path))
+                for shard, path in zip(shards, shard_paths, strict=True)
+            ]
+        )
     except AttestationError as exc:
         raise InputError(f"the shard envelopes do not merge: {exc}") from exc
     assert merged.result is not None
@@ -119,6 +129,23 @@ def _read_shards(paths: Sequence[Path]) -> list[Envelope]:
             raise InputError(f"{path}: {problem}")
         shards.append(shard)
     return shards
+
+
+def _read_tails(shard: Path, limit: int) -> bytes:
+    """A shard's tails file, beside its envelope, read up to ``limit`` bytes and one more (the
+    most its shard's attested tails take: ``read_tails`` names a larger one); a regular file
+    only."""
+    path = default_tails_path(shard)
+    try:
+        with open_regular(path) as handle:
+            return handle.read(limit + 1)
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: missing: the tails file `run --shard-count` wrote beside shard envelope "
+            f"{shard} (its latency tails, which the merge opens at each run's p95)"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
 
 
 def _read_shard(path: Path) -> Envelope:

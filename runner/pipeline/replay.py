@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from attestation.contracts import evaluation_block_count
+from attestation.contracts import MAX_SHARDED_CASES, evaluation_block_count
 from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.metrics import RunTally
@@ -63,6 +63,7 @@ from runner.corpus.runs_index import (
 )
 from runner.errors import ChecksumMismatchError
 from runner.scoring.checks import check_evaluation
+from runner.shard_tails import tails_document
 from tenant.fsutil import atomic_write
 
 __all__ = [
@@ -88,6 +89,9 @@ class ReplayOutcome(BaseModel):
     shard: ShardPosition | None = None
     #: A shard that hashed only its own blocks, the others' leaves from ``runs.index.json``.
     used_runs_index: bool = False
+    #: A shard's tails file (``runner.shard_tails``): its runs' latency tails, which
+    #: its result attests by their Merkle roots.
+    tails: bytes | None = None
 
 
 def replay_corpus(
@@ -127,6 +131,12 @@ def replay_corpus(
     plan = evaluation.plan
     case_count = cases.case_count
     labels = cases.labels
+    if shard is not None and case_count > MAX_SHARDED_CASES:
+        raise CorpusError(
+            CASES_FILE,
+            f"{case_count} cases, more than the {MAX_SHARDED_CASES} a sharded replay may have "
+            "(it bounds the proofs a merge carries)",
+        )
     owned = (
         range(case_count)
         if shard is None
@@ -165,6 +175,7 @@ def replay_corpus(
         for arm in plan.arms
         for index in range(1, plan.runs_per_arm + 1)
     ]
+    tails: bytes | None = None
     if shard is None:
         result = whole_report(
             plan=plan,
@@ -187,6 +198,7 @@ def replay_corpus(
             marks=json.loads(evaluation.marks_canonical),
             partials=ordered,
         )
+        tails = tails_document(shard.index, shard.count, ordered)
     return ReplayOutcome(
         corpus_checksum=cases.checksum,
         evaluation_digest=evaluation_digest,
@@ -195,6 +207,7 @@ def replay_corpus(
         result_digest=digest_of_result(result),
         shard=shard,
         used_runs_index=index is not None,
+        tails=tails,
     )
 
 

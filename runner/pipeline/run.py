@@ -31,19 +31,22 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attestation.contracts import (
-    MAX_SHARD_COUNT,
+    MAX_SHARD_ENVELOPE_BYTES,
+    MAX_SHARD_ENVELOPE_JSON_ITEMS,
     Nonce,
     RunId,
     Sha256Digest,
     TenantId,
     TerminationMessage,
+    mergeable_shard_count_problem,
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
+from attestation.encoding.json_document import json_item_bound
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.verify.checks import VerificationResult
-from runner.errors import ChecksumMismatchError, UsageError
+from runner.errors import ChecksumMismatchError, InputError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
 from runner.evidence.coco_aa import DEFAULT_BASE_URL, DEFAULT_TIMEOUT
 from runner.evidence.simulated import SIMULATED_PROVIDER, load_or_create_simulated_amd
@@ -89,6 +92,9 @@ class RunRequest(BaseModel):
     result_out: Path | None = Field(
         default=None, description="evaluation result file (default: <out>.result.json)"
     )
+    tails_out: Path | None = Field(
+        default=None, description="a shard's tails file, for the merge (default: <out>.tails.json)"
+    )
     expect_checksum: Sha256Digest | None = None
     nonce: Nonce | None = None
     image_digest: Sha256Digest | None = None
@@ -109,13 +115,20 @@ class RunRequest(BaseModel):
     #: Score only shard ``shard_index`` (from 0) of a replay split into ``shard_count`` shards;
     #: the envelope's binding says which (both or neither).
     shard_index: int | None = Field(default=None, ge=0)
-    shard_count: int | None = Field(default=None, ge=1, le=MAX_SHARD_COUNT)
+    shard_count: int | None = None
 
     @model_validator(mode="after")
     def _shard_pair(self) -> RunRequest:
         if (self.shard_index is None) != (self.shard_count is None):
             raise ValueError("--shard-index and --shard-count go together")
         index, count = self.shard_index, self.shard_count
+        # First: a split whose merged envelope could exceed the envelope limits is refused
+        # before any shard runs (the limit is the contracts' worst case over any corpus).
+        problem = None if count is None else mergeable_shard_count_problem(count, "--shard-count")
+        if problem is not None:
+            raise ValueError(problem)
+        if self.tails_out is not None and count is None:
+            raise ValueError("--tails-out needs --shard-count (only a shard has a tails file)")
         if index is not None and count is not None and index >= count:
             raise ValueError(
                 f"--shard-index {index} is not below --shard-count {count} (shards are "
@@ -134,6 +147,13 @@ class RunRequest(BaseModel):
     def result_path(self) -> Path:
         """Where the evaluation result goes."""
         return self.result_out or self.out.with_name(self.out.name + ".result.json")
+
+    @property
+    def tails_path(self) -> Path | None:
+        """Where a shard's tails file goes (None for a whole run)."""
+        if self.shard_count is None:
+            return None
+        return self.tails_out or default_tails_path(self.out)
 
     def provider_options(self) -> dict[str, object]:
         """The options of :func:`runner.evidence.get_provider` for this request's provider."""
@@ -254,6 +274,8 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         binding, endorsed, result=None if request.omit_result else outcome.result
     )
     envelope_bytes = envelope_json_bytes(envelope)
+    if request.shard is not None:
+        _check_shard_envelope_size(envelope_bytes)
     # The tenant's own verifier runs on the envelope before anything is written or published.
     verification = self_verify(
         envelope_bytes,
@@ -264,10 +286,11 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         now=now,
     )
 
-    # Both files or neither; the envelope, whose presence means "done", is renamed last.
-    atomic_write_all(
-        [(request.result_path, canonicalize(outcome.result) + b"\n"), (request.out, envelope_bytes)]
-    )
+    # All files or none; the envelope, whose presence means "done", is renamed last.
+    files = [(request.result_path, canonicalize(outcome.result) + b"\n")]
+    if request.tails_path is not None and outcome.tails is not None:
+        files.append((request.tails_path, outcome.tails))
+    atomic_write_all([*files, (request.out, envelope_bytes)])
     envelope_digest = sha256_digest(envelope_bytes)
     log.info("envelope_written", path=str(request.out), envelope_digest=envelope_digest)
     termination = TerminationMessage(
@@ -297,6 +320,25 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
     )
 
 
+def default_tails_path(envelope: Path) -> Path:
+    """Where a shard's tails file is, beside its envelope (``run`` writes, ``merge`` reads)."""
+    return envelope.with_name(envelope.name + ".tails.json")
+
+
+def _check_shard_envelope_size(envelope_bytes: bytes) -> None:
+    """A shard envelope within the bound every merge counts on (its size does not depend on
+    the cases: only a plan and marks near their own limits, or cost totals of thousands of
+    digits, reach it)."""
+    items = json_item_bound(envelope_bytes)
+    if len(envelope_bytes) > MAX_SHARD_ENVELOPE_BYTES or items > MAX_SHARD_ENVELOPE_JSON_ITEMS:
+        raise InputError(
+            f"the shard envelope is {len(envelope_bytes)} bytes with up to {items} JSON values, "
+            f"over the {MAX_SHARD_ENVELOPE_BYTES} bytes and {MAX_SHARD_ENVELOPE_JSON_ITEMS} "
+            "values a shard envelope may take (so that any split merges): the plan, marks or "
+            "cost totals are too large to shard"
+        )
+
+
 def _check_paths(request: RunRequest) -> None:
     """A corpus directory must exist and every output path must be writable before any work: a
     typo found after a long replay would waste it (``attested-replay run`` checks its path
@@ -306,6 +348,11 @@ def _check_paths(request: RunRequest) -> None:
         raise UsageError(f"--result-out {request.result_path}: is the envelope's own path (--out)")
     check_output_file(request.out, "--out")
     check_output_file(request.result_path, "--result-out")
+    tails = request.tails_path
+    if tails is not None:
+        if tails.resolve() in {request.out.resolve(), request.result_path.resolve()}:
+            raise UsageError(f"--tails-out {tails}: is the envelope's or the result's path")
+        check_output_file(tails, "--tails-out")
     if request.termination_log is not None:
         check_output_file(request.termination_log, "--termination-log", in_place=True)
 

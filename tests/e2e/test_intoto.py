@@ -26,7 +26,7 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # no __all__
 
 from attestation.encoding.canonical import canonicalize
-from attestation.envelope.merged import merge_envelopes
+from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.envelope.model import Envelope
 from runner.cli import main as runner_main
 from tenant.intoto import MERGED_PREDICATE_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
@@ -448,7 +448,9 @@ def test_a_merged_envelope_whose_shards_are_not_one_run_is_refused(  # noqa: PLR
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     shards = [Envelope.model_validate_json(path.read_bytes()) for path in shard_files]
-    merged = merge_envelopes(shards).model_copy(update={"shards": (shards[0], shards[0])})
+    built = parse_any_envelope(merged_run.envelope.read_bytes())
+    assert isinstance(built, MergedEnvelope)
+    merged = built.model_copy(update={"shards": (shards[0], shards[0])})
     envelope = tmp_path / "merged.json"
     envelope.write_bytes(merged.canonical_bytes())
     argv = _export_argv(merged_run, signing_key[0], example_export, envelope=envelope)

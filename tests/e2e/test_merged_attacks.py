@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,10 +38,11 @@ from attestation.envelope.model import (
     Workload,
 )
 from attestation.envelope.verification import verify_envelope
-from attestation.evaluation.partial import shard_range, tail_bytes, tail_from_bytes
+from attestation.evaluation.partial import shard_range
 from attestation.evaluation.shards import ShardMergeError
 from attestation.verify.checks import VerificationResult
 from runner.pipeline.replay import ReplayOutcome, replay_corpus
+from runner.shard_tails import merge_with_tails
 from simulated_amd import SimulatedAmd
 from simulated_amd.amd import DEFAULT_MEASUREMENT
 from tests.e2e.conftest import EXAMPLE_CORPUS
@@ -142,10 +144,28 @@ def shard_envelope(
     )
 
 
+def tails_of(envelope: Envelope) -> bytes:
+    """The tails file the replay wrote for the shard ``envelope`` stands for."""
+    position = envelope.binding.shard
+    assert position is not None
+    tails = outcome(position.index, position.count).tails
+    assert tails is not None
+    return tails
+
+
+def _given(data: bytes, _limit: int) -> bytes:
+    return data
+
+
 def merged_of(shards: list[Document]) -> Document:
-    """The merged envelope ``attested-replay merge`` builds from genuine-looking shards."""
+    """The merged envelope ``attested-replay merge`` builds from genuine-looking shards, each
+    with the tails file its replay wrote."""
     parsed = [Envelope.model_validate(shard) for shard in shards]
-    return merge_envelopes(parsed).to_json_dict()
+    with_tails = [
+        (envelope, functools.partial(_given, tails_of(envelope)), f"shards[{position}]")
+        for position, envelope in enumerate(parsed)
+    ]
+    return merge_with_tails(with_tails).to_json_dict()
 
 
 def assembled(header_from: Document, shards: list[Document]) -> Document:
@@ -541,22 +561,12 @@ def _resigned(sim: SimulatedAmd, genuine: Document, mutate: Callable[[Document],
     return assembled(genuine, shards)
 
 
-def _longer_tail(result: Document) -> None:
-    run = result["runs"][0]
-    tail = tail_from_bytes(base64.b64decode(run["latency_tail"]))
-    run["latency_tail"] = base64.b64encode(tail_bytes([*tail, 0.0])).decode()
+def _other_tail_root(result: Document) -> None:
+    result["runs"][0]["latency_tail_root"] = "sha256:" + "0" * 64
 
 
-def _shorter_tail(result: Document) -> None:
-    run = result["runs"][0]
-    tail = tail_from_bytes(base64.b64decode(run["latency_tail"]))
-    run["latency_tail"] = base64.b64encode(tail_bytes(tail[:-1])).decode()
-
-
-def _ascending_tail(result: Document) -> None:
-    run = result["runs"][0]
-    tail = tail_from_bytes(base64.b64decode(run["latency_tail"]))
-    run["latency_tail"] = base64.b64encode(tail_bytes(sorted(tail))).decode()
+def _malformed_tail_root(result: Document) -> None:
+    result["runs"][0]["latency_tail_root"] = "sha256:xyz"
 
 
 def _negative_count(result: Document) -> None:
@@ -612,9 +622,7 @@ SHARD_RESULT = "shards[1].binding.shard-result"
     ("mutate", "check", "detail"),
     [
         # wrong on its own: the shard's own check, as when it is verified alone
-        (_longer_tail, SHARD_RESULT, "latency tail has"),
-        (_shorter_tail, SHARD_RESULT, "latency tail has"),
-        (_ascending_tail, SHARD_RESULT, "latency tail is not descending"),
+        (_malformed_tail_root, SHARD_RESULT, "latency_tail_root"),
         (_negative_count, SHARD_RESULT, "not a shard result"),
         (_more_correct_than_cases, SHARD_RESULT, "correct exceeds cases"),
         (_other_range, SHARD_RESULT, "is not shard 1 of 3"),
@@ -627,6 +635,8 @@ SHARD_RESULT = "shards[1].binding.shard-result"
         # right on its own, not with the other shards: the merge
         (_other_case_count, "merged.result", "differs from shard 0 in case_count"),
         (_other_plan, "merged.result", "differs from shard 0 in plan"),
+        # a tail root the merge's openings do not open (as if its tail were another)
+        (_other_tail_root, "merged.result", "run A0/1: shard 1's tail opening: block"),
     ],
 )
 def test_inconsistent_partials_do_not_merge(
@@ -804,7 +814,7 @@ def test_merge_refuses_more_shards_than_the_cap(sim: SimulatedAmd, genuine: Docu
     with pytest.raises(
         ShardMergeError, match=f"257 shard envelopes, more than the {MAX_SHARD_COUNT}"
     ):
-        merge_envelopes([shard] * (MAX_SHARD_COUNT + 1))
+        merge_envelopes([shard] * (MAX_SHARD_COUNT + 1), ())
 
 
 def test_merge_command_refuses_more_shards_than_the_cap_before_reading_them(

@@ -19,7 +19,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.cli import main as verify_main
-from attestation.contracts import sha256_digest
+from attestation.contracts import (
+    MAX_SHARD_ENVELOPE_BYTES,
+    RUN_OPENINGS_JSON_BYTES,
+    TAIL_OPENING_JSON_BYTES,
+    merged_envelope_bound,
+    sha256_digest,
+)
 from runner.cli import main as runner_main
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.storage import SqliteStorage
@@ -105,6 +111,18 @@ def test_merged_report_is_the_unsharded_report(
     assert sharded.merged_json["result"] == unsharded["result"]
 
 
+def test_the_merged_envelope_is_within_its_bound(sharded: ShardedRun) -> None:
+    """Shard envelopes within the per-shard bound, the merged envelope within the bound
+    the early refusal computes (its openings: one per run and shard)."""
+    for shard in sharded.shards:
+        assert len(shard.read_bytes()) <= MAX_SHARD_ENVELOPE_BYTES
+    runs = len(sharded.merged_json["tailOpenings"])
+    assert runs == 4  # the example plan: 2 arms x 2 runs, every latency known
+    assert len(sharded.merged.read_bytes()) <= merged_envelope_bound(3, runs)[0]
+    openings = json.dumps(sharded.merged_json["tailOpenings"], separators=(",", ":"))
+    assert len(openings) <= runs * (RUN_OPENINGS_JSON_BYTES + 3 * TAIL_OPENING_JSON_BYTES)
+
+
 def test_the_tenant_verifies_the_merged_envelope_with_its_usual_expected_values(
     sharded: ShardedRun, genuine_run: GenuineRun, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -159,7 +177,21 @@ def test_the_index_comes_from_the_indexed_job_environment(
         (["--shard-count", "2"], "-1", "is not a shard index"),
         (["--shard-count", "2", "--shard-index", "2"], None, "--shard-index 2 is not below"),
         (["--shard-index", "0"], None, "--shard-index and --shard-count go together"),
-        (["--shard-count", "257", "--shard-index", "0"], None, "--shard-count '257'"),
+        (
+            ["--shard-count", "257", "--shard-index", "0"],
+            None,
+            "--shard-count 257: at most 37 shards can be merged",
+        ),
+        (
+            ["--shard-count", "38", "--shard-index", "0"],
+            None,
+            (
+                "--shard-count 38: at most 37 shards can be merged: the merged envelope of 38 "
+                "shards of a plan of up to 50 runs may reach 16826550 bytes and 75038 JSON "
+                "values, over the envelope limits (16777216 bytes, 100000 values)"
+            ),
+        ),
+        (["--shard-count", "0", "--shard-index", "0"], None, "a replay has at least 1 shard"),
     ],
 )
 def test_bad_shard_options_are_usage_errors(  # noqa: PLR0917 (pytest fixtures and parameters)
@@ -178,6 +210,7 @@ def test_bad_shard_options_are_usage_errors(  # noqa: PLR0917 (pytest fixtures a
     base += ["--evidence", "simulated", "--out", str(tmp_path / "e.json")]
     assert runner_main([*base, *argv]) == 9
     assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before any work: nothing written
 
 
 # -- tampering with the merged envelope ---------------------------------------------------
@@ -234,6 +267,37 @@ def _alter_header(document: dict[str, Any]) -> None:
     document["runId"] = "run-e2e-2"
 
 
+def _alter_p95(document: dict[str, Any]) -> None:
+    """A p95 one ulp above the proven one (the shards' openings then fail at their counts)."""
+    run = document["tailOpenings"][0]
+    run["p95"] = f"{int(run['p95'], 16) + 1:016x}"
+
+
+def _alter_opening_count(document: dict[str, Any]) -> None:
+    document["tailOpenings"][0]["shards"][1]["atLeast"] -= 1
+
+
+def _alter_opening_proof(document: dict[str, Any]) -> None:
+    opening = document["tailOpenings"][0]["shards"][2]
+    proof = bytearray(base64.b64decode(opening["proof"]))
+    proof[0] ^= 1  # a value of the opened block: no longer the block the shard attested
+    opening["proof"] = base64.b64encode(proof).decode()
+
+
+def _drop_opening(document: dict[str, Any]) -> None:
+    document["tailOpenings"].pop()
+
+
+def _swap_openings(document: dict[str, Any]) -> None:
+    openings = document["tailOpenings"]
+    openings[0], openings[1] = openings[1], openings[0]
+
+
+def _swap_shard_openings(document: dict[str, Any]) -> None:
+    shards = document["tailOpenings"][0]["shards"]
+    shards[0], shards[1] = shards[1], shards[0]
+
+
 @pytest.mark.parametrize(
     ("mutate", "failed", "detail"),
     [
@@ -245,6 +309,17 @@ def _alter_header(document: dict[str, Any]) -> None:
         (_alter_result_digest, "merged.result", "the envelope says sha256:000"),
         (_alter_count, "merged.shards", "shards[0] is shard 0 of 3, the merged envelope has 2"),
         (_alter_header, "merged.shards", "binds run_id run-e2e-1, the merged envelope says"),
+        # the p95 of every run rests on the openings of the shards' attested tail roots
+        (_alter_p95, "merged.result", "run A0/1: shard "),
+        (_alter_opening_count, "merged.result", "run A0/1: "),
+        (
+            _alter_opening_proof,
+            "merged.result",
+            "run A0/1: shard 2's tail opening: block 1 is not under the shard's attested tail root",
+        ),
+        (_drop_opening, "merged.result", "the tail openings are for runs"),
+        (_swap_openings, "merged.result", "the tail openings are for runs [('A0', 2), ('A0', 1)"),
+        (_swap_shard_openings, "merged.result", "run A0/1: shard 0's tail opening"),
     ],
 )
 def test_tampering_is_a_binding_failure(  # noqa: PLR0917 (pytest fixtures and parameters)
@@ -300,6 +375,57 @@ def test_merge_refuses_an_incomplete_set(
     assert "shard 2 of 3 is missing" in capsys.readouterr().err
     assert merge(out, state_dir, [*sharded.shards, sharded.shards[0]]) == 1
     assert "shard 0 of 3 appears more than once" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def _copied(shards: list[Path], directory: Path) -> list[Path]:
+    """The shard envelopes and their tails files, copied into ``directory``."""
+    directory.mkdir()
+    copies = []
+    for shard in shards:
+        for path in (shard, shard.with_name(shard.name + ".tails.json")):
+            (directory / path.name).write_bytes(path.read_bytes())
+        copies.append(directory / shard.name)
+    return copies
+
+
+def _tails_document(shard: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(shard.with_name(shard.name + ".tails.json").read_bytes())
+    return document
+
+
+def _write_tails(shard: Path, document: dict[str, Any]) -> None:
+    shard.with_name(shard.name + ".tails.json").write_text(json.dumps(document))
+
+
+def test_merge_refuses_a_tails_file_that_is_not_its_shards(
+    sharded: ShardedRun, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shards = _copied(sharded.shards, tmp_path / "copy")
+    out = tmp_path / "merged.json"
+    document = _tails_document(shards[1])
+    tail = bytearray(base64.b64decode(document["runs"][0]["latency_tail"]))
+    tail[7] ^= 1  # the largest latency of run A0/1, one ulp off
+    document["runs"][0]["latency_tail"] = base64.b64encode(tail).decode()
+    _write_tails(shards[1], document)
+    capsys.readouterr()
+    assert merge(out, state_dir, shards) == 1
+    assert capsys.readouterr().err == (
+        f"error: the shard envelopes do not merge: {shards[1]} tails: run A0/1: the tail is "
+        "not the one shard 1 of 3 attested (its Merkle root differs)\n"
+    )
+    # shard 2's tails beside shard 1's envelope
+    _write_tails(shards[1], _tails_document(shards[2]))
+    assert merge(out, state_dir, shards) == 1
+    assert capsys.readouterr().err == (
+        f"error: the shard envelopes do not merge: {shards[1]} tails: the tails of shard 2 of 3, "
+        "not of shard 1 of 3\n"
+    )
+    shards[1].with_name(shards[1].name + ".tails.json").unlink()
+    assert merge(out, state_dir, shards) == 9
+    assert "tails.json: missing: the tails file `run --shard-count` wrote" in (
+        capsys.readouterr().err
+    )
     assert not out.exists()
 
 

@@ -22,6 +22,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.cli import main as verify_main
+from attestation.contracts import MAX_MERGEABLE_SHARD_COUNT, TAILS_FRAME_PREFIX
 from runner.cli import main as runner_main
 from runner.k8s.indexes import IndexListError, parse_index_list
 from runner.k8s.job import MAX_NAME, CorpusUrl, ReplaySpec, build_job, job_name
@@ -148,7 +149,7 @@ def test_an_unsharded_job_is_unchanged() -> None:
     assert job["podFailurePolicy"]["rules"][0]["action"] == "FailJob"
 
 
-@pytest.mark.parametrize("shards", [1, 9, 256])
+@pytest.mark.parametrize("shards", [1, 9, MAX_MERGEABLE_SHARD_COUNT])
 def test_the_longest_job_names_pass_the_servers_indexed_job_validation(shards: int) -> None:
     long_run = "r" * 128
     name = job_name("t" * 63, long_run)
@@ -163,8 +164,18 @@ def test_the_longest_job_names_pass_the_servers_indexed_job_validation(shards: i
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"shards": 0}, "--shards 0: must be a whole number from 1 to 256"),
-        ({"shards": 257}, "--shards 257: must be a whole number from 1 to 256"),
+        ({"shards": 0}, "--shards 0: a replay has at least 1 shard"),
+        ({"shards": 2.0}, "--shards 2.0: must be a whole number from 1 to 37"),
+        # the merged envelope of 38 shards of a 50-run plan could exceed the envelope limits
+        (
+            {"shards": MAX_MERGEABLE_SHARD_COUNT + 1},
+            (
+                "--shards 38: at most 37 shards can be merged: the merged envelope of 38 shards "
+                "of a plan of up to 50 runs may reach 16826550 bytes and 75038 JSON values, "
+                "over the envelope limits \\(16777216 bytes, 100000 values\\)"
+            ),
+        ),
+        ({"shards": 257}, "--shards 257: at most 37 shards can be merged"),
         ({"parallelism": 9}, "--parallelism 9: must be a whole number from 1 to the 8 shards"),
         ({"shards": None}, "--parallelism needs --shards"),
     ],
@@ -195,8 +206,9 @@ def sharded_script(
 ) -> Any:
     """Controller and kubelets: every index's pods run as they are created; ``fail_once``
     makes the first pod of an index exit with that code; ``release`` holds index 2 until set;
-    ``publish(index)`` is the pod publishing its shard envelope, whose log is then empty (as
-    under a CoCo agent policy that denies ReadStreamRequest)."""
+    ``publish(index)`` is the pod publishing its shard envelope, whose log then holds its
+    tails line only (``collect`` takes the envelope from the service, the tails, which the
+    service does not keep, from the log)."""
     failures = dict(fail_once or {})
 
     def script(cluster: FakeCluster, job: dict[str, Any]) -> None:
@@ -232,9 +244,33 @@ def sharded_script(
                 release.wait(30)
             if publish is not None:
                 publish(index)
-            cluster.succeed(pod_name, log="" if publish else outputs.logs[index])
+            log = outputs.logs[index]
+            if publish:
+                log = "".join(
+                    f"{line}\n" for line in log.splitlines() if line.startswith(TAILS_FRAME_PREFIX)
+                )
+            cluster.succeed(pod_name, log=log)
 
     return script
+
+
+def test_submit_refuses_a_split_that_cannot_merge_before_any_request(
+    cluster: FakeCluster,
+    kubeconfig: Path,
+    pods: Pods,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "merged.json"
+    count = str(MAX_MERGEABLE_SHARD_COUNT + 1)
+    code = cli(*submit_args(kubeconfig, pods, "--shards", count, run_id=RUN_ID), "--out", str(out))
+    assert code == 9
+    assert error_line(capsys.readouterr().err).startswith(
+        "--shards 38: at most 37 shards can be merged: the merged envelope of 38 shards"
+    )
+    assert cluster.requests["total"] == 0  # no Job, no read: refused before any work
+    assert cluster.jobs == {}
+    assert not out.exists()
 
 
 def test_submit_waits_collects_merges_and_verifies_with_one_index_retried(  # noqa: PLR0917 (pytest fixtures)
@@ -490,7 +526,8 @@ def test_shards_published_by_their_pods_are_collected_from_the_service(  # noqa:
             SHARDS,
             True,
         )
-        assert cluster.requests["GET log"] == 0
+        # the envelopes from the service; from each pod's log only its tails line
+        assert cluster.requests["GET log"] == SHARDS
     merged = json.loads(out.read_bytes())
     assert [json.dumps(shard) for shard in merged["shards"]] == [
         json.dumps(json.loads(envelope)) for envelope in shard_outputs.envelopes

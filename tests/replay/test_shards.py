@@ -24,6 +24,7 @@ from attestation.envelope.binding import result_digest
 from attestation.envelope.model import ShardPosition
 from attestation.evaluation.shards import (
     CheckedShard,
+    RunKey,
     ShardMergeError,
     check_shard_result,
     merge_shard_results,
@@ -32,29 +33,47 @@ from attestation.evaluation.shards import (
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError
 from runner.pipeline.replay import replay_corpus, write_runs_index
+from runner.shard_tails import read_tails, tail_openings
 
 from .conftest import EXAMPLE_CORPUS, CorpusBuilder, jcs
 
 WORKED = Path(__file__).resolve().parents[1] / "assets" / "worked-example.json"
 
 
-def shard_results(corpus: Path, count: int) -> list[CheckedShard]:
+def shards_with_tails(
+    corpus: Path, count: int
+) -> list[tuple[CheckedShard, dict[RunKey, list[float]]]]:
+    """Each shard's checked result and its tails (from its tails file, checked against the
+    roots the result attests)."""
     results = []
     for index in range(count):
         outcome = replay_corpus(corpus, shard=ShardPosition(index=index, count=count))
         assert outcome.shard == ShardPosition(index=index, count=count)
         assert outcome.result_digest == result_digest(outcome.result)
+        assert outcome.tails is not None
         parsed = parse_shard_result(outcome.result, where=f"shard {index}")
-        results.append(check_shard_result(parsed, where=f"shard {index}"))
+        checked = check_shard_result(parsed, where=f"shard {index}")
+        results.append((checked, read_tails(outcome.tails, checked, where=f"shard {index}")))
     return results
+
+
+def shard_results(corpus: Path, count: int) -> list[CheckedShard]:
+    return [checked for checked, _ in shards_with_tails(corpus, count)]
+
+
+def merged_report(corpus: Path, count: int) -> dict[str, Any]:
+    """The merge of the shards' results with the tail openings their tails give."""
+    shards = shards_with_tails(corpus, count)
+    checked = [shard for shard, _ in shards]
+    openings = tail_openings(checked, [tails for _, tails in shards])
+    return merge_shard_results(checked, openings)
 
 
 def assert_merge_is_unsharded(corpus: Path, counts: list[int]) -> dict[str, Any]:
     whole = replay_corpus(corpus)
     reference = canonicalize(whole.result)
     for count in counts:
-        merged = merge_shard_results(shard_results(corpus, count))
-        assert canonicalize(merged) == reference, f"N={count}"
+        assert canonicalize(merged_report(corpus, count)) == reference, f"N={count}"
     return whole.result
 
 
@@ -280,7 +299,7 @@ def test_incomplete_sets_are_refused(
     three: list[CheckedShard], order: list[int], message: str
 ) -> None:
     with pytest.raises(ShardMergeError, match=message):
-        merge_shard_results([three[i] for i in order])
+        merge_shard_results([three[i] for i in order], ())
 
 
 def test_shards_of_another_split_or_corpus_are_refused(tmp_path: Path) -> None:
@@ -288,10 +307,10 @@ def test_shards_of_another_split_or_corpus_are_refused(tmp_path: Path) -> None:
     halves = shard_results(corpus, 2)
     thirds = shard_results(corpus, 3)
     with pytest.raises(ShardMergeError, match="results of 2 and of 3 shards"):
-        merge_shard_results([halves[0], thirds[1]])
+        merge_shard_results([halves[0], thirds[1]], ())
     other = shard_results(varied_corpus(tmp_path / "b", cases=23, seed=10), 2)
     with pytest.raises(ShardMergeError, match="shard 1 of 2 differs from shard 0 in set_checksum"):
-        merge_shard_results([halves[0], other[1]])
+        merge_shard_results([halves[0], other[1]], ())
 
 
 def test_a_shard_result_is_checked_on_reading(three: list[CheckedShard]) -> None:
@@ -335,3 +354,18 @@ def test_every_shard_checks_the_run_structure(builder: CorpusBuilder) -> None:
     (corpus / "runs.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs))
     with pytest.raises(CorpusError, match=r"field 'cases\.3': Input should be a valid dictionary"):
         replay_corpus(corpus, shard=ShardPosition(index=0, count=2))
+
+
+def test_a_shard_result_does_not_grow_with_the_cases(tmp_path: Path) -> None:
+    """Ten times the cases: the tails file grows tenfold, the attested shard result by the
+    digits of its counters and cost totals only."""
+    sizes = {}
+    for cases in (700, 7000):
+        corpus = varied_corpus(tmp_path / str(cases), cases=cases, seed=5)
+        outcome = replay_corpus(corpus, shard=ShardPosition(index=1, count=2))
+        assert outcome.tails is not None
+        sizes[cases] = (len(canonicalize(outcome.result)), len(outcome.tails))
+    (small_result, small_tails), (large_result, large_tails) = sizes[700], sizes[7000]
+    assert large_tails > 8 * small_tails
+    # 6 runs x (10 counters + 1 cost total), each at most a few digits longer
+    assert 0 <= large_result - small_result <= 6 * 11 * 3
