@@ -1,7 +1,9 @@
 """Offline verification of AMD SEV-SNP attestation envelopes: the tenant's verifier.
 
-This package is pure: it depends only on ``cryptography`` and ``pydantic``, never on
-``runner``, ``tenant``, ``simulated_amd``, ``requests`` or ``kubernetes`` (a test enforces it).
+The verifier is pure: it depends only on ``cryptography`` and ``pydantic``, never on
+``runner``, on this package's tool subpackages ``attestation.tenant`` (the tenant's network
+tools) and ``attestation.simulated_amd`` (the simulated AMD), on ``requests`` or ``kubernetes``
+(a test enforces it).
 Time (``now``) and trust roots are always arguments. Everything a caller needs is exported
 here; the sub-packages are its internals, grouped by concern:
 

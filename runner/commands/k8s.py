@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, get_args
 
 import structlog
 
+from attestation.tenant.fsutil import atomic_write
+from attestation.tenant.http import read_token
 from runner.commands.job_params import (
     DEFAULT_NAMESPACE,
     add_job_arguments,
@@ -51,8 +53,6 @@ from runner.k8s.progress import (
     WaitPolicy,
 )
 from runner.k8s.state import JOB_NOT_FOUND, RunOutcome, State, raise_for_outcome
-from tenant.fsutil import atomic_write
-from tenant.http import read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

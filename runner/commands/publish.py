@@ -15,6 +15,11 @@ from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
     is_tenant_id,
 )
+from attestation.tenant.errors import TenantInputError, TenantUsageError
+from attestation.tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
+from attestation.tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
+from attestation.tenant.http import HttpClient, read_token
+from attestation.tenant.paths import check_input_dir
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
@@ -33,15 +38,10 @@ from runner.errors import InputError, PublishError, UsageError, VerificationFail
 from runner.exit_codes import Family
 from runner.extras import extra_required
 from runner.log import DEFAULT_LOG_LEVEL
-from tenant.errors import TenantInputError, TenantUsageError
-from tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
-from tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
-from tenant.http import HttpClient, read_token
-from tenant.paths import check_input_dir
 
 if TYPE_CHECKING:
+    from attestation.tenant.fetch import FetchReport
     from runner.commands import Subparsers
-    from tenant.fetch import FetchReport
 
 
 def register(subparsers: Subparsers) -> None:
@@ -692,7 +692,7 @@ def _fetch_jobs(text: str) -> int:
 
 
 def _verify_workers(text: str) -> int:
-    from tenant.verify_fetched import MAX_WORKERS
+    from attestation.tenant.verify_fetched import MAX_WORKERS
 
     if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"not a whole number from 1 to {MAX_WORKERS}: {text!r}")
@@ -700,10 +700,10 @@ def _verify_workers(text: str) -> int:
 
 
 def _tenant_fetch(args: argparse.Namespace) -> int:
+    from attestation.tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
+    from attestation.tenant.unjudged import load_unjudged
+    from attestation.tenant.verify_fetched import load_expectations
     from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM
-    from tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
-    from tenant.unjudged import load_unjudged
-    from tenant.verify_fetched import load_expectations
 
     # Checked before anything is fetched: a bad file is found without the network.
     expectations = None if args.expected is None else load_expectations(args.expected)
@@ -738,8 +738,8 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
     else:
         failed, verified, unjudged = _verify_new(args, report, expectations)
     if args.corpus:
+        from attestation.tenant.corpus_fetch import fetch_corpus_exports
         from runner.corpus.checksum import compute_checksum
-        from tenant.corpus_fetch import fetch_corpus_exports
 
         exports = fetch_corpus_exports(
             server=args.server,
@@ -776,12 +776,12 @@ def _verify_new(
     args: argparse.Namespace, report: FetchReport, expectations: Mapping[str, object]
 ) -> tuple[int, int, list[int]]:
     """Verify the envelopes without a verdict (this fetch's, and any an earlier fetch left
-    unjudged: :mod:`tenant.unjudged`) in log order; print a verdict line for each; return how
-    many did not verify, how many were verified, and the positions still without a verdict
-    (kept listed)."""
-    from tenant.fetch import load_index
-    from tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
-    from tenant.verify_fetched import default_workers, verify_fetched
+    unjudged: :mod:`attestation.tenant.unjudged`) in log order; print a verdict line for each;
+    return how many did not verify, how many were verified, and the positions still without a
+    verdict (kept listed)."""
+    from attestation.tenant.fetch import load_index
+    from attestation.tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
+    from attestation.tenant.verify_fetched import default_workers, verify_fetched
 
     index = load_index(report.out_dir / "index.json")
     pending = load_unjudged(report.out_dir)

@@ -19,12 +19,12 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from attestation.abi.product import ProductLine
 from attestation.envelope.binding import report_data_from_canonical
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd import state as simulated_state
 from runner.errors import InputError, UsageError
 from runner.evidence.base import Evidence
 from runner.statedir import default_state_dir
 from runner.workload import code_digest
-from simulated_amd import SimulatedAmd
-from simulated_amd import state as simulated_state
 
 SIMULATED_PROVIDER: Final = "simulated"
 SIMULATED_AMD_DIR: Final = "simulated-amd"

@@ -40,6 +40,7 @@ from attestation.envelope.merged import MergedBudget, merge_envelopes, merged_en
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.errors import AttestationError, MalformedError
 from attestation.exit_codes import EXIT_CODES
+from attestation.tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 from runner.errors import VerificationFailedError
 from runner.k8s import retry
 from runner.k8s.errors import EnvelopeMismatchError, EnvelopeMissingError
@@ -55,7 +56,6 @@ from runner.k8s.job import (
 )
 from runner.k8s.retry import read_json
 from runner.k8s.state import job_outcome
-from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 

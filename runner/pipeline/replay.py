@@ -34,6 +34,7 @@ from attestation.evaluation.metrics import RunTally
 from attestation.evaluation.models import Plan
 from attestation.evaluation.partial import PartialError, RunPartial, shard_range, tail_size
 from attestation.evaluation.shards import shard_result, whole_report
+from attestation.tenant.fsutil import atomic_write
 from runner.corpus.case_labels import CaseLabels
 from runner.corpus.checksum import (
     CASES_FILE,
@@ -58,7 +59,6 @@ from runner.corpus.runs_index import (
     read_runs_index,
 )
 from runner.scoring.checks import check_evaluation
-from tenant.fsutil import atomic_write
 
 __all__ = [
     "Progress",

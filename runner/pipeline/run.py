@@ -42,6 +42,9 @@ from attestation.contracts import (
 from attestation.encoding.canonical import canonicalize
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import Binding, Envelope, ShardPosition
+from attestation.tenant.fsutil import atomic_write_all
+from attestation.tenant.http import HttpClient, HttpEnvironment, http_environment, read_token
+from attestation.tenant.paths import check_output_file
 from attestation.verify.checks import VerificationResult
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
@@ -54,9 +57,6 @@ from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, re
 from runner.pipeline.verification import self_verify
 from runner.publish.client import PublishOutcome, check_target, publish_envelope
 from runner.workload import current_workload
-from tenant.fsutil import atomic_write_all
-from tenant.http import HttpClient, HttpEnvironment, http_environment, read_token
-from tenant.paths import check_output_file
 
 log = structlog.get_logger("attested-replay.run")
 

@@ -10,8 +10,8 @@ its run, so that a tenant never fetches a run it must call tampering:
 * a merged envelope of ``n`` shards beside shard envelopes of another count.
 
 Whether a merged envelope's shards are the logged shard envelopes is the tenant's check
-(``tenant/logged_shards.py``), which needs the whole documents. Parts published at the same
-moment are checked against what was logged before either: two contradicting parts that race
+(``attestation/tenant/logged_shards.py``), which needs the whole documents. Parts published at the
+same moment are checked against what was logged before either: two contradicting parts that race
 can both be logged, and ``tenant fetch`` still reports them (exit 7).
 """
 

@@ -277,14 +277,15 @@ def test_a_stale_runs_index_beside_altered_runs_does_not_reproduce(
     )
 
 
-# -- the stock-guest attack: genuine HOST_DATA, the operator's own MEASUREMENT ----------------------
+# -- the stock-guest attack: genuine HOST_DATA, the operator's own MEASUREMENT
+# ----------------------
 
 
 @pytest.fixture(scope="module")
 def hardware() -> Any:
     """A PKI the verifier is told is AMD's (a trust store pinning it in AMD's place): its
     reports are "genuine hardware", labelled sev-snp."""
-    from simulated_amd import SimulatedAmd
+    from attestation.simulated_amd import SimulatedAmd
 
     return SimulatedAmd.generate()
 

@@ -18,6 +18,10 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from attestation.tenant import fetch as tenant_fetch
+from attestation.tenant.errors import FetchWorkerError, TamperingError, TenantUsageError
+from attestation.tenant.fetch import fetch_tenant
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.exit_codes import exit_code_for
@@ -25,10 +29,6 @@ from runner.publish import bundles
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import Storage
-from tenant import fetch as tenant_fetch
-from tenant.errors import FetchWorkerError, TamperingError, TenantUsageError
-from tenant.fetch import fetch_tenant
-from tenant.http import RetryPolicy
 
 from .conftest import Service, sha256_name
 

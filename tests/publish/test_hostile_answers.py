@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.tenant.errors import TamperingError
+from attestation.tenant.fetch import fetch_tenant
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, node_hash
@@ -25,9 +28,6 @@ from runner.evidence.kds import KdsClient
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.spool import Spool
-from tenant.errors import TamperingError
-from tenant.fetch import fetch_tenant
-from tenant.http import RetryPolicy
 from tests import hostile_server as hs
 
 MiB = 1024 * 1024

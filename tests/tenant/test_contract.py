@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from attestation.tenant.contract import (
+    CONTRACT,
+    Availability,
+    Contract,
+    render_markdown,
+    render_text,
+)
+from attestation.tenant.contract.render import SOURCE_NOTE, plain
 from runner.cli import main as runner_main
-from tenant.contract import CONTRACT, Availability, Contract, render_markdown, render_text
-from tenant.contract.render import SOURCE_NOTE, plain
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -29,7 +35,7 @@ def test_docs_page_is_generated_from_the_contract() -> None:
     page = (DOCS / "verification-contract.md").read_text(encoding="utf-8")
     assert page == render_markdown(CONTRACT), (
         "docs/verification-contract.md is stale or was edited by hand: edit "
-        "tenant/contract/data.py and run `python scripts/gen_contract_doc.py`"
+        "attestation/tenant/contract/data.py and run `python scripts/gen_contract_doc.py`"
     )
     assert page.startswith(SOURCE_NOTE)
 

@@ -6,7 +6,7 @@ signature on it, and for each run the exact commands that check it on the tenant
 machine. The page is static HTML, CSS and JavaScript in ``static/`` (no build step, nothing
 from another origin); the data comes from the routes below, with the token as a bearer header:
 
-* ``GET /v1/contract`` (public): the contract, ``tenant.contract.CONTRACT``;
+* ``GET /v1/contract`` (public): the contract, ``attestation.tenant.contract.CONTRACT``;
 * ``GET /v1/whoami``: the tenant and role of the caller's token;
 * ``GET /v1/tenants/{t}/panel/runs?start=&limit=``: one page of the tenant's log with each
   envelope's bound digests and the corpus export held for its corpus, if any.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from tenant.contract.model import Assurance, Availability, Contract, Reference, Row
+from attestation.tenant.contract.model import Assurance, Availability, Contract, Reference, Row
 
 _CODE: Final = re.compile(r"`([^`]+)`")
 HOSTED: Final = {
@@ -22,7 +22,7 @@ _ASSURANCE: Final = {
     Assurance.RECOMPUTED: "Recomputed",
 }
 SOURCE_NOTE: Final = (
-    "<!-- Generated from tenant/contract/data.py by scripts/gen_contract_doc.py: "
+    "<!-- Generated from attestation/tenant/contract/data.py by scripts/gen_contract_doc.py: "
     "edit the source, not this page (a test fails when they differ). -->"
 )
 

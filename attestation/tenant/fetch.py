@@ -14,7 +14,7 @@ entries must give the new signed root (:class:`CompactRange`). Any failure is ta
 is a log holding two envelopes for one run (or one shard of a run): the service never logs a
 replacement, so a second one means the operator rewrote which envelope a run has; and a run
 whose merged envelope holds other shards than the log's shard envelopes of it
-(:mod:`tenant.logged_shards`).
+(:mod:`attestation.tenant.logged_shards`).
 Envelopes are downloaded in bundles (the envelopes of up to ``BUNDLE`` consecutive entries
 in one request, ``GET .../log/envelopes``), ``jobs`` requests at a time, by ``jobs`` worker
 processes when the fetch is large enough to pay for starting them (else by threads of this
@@ -46,6 +46,31 @@ import structlog
 from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
 from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
+from attestation.tenant.errors import (
+    FetchWorkerError,
+    ServiceUnavailableError,
+    TamperingError,
+    TenantInputError,
+    TenantUsageError,
+)
+from attestation.tenant.fsutil import (
+    atomic_write,
+    atomic_write_text,
+    fsync_directory,
+    remove_temporaries,
+)
+from attestation.tenant.http import (
+    Answer,
+    AnswerTooLargeError,
+    HttpClient,
+    HttpError,
+    HttpRefusedError,
+    Limits,
+    RetryPolicy,
+    check_url,
+)
+from attestation.tenant.logged_shards import check_logged_shards
+from attestation.tenant.unjudged import load_unjudged, record_unjudged
 from attestation.transparency.checkpoint import (
     COSIGNATURE_V1_ALGORITHM,
     ED25519_ALGORITHM,
@@ -58,26 +83,6 @@ from attestation.transparency.checkpoint import (
 from attestation.transparency.cosignature import require_cosignatures
 from attestation.transparency.entries import EntryError, LogEntry
 from attestation.transparency.merkle import HASH_SIZE, CompactRange, leaf_hash
-from tenant.errors import (
-    FetchWorkerError,
-    ServiceUnavailableError,
-    TamperingError,
-    TenantInputError,
-    TenantUsageError,
-)
-from tenant.fsutil import atomic_write, atomic_write_text, fsync_directory, remove_temporaries
-from tenant.http import (
-    Answer,
-    AnswerTooLargeError,
-    HttpClient,
-    HttpError,
-    HttpRefusedError,
-    Limits,
-    RetryPolicy,
-    check_url,
-)
-from tenant.logged_shards import check_logged_shards
-from tenant.unjudged import load_unjudged, record_unjudged
 
 log = structlog.get_logger("attested-replay.tenant")
 
@@ -312,8 +317,8 @@ def fetch_tenant(
     cosignatures by at least the threshold of the pinned witness keys.
 
     ``to_judge``: the caller verifies the new envelopes next (``--expected``): their log
-    positions are listed in :data:`~tenant.unjudged.UNJUDGED_FILE` before the index and the
-    checkpoint advance, and leave it only with a verdict (:mod:`tenant.unjudged`).
+    positions are listed in :data:`~attestation.tenant.unjudged.UNJUDGED_FILE` before the index and
+    the checkpoint advance, and leave it only with a verdict (:mod:`attestation.tenant.unjudged`).
 
     Raises:
         TamperingError: the log, a checkpoint or an envelope was tampered with (the first

@@ -1,4 +1,4 @@
-"""The shape of the verification contract (the data is in :mod:`tenant.contract.data`).
+"""The shape of the verification contract (the data is in :mod:`attestation.tenant.contract.data`).
 
 Text fields use one markup only: `backticks` around commands, files and field names.
 References to other documents are structured (:class:`Reference`), so each renderer shows
