@@ -49,7 +49,6 @@ from attestation.contracts import (
     RunId,
     Sha256Digest,
     TenantId,
-    TerminationMessage,
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
@@ -114,7 +113,6 @@ __all__ = [
     "Sha256Digest",
     "SignerKind",
     "TenantId",
-    "TerminationMessage",
     "TrustStore",
     "UntrustedChainError",
     "UsageError",

@@ -25,17 +25,7 @@ from typing import Any, Final, Literal
 import structlog
 from kubernetes import client
 
-from attestation.contracts import (
-    FRAME_PREFIX,
-    MAX_ENVELOPE_BYTES,
-    MAX_POD_LOG_BYTES,
-    MAX_SHARD_COUNT,
-    POD_LOG_TAIL_LINES,
-    TerminationMessage,
-    framed_payloads,
-    sha256_digest,
-    unframe_envelope,
-)
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_SHARD_COUNT, sha256_digest
 from attestation.envelope.merged import MergedBudget, merge_envelopes, merged_envelope_bytes
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.errors import AttestationError, MalformedError
@@ -56,6 +46,14 @@ from runner.k8s.job import (
 )
 from runner.k8s.retry import read_json
 from runner.k8s.state import job_outcome
+from runner.pod_output import (
+    FRAME_PREFIX,
+    MAX_POD_LOG_BYTES,
+    POD_LOG_TAIL_LINES,
+    TerminationMessage,
+    framed_payloads,
+    unframe_envelope,
+)
 
 log = structlog.get_logger("attested-replay.k8s")
 
@@ -106,7 +104,7 @@ class _SucceededPod:
 
 
 def read_termination_message(message: str, *, where: str) -> TerminationMessage:
-    """The pod's termination message (:class:`~attestation.contracts.TerminationMessage`).
+    """The pod's termination message (:class:`~runner.pod_output.TerminationMessage`).
 
     Raises:
         EnvelopeMismatchError: ``<where>: termination message ...`` naming what is wrong: a

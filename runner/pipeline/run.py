@@ -36,7 +36,6 @@ from attestation.contracts import (
     RunId,
     Sha256Digest,
     TenantId,
-    TerminationMessage,
     sha256_digest,
 )
 from attestation.encoding.canonical import canonicalize
@@ -55,6 +54,7 @@ from runner.pipeline.envelope import assemble_envelope, endorse, envelope_json_b
 from runner.pipeline.environment import ProcessEnvironment, process_environment
 from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
 from runner.pipeline.verification import self_verify
+from runner.pod_output import TerminationMessage
 from runner.publish.client import PublishOutcome, check_target, publish_envelope
 from runner.workload import current_workload
 

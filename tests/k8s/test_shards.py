@@ -371,8 +371,8 @@ def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # no
     """Pods that print 9 MiB shard envelopes (each within the envelope cap): two of them
     already cannot fit one merged envelope, so the third pod's log is never read (collect
     holds about one envelope's worth however many shards there are)."""
-    from attestation.contracts import frame_envelope, framed_payloads, unframe_envelope
     from runner.k8s.collect import Collector
+    from runner.pod_output import frame_envelope, framed_payloads, unframe_envelope
 
     logs = []
     for log in shard_outputs.logs:
