@@ -62,7 +62,6 @@ log = structlog.get_logger("attested-replay.k8s")
 
 #: How much longer than the Job's deadline a client-side wait lasts (scheduling, collection).
 WAIT_GRACE_SECONDS = 300
-VerifierFactory = Callable[[Path], Callable[[bytes], None]]
 
 
 def load_verifier(expected_path: Path) -> Callable[[bytes], None]:

@@ -247,10 +247,6 @@ class CocoAgentProvider:
             self._info = self._check_info(response)
         return self._info
 
-    def detect_encoding(self) -> ReportDataEncoding:
-        """The binding encoding for this agent's version (see module doc)."""
-        return _encoding_for(self.agent_info())
-
     def _check_info(self, response: Answer) -> AgentInfo:
         url = f"{self.base_url}/info"
         floor = "v{}.{}.{}".format(*AGENT_VERSION_FLOOR)
