@@ -200,7 +200,7 @@ MAX_ARCHIVE_HEADER_BYTES: Final = 64 * 1024
 MAX_SHARD_COUNT: Final = 256
 #: A run's case results are hashed into the evaluation digest in blocks of this many (the
 #: leaves of the run's cases tree), and a shard scores whole blocks: so a shard can hash
-#: just its own share (``runner.corpus.evaluation``, ``attestation.evaluation.partial``).
+#: just its own share (``runner.corpus.evaluation_files``, ``attestation.evaluation.partial``).
 EVALUATION_BLOCK_CASES: Final = 256
 #: Where a pod of an Indexed Job finds its completion index (the Job controller adds it to
 #: every container); ``run --shard-count N`` reads its shard index from it.

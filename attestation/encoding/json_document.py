@@ -35,7 +35,7 @@ from typing import Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from attestation.encoding.collector import paused_gc
+from attestation.encoding.gc_pause import paused_gc
 from attestation.errors import MalformedError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

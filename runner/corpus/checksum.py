@@ -29,7 +29,7 @@ import msgspec
 
 from attestation.contracts import format_sha256
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
-from attestation.encoding.collector import paused_gc
+from attestation.encoding.gc_pause import paused_gc
 from runner.corpus.canonical_lines import CaseLine, LineDecoder
 from runner.corpus.case_labels import CaseLabels
 from runner.corpus.errors import CorpusError, CorpusOrderError

@@ -47,7 +47,7 @@ from attestation.tenant.http import (
     check_url,
 )
 from runner.corpus.checksum import CASES_FILE
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
+from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.corpus.jsonio import MAX_SMALL_FILE_BYTES
 from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE
 from runner.errors import InputError, SourceUnavailableError, UsageError

@@ -45,7 +45,7 @@ from runner.corpus.checksum import (
     scan_cases,
 )
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import (
+from runner.corpus.evaluation_files import (
     PLAN_FILE,
     RUNS_FILE,
     Evaluation,
