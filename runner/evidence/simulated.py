@@ -3,8 +3,8 @@
 Used only when asked for by name (``--evidence simulated``). A tenant accepts such evidence
 only by pinning the simulated root's fingerprint in its expected-values file.
 
-The simulated AMD (:mod:`simulated_amd`) is kept under ``<state dir>/simulated-amd/`` (see
-:mod:`runner.statedir`), created on first use and never replaced: a tenant may have pinned it.
+The simulated AMD (:mod:`attestation.simulated_amd`) is kept under ``<state dir>/simulated-amd/``
+(see :mod:`runner.statedir`), created on first use and never replaced: a tenant may have pinned it.
 """
 
 from __future__ import annotations
