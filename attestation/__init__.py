@@ -1,7 +1,9 @@
 """Offline verification of AMD SEV-SNP attestation envelopes: the tenant's verifier.
 
-This package is pure: it depends only on ``cryptography`` and ``pydantic``, never on
-``runner``, ``tenant``, ``simulated_amd``, ``requests`` or ``kubernetes`` (a test enforces it).
+The verifier is pure: it depends only on ``cryptography`` and ``pydantic``, never on
+``runner``, on this package's tool subpackages ``attestation.tenant`` (the tenant's network
+tools) and ``attestation.simulated_amd`` (the simulated AMD), on ``requests`` or ``kubernetes``
+(a test enforces it).
 Time (``now``) and trust roots are always arguments. Everything a caller needs is exported
 here; the sub-packages are its internals, grouped by concern:
 
@@ -53,7 +55,6 @@ if TYPE_CHECKING:  # the names below, imported on first use (a one-shot CLI load
         RunId,
         Sha256Digest,
         TenantId,
-        TerminationMessage,
         sha256_digest,
     )
     from attestation.encoding.canonical import canonicalize
@@ -118,7 +119,6 @@ __all__ = [
     "Sha256Digest",
     "SignerKind",
     "TenantId",
-    "TerminationMessage",
     "TrustStore",
     "UntrustedChainError",
     "UsageError",
@@ -178,7 +178,6 @@ _EXPORTS: Final = {
     "Sha256Digest": "attestation.contracts",
     "SignerKind": "attestation.abi.product",
     "TenantId": "attestation.contracts",
-    "TerminationMessage": "attestation.contracts",
     "TrustStore": "attestation.endorsement.trust",
     "UntrustedChainError": "attestation.errors",
     "UsageError": "attestation.errors",

@@ -1,9 +1,10 @@
-"""Wire contracts: every identifier, size limit, digest and pod output format, defined once.
+"""Wire contracts: every identifier, size limit and digest the tenant's side reads, defined once.
 
-Everything that crosses a process or trust boundary (the envelope, the publication log, the
-pod's termination message and framed log line, the tenant's input files) is spelled here, and
-every part of attested-replay imports it from here: the verifier, the tenant's tools, the
-replay pod, the Kubernetes operator commands and the publication service. A change to a
+Everything that crosses a process or trust boundary on the tenant's side (the envelope, the
+publication log, the tenant's input files) is spelled here, and every part of attested-replay
+imports it from here: the verifier, the tenant's tools, the replay pod, the Kubernetes
+operator commands and the publication service. (The pod's own output, its framed log line and
+termination message, only the operator reads: :mod:`runner.pod_output`.) A change to a
 grammar or a limit is one edit, and no two components can disagree on it.
 
 Identifiers
@@ -29,12 +30,6 @@ Limits (bytes; each refused before it is parsed or while it is read)
     :data:`MAX_REPORT_FILE_BYTES`        64 KiB      a raw report file (the report is 1184)
     :data:`MAX_CERTIFICATE_BYTES`        1 MiB       a certificate or root file
     :data:`MAX_CRL_BYTES`                16 MiB      a CRL file
-    :data:`MAX_TERMINATION_MESSAGE_BYTES` 4096       the pod's termination message (kubelet)
-    :data:`MAX_FRAME_BYTES`              ~21.4 MiB   one framed envelope line (base64 of the
-                                                     largest envelope)
-    :data:`MAX_POD_LOG_BYTES`            frame+4 MiB what ``collect`` reads of a pod's log
-                                                     (its last :data:`POD_LOG_TAIL_LINES`
-                                                     lines)
     :data:`MAX_EXPORT_MANIFEST_BYTES`    64 KiB      a corpus export's manifest
     :data:`MAX_EXPORT_FILES_BYTES`       64 GiB      the corpus files of one export, unpacked
     :data:`DEFAULT_MAX_CORPUS_EXPORT_BYTES` 256 MiB  a corpus export the publication service
@@ -63,29 +58,21 @@ Digests
     digests, workload code digests); :func:`corpus_checksum` is the corpus checksum's head
     over the tree of :data:`EVALUATION_BLOCK_CASES`-case blocks.
 
-Pod output
-    With ``--frame-envelope`` the pod prints its envelope as one line
-    ``FRAME_PREFIX + base64(envelope)`` (:func:`frame_envelope`, :func:`unframe_envelope`), and
-    it always writes a :class:`TerminationMessage` (digests only) to its termination log.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from attestation.encoding.canonical import canonicalize
 from attestation.encoding.json_document import plain_message
-from attestation.errors import MalformedError
 
 # -- identifiers ------------------------------------------------------------------------------
 
@@ -201,7 +188,6 @@ MAX_EXPORT_MANIFEST_BYTES: Final = 64 * 1024
 MAX_EXPORT_FILES_BYTES: Final = 64 * 1024**3
 DEFAULT_MAX_CORPUS_EXPORT_BYTES: Final = 256 * 1024 * 1024
 #: The kubelet truncates termination messages at 4096 bytes: digests only, never the envelope.
-MAX_TERMINATION_MESSAGE_BYTES: Final = 4096
 
 # -- corpus archives --------------------------------------------------------------------------
 
@@ -217,7 +203,7 @@ MAX_SHARD_COUNT: Final = 256
 #: Cases are hashed in blocks of this many, in both digests a tenant pins: the corpus
 #: checksum's tree over ``cases.jsonl`` (:func:`corpus_checksum`) and each run's tree of case
 #: results in the evaluation digest. A shard scores whole blocks, so it can hash just its own
-#: share of both (``runner.corpus.case_blocks``, ``runner.corpus.evaluation``,
+#: share of both (``runner.corpus.case_blocks``, ``runner.corpus.evaluation_files``,
 #: ``attestation.evaluation.partial``).
 EVALUATION_BLOCK_CASES: Final = 256
 #: What the corpus checksum hashes first: its version and the size of its blocks.
@@ -379,109 +365,3 @@ class SnakeWireModel(WireModel):
     number in a corpus is never coerced from a string."""
 
     model_config = ConfigDict(alias_generator=None, strict=True)
-
-
-# -- the pod's output -------------------------------------------------------------------------
-
-#: With ``--frame-envelope`` the pod prints its envelope as one ``<prefix><base64>`` log line.
-FRAME_PREFIX: Final = "ATTESTED-ENVELOPE "
-#: One framed line of the largest envelope (base64 grows 4/3, plus the prefix and newline).
-MAX_FRAME_BYTES: Final = len(FRAME_PREFIX) + 4 * -(-MAX_ENVELOPE_BYTES // 3) + 1
-#: What ``collect`` reads of a pod's log: the frame plus room for the pod's other log lines.
-MAX_POD_LOG_BYTES: Final = MAX_FRAME_BYTES + 4 * 1024 * 1024
-#: The log lines ``collect`` reads from the end (``tailLines``, applied by the kubelet before
-#: ``limitBytes``). containerd splits a long line into 16 KiB log entries
-#: (``max_container_log_line_size``) and the kubelet counts entries, so the largest frame takes
-#: ~1,400 of them; the rest is room for the lines the pod prints after it.
-POD_LOG_TAIL_LINES: Final = 4096
-
-
-def frame_envelope(envelope: bytes) -> str:
-    """The log line that carries ``envelope`` (without the newline)."""
-    return FRAME_PREFIX + base64.b64encode(envelope).decode("ascii")
-
-
-#: With ``--frame-envelope`` a shard also prints its tails file (``runner.shard_tails``)
-#: as one ``<prefix><base64>`` line after its envelope's, for ``collect``'s merge.
-TAILS_FRAME_PREFIX: Final = "ATTESTED-TAILS "
-
-
-def frame_tails(tails: bytes) -> str:
-    """The log line that carries a shard's tails file (without the newline)."""
-    return TAILS_FRAME_PREFIX + base64.b64encode(tails).decode("ascii")
-
-
-def framed_payloads(log_text: str) -> set[str]:
-    """The base64 payloads of every framed line in a log (normally exactly one)."""
-    return {
-        line[len(FRAME_PREFIX) :].strip()
-        for line in log_text.splitlines()
-        if line.startswith(FRAME_PREFIX)
-    }
-
-
-def unframe_envelope(payload: str) -> bytes:
-    """The envelope bytes of one framed payload (from :func:`framed_payloads`).
-
-    Raises:
-        MalformedError: the payload is not base64 or decodes to more than
-            :data:`MAX_ENVELOPE_BYTES`.
-    """
-    try:
-        envelope = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise MalformedError(f"framed envelope is not base64: {exc}") from exc
-    if len(envelope) > MAX_ENVELOPE_BYTES:
-        raise MalformedError(
-            f"framed envelope is {len(envelope)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
-        )
-    return envelope
-
-
-class TerminationMessage(WireModel):
-    """The pod's termination message, version 1: the digests the run produced.
-
-    The JSON is ``{"corpusChecksum", "envelope", "result", "runId", "v": 1}`` with sorted keys
-    (the kubelet keeps at most :data:`MAX_TERMINATION_MESSAGE_BYTES`).
-    """
-
-    v: Literal[1] = 1
-    #: Any string: ``collect`` compares it with the Job's run-ID annotation.
-    run_id: str
-    envelope: Sha256Digest
-    result: Sha256Digest
-    corpus_checksum: Sha256Digest
-
-    def to_json(self) -> str:
-        """The message as written to the termination log."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
-
-    @classmethod
-    def parse(cls, text: str) -> TerminationMessage:
-        """Read a termination message.
-
-        Raises:
-            MalformedError: ``termination message ...`` naming what is wrong (not JSON, not
-                version 1, a missing or malformed field).
-        """
-        if len(text.encode("utf-8", "surrogatepass")) > MAX_TERMINATION_MESSAGE_BYTES:
-            raise MalformedError(
-                f"termination message is over {MAX_TERMINATION_MESSAGE_BYTES} bytes"
-            )
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise MalformedError(f"termination message is not JSON: {exc}") from exc
-        if not isinstance(data, dict) or data.get("v") != 1:
-            raise MalformedError(f"termination message is not version 1: {data!r}")
-        keys = {info.alias or name for name, info in cls.model_fields.items()}
-        unknown = sorted(str(key) for key in data if key not in keys)
-        if unknown:
-            raise MalformedError(f"termination message has unknown keys {unknown}")
-        try:
-            return cls.model_validate(data, by_alias=True, by_name=False, strict=True)
-        except ValidationError as exc:
-            key = str(exc.errors(include_url=False)[0]["loc"][0])
-            raise MalformedError(
-                f"termination message field {key!r} is missing or malformed"
-            ) from None

@@ -15,7 +15,7 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
 * ``sequential``: the algorithm `tenant fetch` had before (kept below, verbatim in what it
   does): a consistency proof, then per entry an inclusion-proof request, an envelope request,
   a file fsync and a directory fsync, one entry at a time;
-* ``bulk --jobs N``: ``tenant.fetch.fetch_tenant`` as shipped: the log proven from its
+* ``bulk --jobs N``: ``attestation.tenant.fetch.fetch_tenant`` as shipped: the log proven from its
   tlog-tiles entry bundles and hash tiles (no proof per entry), the envelopes in bundles of
   up to 64 per request (``GET .../log/envelopes``), ``N`` requests at a time by ``N``
   worker processes (forked: this process runs no other thread then), each checking and
@@ -27,8 +27,8 @@ Timed, each into an empty directory, in alternation (``--rounds`` times, the bes
 * ``bulk --jobs 1``: one request at a time, in the fetching process (what concurrency adds
   on its own).
 
-Then ``tenant fetch --expected`` verification (``tenant.verify_fetched.verify_fetched``) of
-``--verify`` envelopes (each the genuine envelope the copies were made from, verified against
+Then ``tenant fetch --expected`` verification (``attestation.tenant.verify_fetched.verify_fetched``)
+of ``--verify`` envelopes (each the genuine envelope the copies were made from, verified against
 the expected values of its run, so every check runs and every verdict is VERIFIED), in this
 process (``--verify-workers 1``, what `tenant fetch --expected` did before) and in a pool of
 ``--workers`` processes (default: one per CPU), the verdicts compared.
@@ -76,6 +76,10 @@ import structlog
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.merged import parse_any_envelope, shard_index
+from attestation.tenant import fetch as tenant_fetch
+from attestation.tenant.fsutil import atomic_write, atomic_write_text
+from attestation.tenant.http import Answer, HttpClient, Limits, RetryPolicy
+from attestation.tenant.verify_fetched import default_workers, load_expectations, verify_fetched
 from attestation.transparency.checkpoint import VerifierKey, verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
@@ -84,10 +88,6 @@ from runner.pipeline import RunRequest, run
 from runner.publish.client import publish_envelope
 from runner.publish.storage import Role, open_storage
 from runner.publish.tokens import create_token
-from tenant import fetch as tenant_fetch
-from tenant.fsutil import atomic_write, atomic_write_text
-from tenant.http import Answer, HttpClient, Limits, RetryPolicy
-from tenant.verify_fetched import default_workers, load_expectations, verify_fetched
 
 TENANT = "bench"
 PUBLISHERS = 8

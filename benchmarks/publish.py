@@ -76,6 +76,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import sha256_digest
 from attestation.envelope.merged import parse_any_envelope
+from attestation.tenant.http import HttpClient, RetryPolicy
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
@@ -95,7 +96,6 @@ from runner.publish.storage import (
     utc_now,
 )
 from runner.publish.tokens import create_token
-from tenant.http import HttpClient, RetryPolicy
 
 LEVELS = (1, 8, 32)
 #: How the benchmark starts ``attested-replay`` (the checkout's, whatever is installed).

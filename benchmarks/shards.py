@@ -94,7 +94,7 @@ def write_corpus(directory: Path, cases: int, seed: int = 16) -> None:
     }  # fmt: skip
     (directory / "plan.json").write_text(json.dumps(plan, indent=2, ensure_ascii=False))
     (directory / "marks.json").write_text(json.dumps(marks, indent=2))
-    from runner.corpus.evaluation import load_evaluation
+    from runner.corpus.evaluation_files import load_evaluation
 
     marks_ref = load_evaluation(directory).marks_ref
     rng = random.Random(seed)
@@ -136,7 +136,7 @@ def write_corpus(directory: Path, cases: int, seed: int = 16) -> None:
 _TASK_MODULES = (
     "attestation.envelope.verification",
     "runner.corpus.checksum",
-    "runner.corpus.evaluation",
+    "runner.corpus.evaluation_files",
     "runner.corpus.run_records",
     "runner.corpus.runs_index",
     "runner.evidence.simulated",
@@ -160,7 +160,7 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
         compute_checksum(corpus)
     elif task == "integrity":
         from runner.corpus.checksum import read_case_ids, scan_cases
-        from runner.corpus.evaluation import load_evaluation
+        from runner.corpus.evaluation_files import load_evaluation
         from runner.corpus.run_records import CorpusCases, IgnoreCases, RunReader
 
         scan = scan_cases(corpus, collect_labels=True)

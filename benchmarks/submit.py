@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes import client  # noqa: E402
 
+from attestation.tenant.http import RetryPolicy  # noqa: E402
 from runner.k8s.job import CorpusUrl, ReplaySpec  # noqa: E402
 from runner.k8s.submit import Submitter  # noqa: E402
 from runner.log import configure_logging  # noqa: E402
-from tenant.http import RetryPolicy  # noqa: E402
 from tests.k8s.apiserver import ApiServer  # noqa: E402
 from tests.k8s.cluster import FakeCluster  # noqa: E402
 

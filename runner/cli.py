@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from attestation.tenant.errors import TenantError
 from runner.commands.parsing import ArgumentParser, check_paths
 from runner.errors import RunnerError
 from runner.exit_codes import INTERNAL, exit_code_for
 from runner.log import DEFAULT_LOG_LEVEL, configure_logging
-from tenant.errors import TenantError
 
 #: Subcommand modules, in the order they appear in ``--help``.
 COMMAND_MODULES: tuple[str, ...] = (

@@ -18,8 +18,8 @@ from types import MappingProxyType
 from typing import Final
 
 from attestation.exit_codes import MEANINGS as VERIFIER_MEANINGS
+from attestation.tenant import errors as tenant_errors
 from runner import errors
-from tenant import errors as tenant_errors
 
 INTERNAL: Final = 9
 

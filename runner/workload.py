@@ -13,7 +13,7 @@ from runner import __version__
 
 WORKLOAD_NAME = "attested-replay"
 #: Every package of the distribution: the code that scored the corpus.
-_CODE_PACKAGES = ("attestation", "runner", "simulated_amd", "tenant")
+_CODE_PACKAGES = ("attestation", "runner")
 
 
 @functools.cache

@@ -1,13 +1,13 @@
 """Regenerate docs/verification-contract.md from the contract's one source.
 
-Run: ``python scripts/gen_contract_doc.py`` after editing ``tenant/contract/data.py``.
+Run: ``python scripts/gen_contract_doc.py`` after editing ``attestation/tenant/contract/data.py``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tenant.contract import CONTRACT, render_markdown
+from attestation.tenant.contract import CONTRACT, render_markdown
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "verification-contract.md"
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
+from attestation.tenant.fsutil import atomic_write
 from runner.corpus.checksum import compute_checksum
-from tenant.fsutil import atomic_write
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "runner" / "examples" / "corpus"
 TOPICS = ("invoice", "login", "refund", "shipping", "password", "upgrade", "report", "contract")

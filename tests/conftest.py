@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from simulated_amd import SimulatedAmd
+from attestation.simulated_amd import SimulatedAmd
 
 ASSETS = Path(__file__).parent / "assets"
 

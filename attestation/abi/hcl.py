@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from attestation.abi.report import REPORT_SIZE, AttestationReport, parse_report
-from attestation.encoding.json_document import parse_json_with_hooks
+from attestation.encoding.json_document import parse_strict_json
 from attestation.errors import MalformedError
 
 #: The NV index holds the report in a buffer of this size (zero after ``report_size``).
@@ -225,7 +225,7 @@ def parse_variable_data(data: bytes) -> VariableData:
     Raises:
         MalformedError: naming what is missing or wrong.
     """
-    document = parse_json_with_hooks(data, what="HCL variable data")
+    document = parse_strict_json(data, what="HCL variable data")
     if not isinstance(document, dict):
         raise MalformedError("HCL variable data must be a JSON object")
     keys = document.get("keys")

@@ -39,7 +39,6 @@ from attestation.errors import MalformedError
 
 REPORT_SIZE: Final = 0x4A0
 SIGNED_REGION_END: Final = 0x2A0
-SIGNATURE_OFFSET: Final = 0x2A0
 #: R and S are 72-byte little-endian integers (the P-384 values use the low 48 bytes).
 SIGNATURE_COMPONENT_SIZE: Final = 0x48
 SUPPORTED_VERSIONS: Final = range(2, 6)

@@ -12,17 +12,10 @@ a size cap checked before parsing, strict JSON, a top-level object, then the pyd
 * the bytes must be UTF-8 without a byte order mark (RFC 8259 section 8.1): ``json.loads``
   alone would also accept UTF-16 and UTF-32.
 
-Documents of at most a mebibyte in one of orjson's two layouts, compact or indented by two
-spaces with a final newline (every envelope a run writes is the second; canonical JSON, the
-form of receipts and log entries, is the first), are parsed by orjson in C, and accepted only
-when orjson's encoding of what it parsed, in that layout and the document's key order, is the
-same bytes. That equality is the proof: an encoder writes each key of a parsed object once,
-so the bytes held no repeated key; it writes the shortest digits that read back as the same
-double, so every number was read as Python's parser reads it (orjson reads an integer beyond
-64 bits as a double, so no integer it returns is near :data:`MAX_INTEGER_DIGITS`); and any
-escape, space or other spelling the encoder would not produce makes a difference. Every
-other document (and every refusal) takes the Python parser and its hooks, three times slower;
-one whose first bytes show ``json.dumps``' spaced separators goes to it without a try in C.
+One parser reads them all: Python's ``json`` with the hooks below. (A second path, orjson's
+parse accepted when its re-encoding gave back the same bytes, was removed: it was a second
+parser of the bytes a verdict depends on, for about 0.35 ms of a 16 KB envelope's verification;
+docs/performance.md has the numbers.)
 
 A document may also bound how many JSON values it holds (``max_items``): counted in C
 before parsing (every value but the first of an array or object follows a ``,``, and every
@@ -40,10 +33,9 @@ import re
 from collections.abc import Sequence
 from typing import Final, TypeVar
 
-import orjson
 from pydantic import BaseModel, ValidationError
 
-from attestation.encoding.collector import paused_gc
+from attestation.encoding.gc_pause import paused_gc
 from attestation.errors import MalformedError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -88,50 +80,6 @@ def _bounded_integer(text: str) -> int:
     return int(text)
 
 
-_NOT_ORJSON_LAYOUT: Final = object()
-#: The largest document the C path reads. orjson's peak memory is up to 50 times a document
-#: of small values (its own parse tree beside Python's objects; Python's parser: 16 times), so
-#: larger documents (rare: a typical envelope is 12-20 KB) keep the parser whose peak the
-#: envelope limits are set for.
-C_PATH_MAX_BYTES: Final = 1024 * 1024
-
-
-#: orjson's indented layout: what ``json.dumps(indent=2)`` writes, plus a final newline.
-_INDENTED: Final = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-
-
-#: How far into a document :func:`_orjson_option` looks for a separator with a space.
-_SNIFFED_BYTES: Final = 128
-
-
-def _orjson_option(data: bytes) -> int | None:
-    """The orjson layout ``data`` may be in: indented when its second byte is a line break,
-    else compact; None when a ``": "`` or ``", "`` near its start shows it is in neither
-    (``json.dumps``' default separators: merged envelopes, hand-written policies), so that
-    such a document is not parsed twice. Inside a compact document's string the same bytes
-    only send it to the Python parser, which reads it as exactly."""
-    if data[1:2] == b"\n":
-        return _INDENTED
-    head = data[:_SNIFFED_BYTES]
-    return None if b": " in head or b", " in head else 0
-
-
-def _parsed_if_orjson_layout(data: bytes) -> object:
-    """The document, when ``data`` is exactly orjson's encoding of what orjson parses from
-    it, in the layout :func:`_orjson_option` names; else :data:`_NOT_ORJSON_LAYOUT` (also
-    for anything orjson refuses, such as nesting deeper than its encoder's 254 levels: the
-    Python parser then decides, and names the reason)."""
-    option = _orjson_option(data)
-    if option is None:
-        return _NOT_ORJSON_LAYOUT
-    try:
-        document = orjson.loads(data)
-        same = orjson.dumps(document, option=option) == data
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        return _NOT_ORJSON_LAYOUT
-    return document if same else _NOT_ORJSON_LAYOUT
-
-
 def parse_strict_json(data: bytes, *, what: str) -> object:
     """Parse strict JSON (UTF-8 without a byte order mark, no duplicate keys, no NaN/infinity,
     no number beyond the double range).
@@ -141,18 +89,6 @@ def parse_strict_json(data: bytes, *, what: str) -> object:
     """
     if data.startswith(codecs.BOM_UTF8):
         raise MalformedError(f"{what} starts with a byte order mark; it must be plain UTF-8")
-    if len(data) <= C_PATH_MAX_BYTES:
-        with paused_gc():
-            document = _parsed_if_orjson_layout(data)
-        if document is not _NOT_ORJSON_LAYOUT:
-            return document
-    return parse_json_with_hooks(data, what=what)
-
-
-def parse_json_with_hooks(data: bytes, *, what: str) -> object:
-    """:func:`parse_strict_json` by Python's parser and its hooks alone (after the byte order
-    mark check): the reference the C path must agree with, and the parser of every document
-    in neither of orjson's layouts."""
     try:
         # Decoded here: json.loads would otherwise guess UTF-16 and UTF-32 from the bytes.
         text = data.decode("utf-8")

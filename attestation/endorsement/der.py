@@ -134,21 +134,3 @@ def decode_oid(content: bytes, *, what: str) -> str:
     first = arcs[0]
     head = [min(first // 40, 2), first - 40 * min(first // 40, 2)]
     return ".".join(str(arc) for arc in head + arcs[1:])
-
-
-def encode_oid(dotted: str) -> bytes:
-    """DER OBJECT IDENTIFIER TLV of a dotted OID (short lengths only: content < 128 bytes)."""
-    arcs = [int(arc) for arc in dotted.split(".")]
-    if len(arcs) < 2 or arcs[0] > 2 or (arcs[0] < 2 and arcs[1] >= 40) or min(arcs) < 0:
-        raise ValueError(f"not an OBJECT IDENTIFIER: {dotted}")
-    body = bytearray()
-    for arc in [40 * arcs[0] + arcs[1], *arcs[2:]]:
-        chunk = [arc & 0x7F]
-        rest = arc >> 7
-        while rest:
-            chunk.append(0x80 | (rest & 0x7F))
-            rest >>= 7
-        body.extend(reversed(chunk))
-    if len(body) >= _LONG_LENGTH:
-        raise ValueError("OBJECT IDENTIFIER too long for this encoder")
-    return bytes([TAG_OID, len(body)]) + body

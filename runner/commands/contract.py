@@ -7,9 +7,9 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from attestation.tenant.contract import CONTRACT, render_text
 from runner.commands.parsing import add_command
 from runner.exit_codes import Family
-from tenant.contract import CONTRACT, render_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from attestation.encoding.canonical import canonicalize
+from attestation.tenant.fsutil import atomic_write, staged_directory
 from runner.commands import corpus_export
 from runner.commands.parsing import (
     add_actions,
@@ -27,7 +28,6 @@ from runner.corpus.starter import write_starter_corpus
 from runner.errors import InputError, UsageError
 from runner.exit_codes import EXIT_CODES, Family
 from runner.pipeline.replay import index_corpus
-from tenant.fsutil import atomic_write, staged_directory
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

@@ -1,7 +1,7 @@
 """``attested-replay corpus export``: a corpus as one deterministic, checksummed archive.
 
 Registered under ``attested-replay corpus`` (see :mod:`runner.commands.corpus`). The format is
-:mod:`tenant.corpus_export` (docs/reproduce.md).
+:mod:`attestation.tenant.corpus_export` (docs/reproduce.md).
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attestation.contracts import format_sha256, is_tenant_id, sha256_digest
-from runner.commands.parsing import add_command, input_dir, input_file, output_file
-from runner.corpus.check import require_valid_corpus
-from runner.errors import InputError, PublishError, UsageError
-from runner.exit_codes import Family
-from tenant.corpus_export import (
+from attestation.tenant.corpus_export import (
     ExportError,
     ExportManifest,
     describe_files,
     peek_manifest,
     write_export,
 )
-from tenant.fsutil import atomic_output
-from tenant.http import HttpClient, HttpError, Limits, check_url, read_token
+from attestation.tenant.fsutil import atomic_output
+from attestation.tenant.http import HttpClient, HttpError, Limits, check_url, read_token
+from runner.commands.parsing import add_command, input_dir, input_file, output_file
+from runner.corpus.check import require_valid_corpus
+from runner.errors import InputError, PublishError, UsageError
+from runner.exit_codes import Family
 
 #: The service's answer to an upload is a small JSON receipt; the upload itself may take long.
 UPLOAD_ANSWER = Limits(max_bytes=64 * 1024, deadline=1800.0)

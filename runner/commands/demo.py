@@ -16,6 +16,7 @@ from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
+from attestation.tenant.fsutil import atomic_write_text
 from runner.commands.parsing import add_command, add_state_dir_argument, output_dir
 from runner.errors import UsageError, VerificationFailedError
 from runner.evidence.simulated import load_or_create_simulated_amd
@@ -23,7 +24,6 @@ from runner.exit_codes import Family
 from runner.pipeline import RunRequest, run
 from runner.pipeline.replay import CorpusDigests, corpus_digests
 from runner.workload import current_workload
-from tenant.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

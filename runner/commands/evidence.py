@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING
 
 from attestation.abi.product import ProductLine
+from attestation.tenant.fsutil import atomic_write
 from runner.commands.job_params import add_job_arguments, replay_spec
 from runner.commands.parsing import (
     add_actions,
@@ -41,7 +42,6 @@ from runner.reference.measure import (
     expected_measurement,
     measurements_snippet,
 )
-from tenant.fsutil import atomic_write
 
 if TYPE_CHECKING:
     # argparse has no public name for the type add_subparsers() returns.

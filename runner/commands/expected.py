@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from attestation.contracts import explain_problem, format_sha256
 from attestation.envelope.expected import ExpectedValues
 from attestation.errors import AttestationError
+from attestation.tenant.fsutil import atomic_write_text
 from attestation.verify.policy import load_policy
 from runner.commands.job_params import add_job_arguments, check_image_layout, replay_spec
 from runner.commands.parsing import (
@@ -30,7 +31,6 @@ from runner.pipeline.corpus_source import unpack_archive
 from runner.pipeline.replay import CorpusDigests, corpus_digests
 from runner.reference.initdata import InitData
 from runner.workload import current_workload
-from tenant.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

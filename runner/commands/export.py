@@ -14,17 +14,10 @@ from attestation import __version__
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import MalformedError
 from attestation.files import open_regular, read_regular
-from runner.commands.parsing import add_actions, add_command, input_file, output_file
-from runner.errors import InputError, UsageError
-from runner.exit_codes import Family
-from runner.pipeline.corpus_source import unpack_archive
-from runner.pipeline.envelope import read_envelope_file
-from runner.pipeline.replay import compute_checksum
-from runner.pipeline.verification import load_expected_file, raise_unless_verified
-from tenant.corpus_export import MEDIA_TYPE as EXPORT_MEDIA_TYPE
-from tenant.dsse import load_signing_key
-from tenant.fsutil import atomic_write
-from tenant.intoto import (
+from attestation.tenant.corpus_export import MEDIA_TYPE as EXPORT_MEDIA_TYPE
+from attestation.tenant.dsse import load_signing_key
+from attestation.tenant.fsutil import atomic_write
+from attestation.tenant.intoto import (
     InconsistentMergedEnvelopeError,
     ShardEnvelopeError,
     Subject,
@@ -36,6 +29,13 @@ from tenant.intoto import (
     signed_statement,
     statement_for,
 )
+from runner.commands.parsing import add_actions, add_command, input_file, output_file
+from runner.errors import InputError, UsageError
+from runner.exit_codes import Family
+from runner.pipeline.corpus_source import unpack_archive
+from runner.pipeline.envelope import read_envelope_file
+from runner.pipeline.replay import compute_checksum
+from runner.pipeline.verification import load_expected_file, raise_unless_verified
 
 if TYPE_CHECKING:
     from attestation.envelope.merged import MergedEnvelope

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, get_args
 
 import structlog
 
+from attestation.tenant.fsutil import atomic_write
+from attestation.tenant.http import read_token
 from runner.commands.job_params import (
     DEFAULT_NAMESPACE,
     add_job_arguments,
@@ -52,8 +54,6 @@ from runner.k8s.progress import (
     WaitPolicy,
 )
 from runner.k8s.state import JOB_NOT_FOUND, RunOutcome, State, raise_for_outcome
-from tenant.fsutil import atomic_write
-from tenant.http import read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -64,7 +64,6 @@ log = structlog.get_logger("attested-replay.k8s")
 
 #: How much longer than the Job's deadline a client-side wait lasts (scheduling, collection).
 WAIT_GRACE_SECONDS = 300
-VerifierFactory = Callable[[Path], Callable[[bytes], None]]
 
 
 def load_verifier(expected_path: Path) -> Callable[[bytes], None]:

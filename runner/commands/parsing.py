@@ -23,12 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from attestation.help_format import HelpFormatter, exit_code_epilog
+from attestation.tenant.paths import (
+    check_input_dir,
+    check_input_file,
+    check_output_dir,
+    check_output_file,
+)
 from runner import __version__
 from runner.errors import UsageError
 from runner.exit_codes import FAMILY_EXIT_CODES, Family
 from runner.log import DEFAULT_LOG_LEVEL
 from runner.statedir import STATE_DIR_ENV
-from tenant.paths import check_input_dir, check_input_file, check_output_dir, check_output_file
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers
@@ -179,12 +184,13 @@ def input_file_or_dir(label: str) -> PathArgument:
 
 def output_file(label: str, *, in_place: bool = False) -> PathArgument:
     """A file the command will write (atomically, unless ``in_place``): see
-    :func:`tenant.paths.check_output_file`."""
+    :func:`attestation.tenant.paths.check_output_file`."""
     return PathArgument(label, lambda path, name: check_output_file(path, name, in_place=in_place))
 
 
 def output_dir(label: str, *, create: bool, empty: bool = False) -> PathArgument:
-    """A directory the command writes into: see :func:`tenant.paths.check_output_dir`."""
+    """A directory the command writes into: see
+    :func:`attestation.tenant.paths.check_output_dir`."""
     return PathArgument(
         label, lambda path, name: check_output_dir(path, name, create=create, empty=empty)
     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from attestation.contracts import (
     MAX_ENVELOPE_BYTES,
 )
+from attestation.tenant.http import HttpClient, read_token
 from runner.commands.parsing import (
     add_ca_bundle,
     add_command,
@@ -17,7 +18,6 @@ from runner.commands.parsing import (
 )
 from runner.errors import InputError, PublishError, UsageError
 from runner.exit_codes import Family
-from tenant.http import HttpClient, read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

@@ -17,13 +17,10 @@ from typing import TYPE_CHECKING, Final
 from pydantic import ValidationError
 
 from attestation.contracts import (
-    FRAME_PREFIX,
     MAX_MERGEABLE_SHARD_COUNT,
     RUN_ID_GRAMMAR,
     SHARD_INDEX_VARIABLE,
     explain_problem,
-    frame_envelope,
-    frame_tails,
 )
 from runner.commands.parsing import (
     add_command,
@@ -40,6 +37,7 @@ from runner.exit_codes import Family
 from runner.pipeline import RunRequest, RunResult, run
 from runner.pipeline.corpus_source import DOWNLOAD_DEADLINE
 from runner.pipeline.replay import Progress
+from runner.pod_output import FRAME_PREFIX, frame_envelope, frame_tails
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from attestation.contracts import (
     DEFAULT_MAX_CORPUS_EXPORT_BYTES,
 )
+from attestation.tenant.errors import TenantUsageError
+from attestation.tenant.paths import check_input_dir
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
     PathArgument,
@@ -25,8 +27,6 @@ from runner.errors import PublishError, UsageError
 from runner.exit_codes import Family
 from runner.extras import extra_required
 from runner.log import DEFAULT_LOG_LEVEL
-from tenant.errors import TenantUsageError
-from tenant.paths import check_input_dir
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

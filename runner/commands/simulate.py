@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from attestation.abi.product import ProductLine, SignerKind
 from attestation.abi.report import REPORT_SIZE
 from attestation.errors import AttestationError
+from attestation.tenant.fsutil import atomic_write, atomic_write_text
 from runner.commands.parsing import add_actions, add_command, add_state_dir_argument, output_file
 from runner.errors import UsageError
 from runner.evidence.simulated import load_or_create_simulated_amd
 from runner.exit_codes import Family
-from tenant.fsutil import atomic_write, atomic_write_text
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

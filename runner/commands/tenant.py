@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING
 from attestation.contracts import (
     DEFAULT_MAX_CORPUS_EXPORT_BYTES,
 )
+from attestation.tenant.errors import TenantInputError, TenantUsageError
+from attestation.tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
+from attestation.tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
+from attestation.tenant.http import read_token
 from runner.commands import reproduce
 from runner.commands.corpus import parse_size
 from runner.commands.parsing import (
@@ -22,14 +26,10 @@ from runner.commands.parsing import (
 )
 from runner.errors import VerificationFailedError
 from runner.exit_codes import Family
-from tenant.errors import TenantInputError, TenantUsageError
-from tenant.fetch import DEFAULT_JOBS as DEFAULT_FETCH_JOBS
-from tenant.fetch import MAX_JOBS as MAX_FETCH_JOBS
-from tenant.http import read_token
 
 if TYPE_CHECKING:
+    from attestation.tenant.fetch import FetchReport
     from runner.commands import Subparsers
-    from tenant.fetch import FetchReport
 
 
 def register(subparsers: Subparsers) -> None:
@@ -152,7 +152,7 @@ def _fetch_jobs(text: str) -> int:
 
 
 def _verify_workers(text: str) -> int:
-    from tenant.verify_fetched import MAX_WORKERS
+    from attestation.tenant.verify_fetched import MAX_WORKERS
 
     if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"not a whole number from 1 to {MAX_WORKERS}: {text!r}")
@@ -160,10 +160,10 @@ def _verify_workers(text: str) -> int:
 
 
 def _tenant_fetch(args: argparse.Namespace) -> int:
+    from attestation.tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
+    from attestation.tenant.unjudged import load_unjudged
+    from attestation.tenant.verify_fetched import load_expectations
     from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM
-    from tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
-    from tenant.unjudged import load_unjudged
-    from tenant.verify_fetched import load_expectations
 
     # Checked before anything is fetched: a bad file is found without the network.
     expectations = None if args.expected is None else load_expectations(args.expected)
@@ -198,8 +198,8 @@ def _tenant_fetch(args: argparse.Namespace) -> int:
     else:
         failed, verified, unjudged = _verify_new(args, report, expectations)
     if args.corpus:
+        from attestation.tenant.corpus_fetch import fetch_corpus_exports
         from runner.corpus.checksum import compute_checksum
-        from tenant.corpus_fetch import fetch_corpus_exports
 
         exports = fetch_corpus_exports(
             server=args.server,
@@ -236,12 +236,12 @@ def _verify_new(
     args: argparse.Namespace, report: FetchReport, expectations: Mapping[str, object]
 ) -> tuple[int, int, list[int]]:
     """Verify the envelopes without a verdict (this fetch's, and any an earlier fetch left
-    unjudged: :mod:`tenant.unjudged`) in log order; print a verdict line for each; return how
-    many did not verify, how many were verified, and the positions still without a verdict
-    (kept listed)."""
-    from tenant.fetch import load_index
-    from tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
-    from tenant.verify_fetched import default_workers, verify_fetched
+    unjudged: :mod:`attestation.tenant.unjudged`) in log order; print a verdict line for each;
+    return how many did not verify, how many were verified, and the positions still without a
+    verdict (kept listed)."""
+    from attestation.tenant.fetch import load_index
+    from attestation.tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
+    from attestation.tenant.verify_fetched import default_workers, verify_fetched
 
     index = load_index(report.out_dir / "index.json")
     pending = load_unjudged(report.out_dir)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from attestation.contracts import (
     is_tenant_id,
 )
+from attestation.tenant.http import read_token
 from runner.commands.parsing import (
     add_actions,
     add_command,
@@ -18,7 +19,6 @@ from runner.commands.parsing import (
 from runner.errors import PublishError, UsageError
 from runner.exit_codes import Family
 from runner.extras import extra_required
-from tenant.http import read_token
 
 if TYPE_CHECKING:
     from runner.commands import Subparsers

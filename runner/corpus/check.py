@@ -35,7 +35,7 @@ from attestation.evaluation.models import PassMark, PassMarks, Plan
 from attestation.evaluation.numbers import beyond_double, scored_value
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
+from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.corpus.jsonio import (
     MAX_CASE_LINE_BYTES,
     MAX_RUN_LINE_BYTES,

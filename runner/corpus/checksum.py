@@ -34,7 +34,7 @@ import msgspec
 
 from attestation.contracts import EVALUATION_BLOCK_CASES, corpus_checksum
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
-from attestation.encoding.collector import paused_gc
+from attestation.encoding.gc_pause import paused_gc
 from attestation.transparency.merkle import LEAF_PREFIX, CompactRange
 from runner.corpus.canonical_lines import CaseLine, LineDecoder
 from runner.corpus.case_labels import CaseLabels

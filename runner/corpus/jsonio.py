@@ -83,34 +83,6 @@ def parse_line(line: bytes, file: str, number: int) -> dict[str, Any]:
     return value
 
 
-def parse_line_with_number_check(
-    line: bytes, file: str, number: int
-) -> tuple[dict[str, Any], bool]:
-    """Parse a line (as ``parse_line``); also say whether every number literal in it is
-    written the way both ``repr()`` and RFC 8785 write it (no exponent, no integral ``.0``),
-    so that comparing against ``json.dumps`` output is conclusive."""
-    suspicious: list[str] = []
-
-    def check_float(literal: str) -> float:
-        if "e" in literal or "E" in literal or literal.endswith(".0"):
-            suspicious.append(literal)
-        return parse_float(literal)
-
-    try:
-        value = json.loads(
-            line,
-            parse_float=check_float,
-            parse_int=parse_int,
-            parse_constant=_reject_constant,
-            object_pairs_hook=_unique_pairs,
-        )
-    except (ValueError, RecursionError) as exc:
-        raise CorpusError(file, _json_problem(exc), line=number) from exc
-    if not isinstance(value, dict):
-        raise CorpusError(file, "a line must be a JSON object", line=number)
-    return value, not suspicious
-
-
 def read_small_file(path: Path) -> bytes:
     """The bytes of ``plan.json`` / ``marks.json``: a regular file (never a FIFO or device,
     which would block or never end), refused past the size cap or with a byte order mark."""

@@ -20,7 +20,7 @@ from typing import IO, Any, Final
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
+from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, RUNS_FILE
 from runner.corpus.jsonio import (
     MAX_CASE_LINE_BYTES,
     MAX_RUN_LINE_BYTES,

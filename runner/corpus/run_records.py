@@ -16,7 +16,7 @@ columns (:class:`CaseColumns`: built only for those ranks, a shard's share):
   differently: integral doubles, magnitudes below 1e-5), cut at the block boundaries (every
   :data:`EVALUATION_BLOCK_CASES` results) and hashed into its blocks' leaves; the members
   other than ``cases`` are the record's header, hashed beside the root of its leaves
-  (the evaluation digest v2, ``runner.corpus.evaluation``);
+  (the evaluation digest v2, ``runner.corpus.evaluation_files``);
 * a shard with a runs index (``runner.corpus.runs_index``) hashes only its own blocks (the
   reader's ``hashed`` ranks): the other entries are only decoded as JSON (msgspec ``Raw``)
   and counted, and their leaves come from the index, which must hold the same leaves as
@@ -58,12 +58,12 @@ from attestation.encoding.canonical import (
     canonicalize,
     format_number,
 )
-from attestation.encoding.collector import paused_gc
+from attestation.encoding.gc_pause import paused_gc
 from attestation.transparency.merkle import LEAF_PREFIX
 from runner.corpus.canonical_lines import colon_count
 from runner.corpus.case_labels import IdBlocks, block_parts, ids_digest
 from runner.corpus.errors import CorpusError, CorpusOrderError
-from runner.corpus.evaluation import (
+from runner.corpus.evaluation_files import (
     RUNS_FILE,
     Evaluation,
     RunDigest,
@@ -746,7 +746,7 @@ class _FastLine(Generic[SinkT]):
 class _Blocks:
     """The leaves of consecutive blocks of a run's case results, from the RFC 8785 text of
     the results: a block's leaf is the SHA-256 of ``0x00`` and the block as a JSON array
-    (``runner.corpus.evaluation``), the block closed after every
+    (``runner.corpus.evaluation_files``), the block closed after every
     :data:`EVALUATION_BLOCK_CASES` results and at the end."""
 
     def __init__(self) -> None:

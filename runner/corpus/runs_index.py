@@ -8,7 +8,7 @@ its own blocks of ``cases.jsonl`` and takes the other leaves from the index
 evaluation digest.
 
 Every shard binds the evaluation digest of the whole corpus, whose run part is a tree over
-each run's blocks of case results (``runner.corpus.evaluation``). Without this file a shard
+each run's blocks of case results (``runner.corpus.evaluation_files``). Without this file a shard
 decodes, re-encodes and hashes every run record to get it; with it, a shard hashes the blocks
 it scores, checks that the file lists the same leaves for them, and takes the other leaves
 from the file: it reads the other entries only as JSON, to count them.
@@ -41,7 +41,7 @@ from attestation.encoding.json_document import describe_validation_error
 from attestation.files import FileTooLargeError, read_regular
 from attestation.transparency.merkle import HASH_SIZE
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import Evaluation, RunsIndex
+from runner.corpus.evaluation_files import Evaluation, RunsIndex
 from runner.corpus.jsonio import parse_small_json
 
 RUNS_INDEX_FILE: Final = "runs.index.json"

@@ -16,7 +16,7 @@ from typing import Any, Final
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
 from runner.corpus.checksum import CASES_FILE, compute_checksum
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
+from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, RUNS_FILE
 
 POSITIVE: Final = "flag"
 NEGATIVE: Final = "clear"

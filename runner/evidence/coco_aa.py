@@ -54,6 +54,16 @@ from attestation.abi.tpm import parse_quote
 from attestation.envelope.binding import report_data_from_canonical, report_data_matches
 from attestation.envelope.model import ReportDataEncoding
 from attestation.errors import MalformedError
+from attestation.tenant.http import (
+    Answer,
+    DeadlineExceededError,
+    HttpClient,
+    HttpError,
+    HttpRefusedError,
+    HttpUnavailableError,
+    Limits,
+    RetryPolicy,
+)
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.agent_json import AgentEvidence, AgentJsonError, agent_evidence_from_document
 from runner.evidence.az_vtpm_json import (
@@ -67,16 +77,6 @@ from runner.evidence.common import (
     NoTeeError,
     ReportDataMismatchError,
     check_report,
-)
-from tenant.http import (
-    Answer,
-    DeadlineExceededError,
-    HttpClient,
-    HttpError,
-    HttpRefusedError,
-    HttpUnavailableError,
-    Limits,
-    RetryPolicy,
 )
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8006"
@@ -246,10 +246,6 @@ class CocoAgentProvider:
                 raise self._transport_error(exc) from exc
             self._info = self._check_info(response)
         return self._info
-
-    def detect_encoding(self) -> ReportDataEncoding:
-        """The binding encoding for this agent's version (see module doc)."""
-        return _encoding_for(self.agent_info())
 
     def _check_info(self, response: Answer) -> AgentInfo:
         url = f"{self.base_url}/info"

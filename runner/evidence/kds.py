@@ -1,6 +1,7 @@
 """AMD Key Distribution Service (KDS): fetch, verify and cache a chip's VCEK.
 
-URLs (AMD's VCEK Certificate and KDS Interface Specification, publication 57230), base ``https://kdsintf.amd.com``:
+URLs (AMD's VCEK Certificate and KDS Interface Specification, publication 57230), base
+``https://kdsintf.amd.com``:
 
 * VCEK: ``/vcek/v1/{Milan|Genoa}/{hex(CHIP_ID): 128 chars}?blSPL=.&teeSPL=.&snpSPL=.&ucodeSPL=.``;
   Turin: ``/vcek/v1/Turin/{hex(CHIP_ID[0:8]), 16 chars}?...&fmcSPL=..`` (the long form gets 404).
@@ -13,7 +14,7 @@ the URL recorded in the Oak test data whose answer is one of our real vectors.
 A downloaded VCEK is kept only if it chains to AMD's *pinned* ASK and ARK, its SPLs and hwID
 match the report, and it verifies the report's signature. KDS rate-limits (HTTP 429): we wait
 as long as ``Retry-After`` asks, up to a bound, a bounded number of times (the retry policy of
-:mod:`tenant.http`).
+:mod:`attestation.tenant.http`).
 """
 
 from __future__ import annotations
@@ -34,17 +35,17 @@ from attestation.endorsement.chain import VerifiedChain
 from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.errors import AttestationError, FailureClass
 from attestation.files import read_regular
-from attestation.verify.verifier import verify_endorsement
-from runner.errors import EvidenceError, InputError, UsageError
-from runner.evidence.bundle import pem_bundle
-from tenant.fsutil import atomic_write
-from tenant.http import (
+from attestation.tenant.fsutil import atomic_write
+from attestation.tenant.http import (
     HttpClient,
     HttpError,
     Limits,
     RetryAfterTooLongError,
     RetryPolicy,
 )
+from attestation.verify.verifier import verify_endorsement
+from runner.errors import EvidenceError, InputError, UsageError
+from runner.evidence.bundle import pem_bundle
 
 KDS_BASE_URL: Final = "https://kdsintf.amd.com"
 TURIN_HWID_BYTES: Final = 8
@@ -127,8 +128,8 @@ def cert_chain_path(product: ProductLine) -> str:
 
 
 class KdsClient:
-    """GETs from KDS through :mod:`tenant.http`: timeouts, a size cap, and bounded retries
-    on 429/503 that honour ``Retry-After`` up to ``max_wait`` seconds."""
+    """GETs from KDS through :mod:`attestation.tenant.http`: timeouts, a size cap, and bounded
+    retries on 429/503 that honour ``Retry-After`` up to ``max_wait`` seconds."""
 
     def __init__(
         self,

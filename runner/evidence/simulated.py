@@ -3,8 +3,8 @@
 Used only when asked for by name (``--evidence simulated``). A tenant accepts such evidence
 only by pinning the simulated root's fingerprint in its expected-values file.
 
-The simulated AMD (:mod:`simulated_amd`) is kept under ``<state dir>/simulated-amd/`` (see
-:mod:`runner.statedir`), created on first use and never replaced: a tenant may have pinned it.
+The simulated AMD (:mod:`attestation.simulated_amd`) is kept under ``<state dir>/simulated-amd/``
+(see :mod:`runner.statedir`), created on first use and never replaced: a tenant may have pinned it.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from attestation.abi.product import ProductLine
 from attestation.envelope.binding import report_data_from_canonical
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd import state as simulated_state
 from runner.errors import InputError, UsageError
 from runner.evidence.base import Evidence
 from runner.statedir import default_state_dir
 from runner.workload import code_digest
-from simulated_amd import SimulatedAmd
-from simulated_amd import state as simulated_state
 
 SIMULATED_PROVIDER: Final = "simulated"
 SIMULATED_AMD_DIR: Final = "simulated-amd"

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from attestation.tenant.fsutil import atomic_write_text
 from runner.errors import ImageBuildError, UsageError
 from runner.image import debian
 from runner.image.layout import ImageConfig, write_layout
 from runner.image.wheels import unpack_wheels
 from runner.k8s.job import OUT_DIR, RUN_AS_UID, RUNNER_COMMAND, RUNNER_ENV
-from tenant.fsutil import atomic_write_text
 
 DEBIAN_LOCK: Final = "image/debian.lock"
 PYTHON_LOCK: Final = "image/python.lock"
@@ -45,8 +45,6 @@ SOURCE_FILES: Final = (
     "README.md",
     "attestation",
     "runner",
-    "simulated_amd",
-    "tenant",
 )
 VENV: Final = "opt/attested-replay"
 #: Mount points of the Job's volumes that must exist in a read-only root.

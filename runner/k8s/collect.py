@@ -28,22 +28,12 @@ from typing import Any, Final, Literal
 import structlog
 from kubernetes import client
 
-from attestation.contracts import (
-    FRAME_PREFIX,
-    MAX_ENVELOPE_BYTES,
-    MAX_POD_LOG_BYTES,
-    MAX_SHARD_COUNT,
-    POD_LOG_TAIL_LINES,
-    TAILS_FRAME_PREFIX,
-    TerminationMessage,
-    framed_payloads,
-    sha256_digest,
-    unframe_envelope,
-)
+from attestation.contracts import MAX_ENVELOPE_BYTES, MAX_SHARD_COUNT, sha256_digest
 from attestation.envelope.merged import MergedBudget, merged_envelope_bytes
 from attestation.envelope.model import Envelope, parse_envelope
 from attestation.errors import AttestationError, MalformedError
 from attestation.exit_codes import EXIT_CODES
+from attestation.tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 from runner.errors import VerificationFailedError
 from runner.k8s import retry
 from runner.k8s.errors import EnvelopeMismatchError, EnvelopeMissingError
@@ -58,8 +48,16 @@ from runner.k8s.job import (
 )
 from runner.k8s.pods import list_run_pods
 from runner.k8s.state import job_outcome
+from runner.pod_output import (
+    FRAME_PREFIX,
+    MAX_POD_LOG_BYTES,
+    POD_LOG_TAIL_LINES,
+    TAILS_FRAME_PREFIX,
+    TerminationMessage,
+    framed_payloads,
+    unframe_envelope,
+)
 from runner.shard_tails import merge_with_tails
-from tenant.http import AnswerTooLargeError, HttpClient, HttpError, Limits, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 
@@ -110,7 +108,7 @@ class _SucceededPod:
 
 
 def read_termination_message(message: str, *, where: str) -> TerminationMessage:
-    """The pod's termination message (:class:`~attestation.contracts.TerminationMessage`).
+    """The pod's termination message (:class:`~runner.pod_output.TerminationMessage`).
 
     Raises:
         EnvelopeMismatchError: ``<where>: termination message ...`` naming what is wrong: a

@@ -6,9 +6,9 @@ from typing import Any
 
 from kubernetes import client
 
+from attestation.tenant.http import RetryPolicy
 from runner.k8s.job import INSTANCE_LABEL
 from runner.k8s.retry import call, read_json
-from tenant.http import RetryPolicy
 
 
 def list_run_pods(

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from attestation.tenant.http import Answer, HttpClient, HttpError, Limits
 from runner.k8s.collect import PUBLICATION_ANSWER
 from runner.k8s.errors import PublicationCheckError, RunPublishedError
 from runner.k8s.gone import publication_run_url
-from tenant.http import Answer, HttpClient, HttpError, Limits
 
 #: ``…/shards`` is a small JSON object (at most 256 shard indices).
 SMALL_ANSWER: Final = Limits(max_bytes=16 * 1024, deadline=30.0)

@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from attestation.contracts import RunId, Sha256Digest, TenantId, WireModel
+from attestation.tenant.http import RetryPolicy
 from runner.errors import SubmitError
 from runner.k8s import retry
 from runner.k8s.errors import RunConflictError
@@ -36,7 +37,6 @@ from runner.k8s.job import (
     LABEL_TENANT,
     MANAGED_BY,
 )
-from tenant.http import RetryPolicy
 
 RecordState = Literal["submitted", "refused", "stopped", "cancelled"]
 RecordEventKind = Literal["submitted", "rerun", "refused", "stopped", "cancelled"]

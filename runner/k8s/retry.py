@@ -1,5 +1,5 @@
 """Retry Kubernetes API calls on 5xx, 429 and dropped connections, with capped backoff
-(:class:`tenant.http.RetryPolicy`, the project's one retry policy).
+(:class:`attestation.tenant.http.RetryPolicy`, the project's one retry policy).
 
 Creation is safe to retry because Job names are deterministic: a create that reached the
 server before the connection dropped comes back as 409 and is attached by spec digest.
@@ -17,15 +17,15 @@ import structlog
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from attestation.tenant.http import RetryPolicy
 from runner.k8s.errors import ApiRefusedError, ApiUnavailableError
-from tenant.http import RetryPolicy
 
 T = TypeVar("T")
 log = structlog.get_logger("attested-replay.k8s")
 
 
-#: The Kubernetes API's retries: the one retry policy of ``tenant.http``, with shorter waits
-#: (the API server is close by, and a watch loop must not stall for long).
+#: The Kubernetes API's retries: the one retry policy of ``attestation.tenant.http``, with shorter
+#: waits (the API server is close by, and a watch loop must not stall for long).
 KUBERNETES_RETRY: Final = RetryPolicy(attempts=6, backoff_factor=0.25, backoff_max=8.0)
 
 

@@ -19,6 +19,7 @@ import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from attestation.tenant.http import HttpClient, RetryPolicy
 from runner.errors import SubmitError
 from runner.k8s import retry
 from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, VerifyEnvelope
@@ -52,7 +53,6 @@ from runner.k8s.records import (
 from runner.k8s.retry import KUBERNETES_RETRY, read_json
 from runner.k8s.state import Phase, RunOutcome, RunStatus, job_status, raise_for_outcome
 from runner.k8s.watch import JobTracker, ProgressCallback
-from tenant.http import HttpClient, RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 

@@ -33,12 +33,12 @@ import structlog
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from attestation.tenant.http import RetryPolicy
 from runner.k8s.job import INSTANCE_LABEL, TRACKING_SELECTOR
 from runner.k8s.pods import list_run_pods
 from runner.k8s.progress import Report, RunProgress, WaitPolicy
 from runner.k8s.retry import KUBERNETES_RETRY, describe, is_transient, read_json
 from runner.k8s.state import JOB_NOT_FOUND, RunOutcome, job_event_outcome
-from tenant.http import RetryPolicy
 
 log = structlog.get_logger("attested-replay.k8s")
 

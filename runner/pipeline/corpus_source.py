@@ -2,14 +2,14 @@
 
 :func:`corpus_directory` is the one resolver every command taking ``--corpus`` uses (``run``,
 ``expected``, ``tenant reproduce``): the archive is a corpus export (``corpus export``'s format,
-read by :func:`tenant.corpus_export.read_export`) when its first member is the export's
+read by :func:`attestation.tenant.corpus_export.read_export`) when its first member is the export's
 manifest, otherwise a plain archive of the corpus files.
 
 The transport is not trusted: the pod recomputes the corpus checksum inside the TEE and
 refuses a corpus whose checksum differs from the one the operator expected. Nor is the
-archive: it is downloaded within a deadline and a size cap (:mod:`tenant.http`), then
+archive: it is downloaded within a deadline and a size cap (:mod:`attestation.tenant.http`), then
 unpacked in one streaming pass that refuses it at the first entry over a bound, before
-anything is listed (:mod:`tenant.archive`).
+anything is listed (:mod:`attestation.tenant.archive`).
 """
 
 from __future__ import annotations
@@ -34,15 +34,10 @@ from attestation.contracts import (
     MAX_CORPUS_UNPACKED_BYTES,
 )
 from attestation.files import open_regular
-from runner.corpus.checksum import CASES_FILE
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, RUNS_FILE
-from runner.corpus.jsonio import MAX_SMALL_FILE_BYTES
-from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE
-from runner.errors import InputError, SourceUnavailableError, UsageError
-from tenant.archive import ArchiveBounds, iter_entries
-from tenant.corpus_export import MANIFEST_NAME, ExportError, ExportManifest, read_export
-from tenant.errors import ArchiveError, TenantUsageError
-from tenant.http import (
+from attestation.tenant.archive import ArchiveBounds, iter_entries
+from attestation.tenant.corpus_export import MANIFEST_NAME, ExportError, ExportManifest, read_export
+from attestation.tenant.errors import ArchiveError, TenantUsageError
+from attestation.tenant.http import (
     AnswerTooLargeError,
     HttpClient,
     HttpRefusedError,
@@ -51,6 +46,11 @@ from tenant.http import (
     RetryPolicy,
     check_url,
 )
+from runner.corpus.checksum import CASES_FILE
+from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, RUNS_FILE
+from runner.corpus.jsonio import MAX_SMALL_FILE_BYTES
+from runner.corpus.runs_index import MAX_RUNS_INDEX_BYTES, RUNS_INDEX_FILE
+from runner.errors import InputError, SourceUnavailableError, UsageError
 
 #: A downloaded archive larger than this is refused (bytes).
 MAX_ARCHIVE_BYTES: Final = MAX_CORPUS_ARCHIVE_BYTES
@@ -197,9 +197,9 @@ def unpack_archive(archive: Path, target: Path) -> ExportManifest | None:
 def _unpack(archive: Path, target: Path) -> None:
     """Extract the four corpus files (and ``runs.index.json``, if there is one), from the
     archive root or one top-level directory, in one streaming pass whose bounds are checked
-    entry by entry (:mod:`tenant.archive`; the limits are in :mod:`attestation.contracts`).
-    Any other file, links, devices and paths leaving the archive are refused (docs/limits.md):
-    an archive holds the corpus and nothing else."""
+    entry by entry (:mod:`attestation.tenant.archive`; the limits are in
+    :mod:`attestation.contracts`). Any other file, links, devices and paths leaving the archive are
+    refused (docs/limits.md): an archive holds the corpus and nothing else."""
     bounds = ArchiveBounds(
         max_entries=MAX_CORPUS_ARCHIVE_ENTRIES,
         max_unpacked=MAX_CORPUS_UNPACKED_BYTES,

@@ -201,7 +201,7 @@ def envelope_json_bytes(envelope: Envelope) -> bytes:
 
 def envelope_document_bytes(document: Mapping[str, object]) -> bytes:
     """An envelope's JSON document as a run writes it: indented by two spaces, UTF-8, a final
-    line break (orjson's indented layout, which the strict parser reads in C)."""
+    line break."""
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
 
 

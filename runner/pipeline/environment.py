@@ -6,7 +6,7 @@ variable of the container is part of HOST_DATA), and that is the control a tenan
 the run does not rely on it alone:
 
 * the HTTP clients read none of the variables through which other stacks redirect trust
-  (:data:`tenant.http.TRUST_VARIABLES`: proxies, CA bundles, ``.netrc``, TLS key logs);
+  (:data:`attestation.tenant.http.TRUST_VARIABLES`: proxies, CA bundles, ``.netrc``, TLS key logs);
 * the variables below act before any of our code runs (the dynamic linker, OpenSSL's
   configuration, the interpreter's module path, start-up hooks and number parsing). A run that
   would produce genuine SEV-SNP evidence refuses to start while one of them is in effect; every

@@ -33,13 +33,13 @@ from attestation.envelope.model import Envelope, parse_envelope
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import AttestationError
 from attestation.files import open_regular
+from attestation.tenant.fsutil import atomic_write
 from attestation.verify.checks import VerificationResult
 from runner.errors import InputError, UsageError
 from runner.pipeline.envelope import read_envelope_file
 from runner.pipeline.run import default_tails_path
 from runner.pipeline.verification import expect_what_is_bound, raise_unless_verified
 from runner.shard_tails import merge_with_tails
-from tenant.fsutil import atomic_write
 
 log = structlog.get_logger("attested-replay.merge")
 

@@ -35,6 +35,7 @@ from attestation.evaluation.metrics import RunTally
 from attestation.evaluation.models import Plan
 from attestation.evaluation.partial import PartialError, RunPartial, shard_range, tail_size
 from attestation.evaluation.shards import shard_result, whole_report
+from attestation.tenant.fsutil import atomic_write
 from runner.corpus.case_blocks import CasesPart, block_offsets, blocks_of, verify_shard_blocks
 from runner.corpus.case_labels import CaseLabels
 from runner.corpus.checksum import (
@@ -45,7 +46,7 @@ from runner.corpus.checksum import (
     scan_cases,
 )
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import (
+from runner.corpus.evaluation_files import (
     PLAN_FILE,
     RUNS_FILE,
     Evaluation,
@@ -64,7 +65,6 @@ from runner.corpus.runs_index import (
 from runner.errors import ChecksumMismatchError
 from runner.scoring.checks import check_evaluation
 from runner.shard_tails import tails_document
-from tenant.fsutil import atomic_write
 
 __all__ = [
     "Progress",

@@ -37,7 +37,6 @@ from attestation.contracts import (
     RunId,
     Sha256Digest,
     TenantId,
-    TerminationMessage,
     mergeable_shard_count_problem,
     sha256_digest,
 )
@@ -45,6 +44,9 @@ from attestation.encoding.canonical import canonicalize
 from attestation.encoding.json_document import json_item_bound
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.model import Binding, Envelope, ShardPosition
+from attestation.tenant.fsutil import atomic_write_all
+from attestation.tenant.http import HttpClient, HttpEnvironment, http_environment, read_token
+from attestation.tenant.paths import check_output_file
 from attestation.verify.checks import VerificationResult
 from runner.errors import ChecksumMismatchError, InputError, UsageError
 from runner.evidence import AgentEncoding, EvidenceKind, get_provider, load_endorsement_bundle
@@ -55,11 +57,9 @@ from runner.pipeline.envelope import assemble_envelope, endorse, envelope_json_b
 from runner.pipeline.environment import ProcessEnvironment, process_environment
 from runner.pipeline.replay import Progress, ReplayOutcome, compute_checksum, replay_corpus
 from runner.pipeline.verification import self_verify
+from runner.pod_output import TerminationMessage
 from runner.publish.client import PublishOutcome, check_target, publish_envelope
 from runner.workload import current_workload
-from tenant.fsutil import atomic_write_all
-from tenant.http import HttpClient, HttpEnvironment, http_environment, read_token
-from tenant.paths import check_output_file
 
 log = structlog.get_logger("attested-replay.run")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.tenant.fsutil import atomic_write
 from attestation.transparency.checkpoint import (
     EM_DASH,
     Checkpoint,
@@ -19,7 +20,6 @@ from attestation.transparency.checkpoint import (
     VerifierKey,
     check_key_name,
 )
-from tenant.fsutil import atomic_write
 
 
 class CheckpointSigner:

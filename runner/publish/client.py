@@ -7,7 +7,7 @@ PUT of the envelope under its digest (``docs/publishing.md``); the service sets 
 write-once pointer in the same transaction and answers with the log receipt (a service too old
 to do so gets the ``runs/{runId}`` PUT as well). Connection errors, 429 and 5xx other than 507
 are retried with exponential backoff, honouring ``Retry-After`` (the policy of
-``tenant.http``); 507 (the service's storage is full) is spooled at once.
+``attestation.tenant.http``); 507 (the service's storage is full) is spooled at once.
 """
 
 from __future__ import annotations
@@ -25,14 +25,9 @@ import structlog
 from attestation.contracts import RUN_ID_GRAMMAR, is_run_id, is_tenant_id, sha256_digest
 from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
-from attestation.transparency.checkpoint import CheckpointError, parse_signed_note
-from attestation.transparency.entries import LogEntry
-from attestation.transparency.merkle import leaf_hash, verify_inclusion
-from runner.errors import InputError, PublishError, UsageError
-from runner.publish.spool import Spool, SpoolItem, default_spool_dir
-from tenant.errors import TenantUsageError
-from tenant.fsutil import atomic_write
-from tenant.http import (
+from attestation.tenant.errors import TenantUsageError
+from attestation.tenant.fsutil import atomic_write
+from attestation.tenant.http import (
     Answer,
     HttpClient,
     HttpError,
@@ -41,6 +36,11 @@ from tenant.http import (
     check_url,
     json_body,
 )
+from attestation.transparency.checkpoint import CheckpointError, parse_signed_note
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import leaf_hash, verify_inclusion
+from runner.errors import InputError, PublishError, UsageError
+from runner.publish.spool import Spool, SpoolItem, default_spool_dir
 
 log = structlog.get_logger("attested-replay.publish")
 

@@ -25,10 +25,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from attestation.contracts import format_sha256, is_sha256_digest
+from attestation.tenant.corpus_export import MEDIA_TYPE, ExportError, peek_manifest
 from runner.publish.corpus_store import CorpusStore, StoredExport
 from runner.publish.server import ApiError, Service, json_response, not_found
 from runner.publish.storage import utc_now
-from tenant.corpus_export import MEDIA_TYPE, ExportError, peek_manifest
 
 log = structlog.get_logger("attested-replay.serve")
 

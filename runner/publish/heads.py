@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from attestation.tenant.fsutil import atomic_write
 from attestation.transparency.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -33,7 +34,6 @@ from attestation.transparency.checkpoint import (
 )
 from runner.publish.merkle import MerkleTree
 from runner.publish.storage import storage_error_from_os
-from tenant.fsutil import atomic_write
 
 JOURNAL_FILE: Final = "signed-heads.journal"
 COMPACT_AFTER_BYTES: Final = 16 * 1024 * 1024

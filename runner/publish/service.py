@@ -31,6 +31,8 @@ import uvloop
 from starlette.routing import BaseRoute
 
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES
+from attestation.tenant.fsutil import atomic_write_text
+from attestation.tenant.http import is_loopback
 from attestation.transparency.checkpoint import CheckpointError
 from runner.errors import ListenerLostError, LogProcessExitedError, UsageError
 from runner.log import DEFAULT_LOG_LEVEL
@@ -52,8 +54,6 @@ from runner.publish.ratelimit import Rate, RateLimiter
 from runner.publish.server import PublicationApp, Service, create_app
 from runner.publish.storage import Storage, StorageError, is_postgres_location, open_storage
 from runner.publish.witnesses import WitnessEndpoint, WitnessSubmitter
-from tenant.fsutil import atomic_write_text
-from tenant.http import is_loopback
 
 DEFAULT_LOG_NAME: Final = "attested-replay.local"
 SIGNING_KEY_FILE: Final = "log-signing-key.pem"

@@ -12,8 +12,8 @@ fetches a run it must call tampering:
 * a merged envelope of ``n`` shards beside shard envelopes of another count.
 
 Whether a merged envelope's shards are the logged shard envelopes is the tenant's check
-(``tenant/logged_shards.py``), which needs the whole documents. Being decided in the log's
-transaction, two contradicting parts published at the same moment cannot both be logged.
+(``attestation/tenant/logged_shards.py``), which needs the whole documents. Being decided in the
+log's transaction, two contradicting parts published at the same moment cannot both be logged.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attestation.contracts import is_run_id, is_tenant_id, sha256_digest
+from attestation.tenant.fsutil import atomic_write
 from runner.errors import InputError
 from runner.statedir import default_state_dir
-from tenant.fsutil import atomic_write
 
 
 def default_spool_dir() -> Path:

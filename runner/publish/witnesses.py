@@ -18,6 +18,7 @@ from typing import Final
 import structlog
 import urllib3
 
+from attestation.tenant.http import check_url
 from attestation.transparency.checkpoint import (
     COSIGNATURE_V1_ALGORITHM,
     CheckpointError,
@@ -26,7 +27,6 @@ from attestation.transparency.checkpoint import (
 from attestation.transparency.cosignature import CosignatureError, verify_cosignatures
 from runner.errors import UsageError
 from runner.publish.heads import SignedHead
-from tenant.http import check_url
 
 #: How long one add-checkpoint may take (connect, then the answer).
 CONNECT_TIMEOUT_SECONDS: Final = 5.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attestation.evaluation.marks import scoring_problem
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import MARKS_FILE, PLAN_FILE, Evaluation
+from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, Evaluation
 
 
 def check_evaluation(evaluation: Evaluation) -> None:

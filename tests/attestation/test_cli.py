@@ -20,8 +20,8 @@ from attestation.contracts import MAX_CERTIFICATE_BYTES, MAX_REPORT_FILE_BYTES
 from attestation.endorsement.trust import AmdRole, TrustStore
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
+from attestation.simulated_amd import SimulatedAmd
 from attestation.verify.verifier import Verifier
-from simulated_amd import SimulatedAmd
 
 ASSETS = Path(__file__).parents[1] / "assets"
 REAL = ASSETS / "real"

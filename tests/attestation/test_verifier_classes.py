@@ -23,8 +23,8 @@ from attestation.endorsement.certificate import endorsement_from_certificate, lo
 from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import UntrustedChainError
-from simulated_amd import SimulatedAmd
-from simulated_amd.pki import issue_authority, utc_now
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.pki import issue_authority, utc_now
 from tests.attestation.envelope.test_envelope_verify import (
     CORPUS,
     EVALUATION,

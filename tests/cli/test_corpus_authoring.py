@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from attestation.cli import main as verify_main
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd import state as simulated_state
 from runner.cli import main
 from runner.evidence.simulated import simulated_amd_dir
-from simulated_amd import SimulatedAmd
-from simulated_amd import state as simulated_state
 
 
 @pytest.fixture

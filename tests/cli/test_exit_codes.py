@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from attestation.tenant import errors as tenant_errors
 from runner import errors
 from runner.cli import main
 from runner.exit_codes import Family, exit_code_for
-from tenant import errors as tenant_errors
 
 EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from attestation.cli import main as verify_main
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd import state as simulated_state
 from runner.cli import main
 from runner.evidence.simulated import simulated_amd_dir
-from simulated_amd import SimulatedAmd
-from simulated_amd import state as simulated_state
 
 EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"
 IMAGE = "registry.example/attested-replay@sha256:" + "1" * 64

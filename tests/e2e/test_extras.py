@@ -146,7 +146,7 @@ def test_a_fresh_install_without_extras_verifies_and_runs_the_demo(tmp_path: Pat
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
-    for package in ("attestation", "tenant", "simulated_amd", "runner"):
+    for package in ("attestation", "runner"):
         shutil.copytree(
             REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )

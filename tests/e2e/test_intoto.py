@@ -28,8 +28,8 @@ from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # no
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.envelope.model import Envelope
+from attestation.tenant.intoto import MERGED_PREDICATE_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from runner.cli import main as runner_main
-from tenant.intoto import MERGED_PREDICATE_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 
 SCHEMA = json.loads(

@@ -40,11 +40,11 @@ from attestation.envelope.model import (
 from attestation.envelope.verification import verify_envelope
 from attestation.evaluation.partial import shard_range
 from attestation.evaluation.shards import ShardMergeError
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.amd import DEFAULT_MEASUREMENT
 from attestation.verify.checks import VerificationResult
 from runner.pipeline.replay import ReplayOutcome, replay_corpus
 from runner.shard_tails import merge_with_tails
-from simulated_amd import SimulatedAmd
-from simulated_amd.amd import DEFAULT_MEASUREMENT
 from tests.e2e.conftest import EXAMPLE_CORPUS
 
 RUN_ID = "run-merged-1"

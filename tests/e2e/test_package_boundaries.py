@@ -1,10 +1,12 @@
 """The package map holds: statically (the import graph) and when run (blocked imports).
 
-``docs/architecture.md`` draws the map: ``attestation`` (pure verifier) <- ``tenant`` (the
-tenant's network tools) <- ``runner``; ``simulated_amd`` beside them, importing only
-``attestation``. These tests read every import statement of the four packages (module level
-and lazy ones) and check the arrows; then they import and *use* ``attestation`` and ``tenant``
-in a fresh interpreter where everything they must not need raises on import.
+``docs/architecture.md`` draws the map: two top-level packages. ``attestation`` is the tenant's
+side: the pure verifier (``attestation`` outside its two tool subpackages), the tenant's network
+tools (``attestation.tenant``) and the simulated AMD (``attestation.simulated_amd``); ``runner``
+is the operator's and the pod's side and may import all of it. These tests read every import
+statement of both packages (module level and lazy ones) and check the arrows between those
+components; then they import and *use* the verifier and ``attestation.tenant`` in a fresh
+interpreter where everything they must not need raises on import.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tests.e2e.conftest import GenuineRun
 from tests.publish.conftest import LOG_NAME, make_envelope, running_service
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("attestation", "tenant", "simulated_amd", "runner")
+PACKAGES = ("attestation", "runner")
 #: Third-party modules of the optional extras (``runner.extras``) and what they pull in.
 OPTIONAL = frozenset(
     {"kubernetes", "yaml", "uvicorn", "httptools", "uvloop", "psycopg", "starlette", "anyio"}
@@ -37,18 +39,31 @@ OPTIONAL = frozenset(
 BASE_ENTRY_POINTS = (
     "attestation",
     "attestation.cli",
-    "tenant",
+    "attestation.tenant",
     "runner.cli",
     *(f"runner.commands.{path.stem}" for path in (REPO / "runner" / "commands").glob("*.py")),
     "runner.pipeline",
     "runner.k8s.job",
 )
+#: The components of the map: the two tool subpackages of ``attestation`` are components of
+#: their own; the rest of ``attestation`` is the verifier.
+COMPONENTS = ("attestation.tenant", "attestation.simulated_amd", "attestation", "runner")
 FORBIDDEN = {
     "attestation": frozenset(
-        {"runner", "tenant", "simulated_amd", "requests", "urllib3", "structlog", *OPTIONAL}
+        {
+            "runner",
+            "attestation.tenant",
+            "attestation.simulated_amd",
+            "requests",
+            "urllib3",
+            "structlog",
+            *OPTIONAL,
+        }
     ),
-    "simulated_amd": frozenset({"runner", "tenant", "requests", "urllib3", "structlog", *OPTIONAL}),
-    "tenant": frozenset({"runner", "simulated_amd", *OPTIONAL}),
+    "attestation.simulated_amd": frozenset(
+        {"runner", "attestation.tenant", "requests", "urllib3", "structlog", *OPTIONAL}
+    ),
+    "attestation.tenant": frozenset({"runner", "attestation.simulated_amd", *OPTIONAL}),
 }
 REAL = REPO / "tests" / "assets" / "real"
 
@@ -92,14 +107,32 @@ def _root(module: str) -> str:
     return module.partition(".")[0]
 
 
-def test_the_four_packages_import_only_downwards() -> None:
+def _component(module: str) -> str:
+    """The component of the map ``module`` belongs to (a third-party module: its top level)."""
+    for component in COMPONENTS:
+        if module == component or module.startswith(component + "."):
+            return component
+    return _root(module)
+
+
+def test_the_components_import_only_downwards() -> None:
     problems = [
         f"{name} imports {imported}"
         for name, path in _modules()
         for imported in _imports(path, top_level_only=False)
-        if _root(imported) in FORBIDDEN.get(_root(name), frozenset())
+        if _component(imported) in FORBIDDEN.get(_component(name), frozenset())
     ]
     assert problems == []
+
+
+def test_the_map_places_each_module_in_its_component() -> None:
+    names = {name for name, _path in _modules()}
+    assert {"attestation.tenant", "attestation.simulated_amd", "attestation.cli"} <= names
+    assert not {"tenant", "simulated_amd"} & {_root(name) for name in names}
+    assert _component("attestation.tenant.http") == "attestation.tenant"
+    assert _component("attestation.tenants") == "attestation"
+    assert _component("attestation.endorsement.chain") == "attestation"
+    assert _component("urllib3.poolmanager") == "urllib3"
 
 
 def test_corpus_never_imports_scoring_and_runner_subpackages_form_no_cycle() -> None:
@@ -172,7 +205,7 @@ BLOCKED = frozenset(sys.argv[1].split(","))
 
 class Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in BLOCKED:
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
             raise ModuleNotFoundError(f"{name} is blocked by the package-boundary test", name=name)
         return None
 
@@ -181,7 +214,7 @@ sys.meta_path.insert(0, Blocker())
 
 
 def loaded():
-    return sorted({m.partition(".")[0] for m in sys.modules} & BLOCKED)
+    return sorted(b for b in BLOCKED if any(m == b or m.startswith(b + ".") for m in sys.modules))
 """
 
 
@@ -256,7 +289,7 @@ def test_tenant_alone_fetches_and_proves_a_log(tmp_path: Path) -> None:
     body = """
     from pathlib import Path
 
-    import tenant
+    from attestation import tenant
 
     server, token_file, out, key = sys.argv[2:6]
     report = tenant.fetch_tenant(
@@ -269,7 +302,7 @@ def test_tenant_alone_fetches_and_proves_a_log(tmp_path: Path) -> None:
     print(json.dumps({"size": report.size, "previous": report.previous_size,
                       "new": len(report.new_envelopes), "loaded": loaded()}))
     """
-    blocked = FORBIDDEN["tenant"]
+    blocked = FORBIDDEN["attestation.tenant"]
     try:
         with running_service(storage, signer) as service:
 

@@ -316,14 +316,15 @@ def test_a_merged_run_over_edited_predictions_fails_against_the_documented_file(
         assert "FAILED expectation.evaluation-digest" in out
 
 
-# -- the stock-guest attack: genuine HOST_DATA, the operator's own MEASUREMENT ----------------------
+# -- the stock-guest attack: genuine HOST_DATA, the operator's own MEASUREMENT
+# ----------------------
 
 
 @pytest.fixture(scope="module")
 def hardware() -> Any:
     """A PKI the verifier is told is AMD's (a trust store pinning it in AMD's place): its
     reports are "genuine hardware", labelled sev-snp."""
-    from simulated_amd import SimulatedAmd
+    from attestation.simulated_amd import SimulatedAmd
 
     return SimulatedAmd.generate()
 

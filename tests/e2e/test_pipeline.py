@@ -10,11 +10,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from attestation import ExpectedValues, TerminationMessage, sha256_digest, verify_envelope
-from attestation.contracts import FRAME_PREFIX, frame_envelope, framed_payloads, unframe_envelope
+from attestation import ExpectedValues, sha256_digest, verify_envelope
 from runner.errors import ChecksumMismatchError, UsageError
 from runner.evidence.simulated import load_or_create_simulated_amd
 from runner.pipeline import RunRequest, run
+from runner.pod_output import (
+    FRAME_PREFIX,
+    TerminationMessage,
+    frame_envelope,
+    framed_payloads,
+    unframe_envelope,
+)
 from runner.workload import current_workload
 from tests.e2e.conftest import EXAMPLE_CORPUS
 

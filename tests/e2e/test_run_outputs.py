@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from attestation.cli import main as verify_main
-from attestation.contracts import FRAME_PREFIX, sha256_digest
+from attestation.contracts import sha256_digest
 from runner.cli import main as runner_main
 from runner.errors import SourceUnavailableError
 from runner.exit_codes import exit_code_for
 from runner.pipeline.corpus_source import fetch_corpus
 from runner.pipeline.replay import compute_checksum
+from runner.pod_output import FRAME_PREFIX
 from runner.workload import current_workload
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 

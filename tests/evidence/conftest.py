@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from attestation.simulated_amd import SimulatedAmd
 from runner.evidence.simulated import load_or_create_simulated_amd
-from simulated_amd import SimulatedAmd
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from werkzeug import Request, Response
 
 from attestation.abi.product import ProductLine
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.vtpm import new_attestation_key, simulated_vtpm_evidence
 from runner.evidence.agent_json import AgentCertEntry, evidence_to_agent_json
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK, build_cert_table
 from runner.evidence.configfs_tsm import ConfigfsAccess
@@ -58,8 +60,6 @@ from runner.evidence.sev_guest import (
     SnpReportReq,
     SnpReportResp,
 )
-from simulated_amd import SimulatedAmd
-from simulated_amd.vtpm import new_attestation_key, simulated_vtpm_evidence
 
 
 def signed_chain(amd: SimulatedAmd, report: bytes) -> list[bytes]:

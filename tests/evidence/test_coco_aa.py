@@ -20,6 +20,7 @@ from attestation.abi.product import ProductLine
 from attestation.abi.tpm import parse_quote
 from attestation.endorsement.trust import TrustStore
 from attestation.envelope.binding import report_data_from_canonical
+from attestation.simulated_amd import SimulatedAmd
 from attestation.verify.policy import CRYPTO_ONLY
 from attestation.verify.verifier import verify_report
 from runner.errors import EvidenceError, EvidenceUnavailableError
@@ -35,7 +36,6 @@ from runner.evidence.common import (
     ReportDataMismatchError,
 )
 from runner.exit_codes import exit_code_for
-from simulated_amd import SimulatedAmd
 from tests.azure_sets import AZURE
 from tests.azure_sets import load as load_azure_set
 from tests.evidence.emulators import AZURE_EVIDENCE, AgentEmulator, assert_chain_signs

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from attestation.simulated_amd import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
 from runner.evidence.common import ReportDataMismatchError
 from runner.evidence.configfs_tsm import ConfigfsAccess, ConfigfsTsmProvider
 from runner.evidence.sev_guest import PAGE_SIZE
 from runner.exit_codes import exit_code_for
-from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import EmulatedConfigfs, assert_chain_signs
 
 

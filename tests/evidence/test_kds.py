@@ -12,6 +12,7 @@ from pytest_httpserver import HTTPServer
 
 from attestation.abi.product import ProductLine
 from attestation.abi.report import parse_report
+from attestation.tenant.http import parse_retry_after
 from runner.cli import main
 from runner.errors import UsageError
 from runner.evidence import load_endorsement_bundle
@@ -23,7 +24,6 @@ from runner.evidence.kds import (
     report_product,
     vcek_request,
 )
-from tenant.http import parse_retry_after
 from tests.fifo_guard import fifo
 
 REAL = Path(__file__).parent.parent / "assets" / "real"

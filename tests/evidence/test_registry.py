@@ -8,6 +8,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from attestation.simulated_amd import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError, InputError, UsageError
 from runner.evidence import EVIDENCE_CHOICES, get_provider, load_endorsement_bundle
 from runner.evidence.auto import AutoProvider
@@ -16,7 +17,6 @@ from runner.evidence.coco_aa import CocoAgentProvider
 from runner.evidence.configfs_tsm import ConfigfsTsmProvider
 from runner.evidence.sev_guest import SevGuestProvider
 from runner.evidence.simulated import SimulatedProvider
-from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import signed_chain
 from tests.evidence.test_coco_aa import free_loopback_port
 

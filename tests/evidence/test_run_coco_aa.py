@@ -1,4 +1,5 @@
-"""`attested-replay run --evidence coco-aa` against the loopback agent, then the tenant's verifier."""
+"""`attested-replay run --evidence coco-aa` against the loopback agent, then the tenant's
+verifier."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from pytest_httpserver import HTTPServer
 from attestation.abi.product import ProductLine
 from attestation.abi.tpm import QuoteSignature, parse_quote, serialize_quote, serialize_signature
 from attestation.cli import main as verify_main
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.vtpm import new_attestation_key
 from runner.cli import main as runner_main
-from simulated_amd import SimulatedAmd
-from simulated_amd.vtpm import new_attestation_key
 from tests.evidence.emulators import AgentEmulator
 from tests.evidence.test_coco_aa import free_loopback_port
 

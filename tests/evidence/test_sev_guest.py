@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from attestation.simulated_amd import SimulatedAmd
 from runner.errors import EvidenceError, EvidenceUnavailableError
 from runner.evidence.certtable import GUID_ARK, GUID_ASK, GUID_VCEK
 from runner.evidence.common import ReportDataMismatchError
@@ -23,7 +24,6 @@ from runner.evidence.sev_guest import (
     SnpReportResp,
     describe_errors,
 )
-from simulated_amd import SimulatedAmd
 from tests.evidence.emulators import IoctlEmulator, assert_chain_signs
 
 

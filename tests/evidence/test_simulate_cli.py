@@ -14,9 +14,9 @@ from attestation.abi.report import parse_report
 from attestation.endorsement.certificate import load_certificates, load_endorsement
 from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.state import store as store_simulated_amd
 from runner.cli import main
-from simulated_amd import SimulatedAmd
-from simulated_amd.state import store as store_simulated_amd
 
 
 @pytest.fixture

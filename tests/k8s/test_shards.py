@@ -22,10 +22,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.cli import main as verify_main
-from attestation.contracts import MAX_MERGEABLE_SHARD_COUNT, TAILS_FRAME_PREFIX
+from attestation.contracts import MAX_MERGEABLE_SHARD_COUNT
 from runner.cli import main as runner_main
 from runner.k8s.indexes import IndexListError, parse_index_list
 from runner.k8s.job import MAX_NAME, CorpusUrl, ReplaySpec, build_job, job_name
+from runner.pod_output import TAILS_FRAME_PREFIX
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import SqliteStorage
@@ -407,8 +408,8 @@ def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # no
     """Pods that print 9 MiB shard envelopes (each within the envelope cap): two of them
     already cannot fit one merged envelope, so the third pod's log is never read (collect
     holds about one envelope's worth however many shards there are)."""
-    from attestation.contracts import frame_envelope, framed_payloads, unframe_envelope
     from runner.k8s.collect import Collector
+    from runner.pod_output import frame_envelope, framed_payloads, unframe_envelope
 
     logs = []
     for log in shard_outputs.logs:

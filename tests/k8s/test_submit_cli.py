@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from attestation.contracts import frame_envelope, sha256_digest
+from attestation.contracts import sha256_digest
+from attestation.tenant.http import RetryPolicy
 from runner.k8s import retry
 from runner.k8s.errors import ApiUnavailableError
 from runner.k8s.job import ANNOTATION_SPEC_DIGEST, ReplaySpec, build_job
-from tenant.http import RetryPolicy
+from runner.pod_output import frame_envelope
 from tests.k8s.apiserver import Fault
 from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (

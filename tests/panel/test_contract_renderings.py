@@ -1,6 +1,6 @@
 """One contract, every rendering: the CLI text, the generated docs page, ``GET /v1/contract`` of
 the running service and the trust panel in Debian's Chromium each show every part of
-``tenant.contract.CONTRACT``.
+``attestation.tenant.contract.CONTRACT``.
 
 What must be shown is derived from the contract's data, not listed here: every text field of
 every model in it (title, summary, headings, labels, definitions, rows, threats, checklist
@@ -24,9 +24,9 @@ from pydantic import BaseModel
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
+from attestation.tenant.contract import CONTRACT, Contract, NotVerifiable, Reference, Row
+from attestation.tenant.contract.render import SOURCE_NOTE, plain_text, reference_text
 from runner.cli import main as runner_main
-from tenant.contract import CONTRACT, Contract, NotVerifiable, Reference, Row
-from tenant.contract.render import SOURCE_NOTE, plain_text, reference_text
 from tests.panel.conftest import Panel, browser_errors, page_json
 
 OpenPanel = Callable[[], webdriver.Chrome]

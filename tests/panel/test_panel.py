@@ -14,8 +14,8 @@ import requests
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from tenant.contract import CONTRACT
-from tenant.contract.render import plain
+from attestation.tenant.contract import CONTRACT
+from attestation.tenant.contract.render import plain
 from tests.panel.conftest import (
     WITNESS_NAME,
     Panel,

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 import requests
 
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.checkpoint import VerifierKey, verify_signed_checkpoint
 from attestation.transparency.merkle import leaf_hash
 from runner.cli import main
@@ -25,7 +26,6 @@ from runner.publish.client import publish_envelope
 from runner.publish.merkle import MerkleTree
 from runner.publish.storage import PostgresStorage, Role, SqliteStorage
 from runner.publish.tokens import create_token
-from tenant.http import RetryPolicy
 from tests.publish.conftest import (
     LOG_NAME,
     ServeProcess,

@@ -18,6 +18,10 @@ from urllib.parse import parse_qsl
 import pytest
 import requests
 
+from attestation.tenant import fetch as tenant_fetch
+from attestation.tenant.errors import FetchWorkerError, TamperingError, TenantUsageError
+from attestation.tenant.fetch import fetch_tenant
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.entries import MAX_ENTRY_BYTES, LogEntry
 from attestation.transparency.tiles import decode_bundle, encode_bundle
 from runner.cli import main
@@ -26,10 +30,6 @@ from runner.publish import bundles
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.storage import Storage
-from tenant import fetch as tenant_fetch
-from tenant.errors import FetchWorkerError, TamperingError, TenantUsageError
-from tenant.fetch import fetch_tenant
-from tenant.http import RetryPolicy
 
 from .conftest import Service, sha256_name
 

@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from attestation.tenant.http import HttpClient, RetryPolicy
 from attestation.transparency.checkpoint import verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 from runner.publish.client import PublishOutcome, publish_envelope
 from runner.publish.merkle import MerkleTree
-from tenant.http import HttpClient, RetryPolicy
 
 PUBLISHERS = 100
 PER_PUBLISHER = 20

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 import requests
 
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.checkpoint import VerifierKey, verify_signed_checkpoint
 from attestation.transparency.merkle import leaf_hash
 from runner.errors import PublishError
@@ -44,7 +45,6 @@ from runner.publish.storage import (
     classify_database_error,
 )
 from runner.publish.tokens import create_token
-from tenant.http import RetryPolicy
 from tests.publish.conftest import (
     LOG_NAME,
     ServeProcess,

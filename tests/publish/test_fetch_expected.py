@@ -16,6 +16,12 @@ import pytest
 from attestation.cli import main as verify_main
 from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
 from attestation.envelope.verification import verify_envelope
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd import state as simulated_state
+from attestation.tenant import verify_fetched as verify_fetched_module
+from attestation.tenant.errors import TenantUsageError, VerificationWorkerError
+from attestation.tenant.http import RetryPolicy
+from attestation.tenant.verify_fetched import load_expectations, verify_fetched
 from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.evidence.simulated import simulated_amd_dir
@@ -25,12 +31,6 @@ from runner.publish.client import publish_envelope
 from runner.publish.log import AppendRequest
 from runner.publish.shard_sets import PartShape
 from runner.publish.storage import SqliteStorage
-from simulated_amd import SimulatedAmd
-from simulated_amd import state as simulated_state
-from tenant import verify_fetched as verify_fetched_module
-from tenant.errors import TenantUsageError, VerificationWorkerError
-from tenant.http import RetryPolicy
-from tenant.verify_fetched import load_expectations, verify_fetched
 from tests.publish.conftest import make_envelope
 
 EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"

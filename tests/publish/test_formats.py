@@ -10,14 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.contracts import RUN_ID_PATTERN
-from attestation.encoding import json_document
 from attestation.encoding.canonical import canonicalize
-from attestation.envelope.model import parse_envelope
 from attestation.transparency.checkpoint import CheckpointError, VerifierKey, parse_signed_note
 from attestation.transparency.entries import EntryError, LogEntry
-from runner.pipeline.envelope import envelope_json_bytes
 from runner.publish.server import _answer_body
-from tests.publish.conftest import make_envelope
 
 DIGEST = "sha256:" + "ab" * 32
 run_ids = st.from_regex(RUN_ID_PATTERN, fullmatch=True)
@@ -114,18 +110,3 @@ def test_an_answer_with_a_lone_surrogate_is_escaped_not_an_error() -> None:
         b'{"error":"bad path /\\udc80","n":1180591620717411303424}'
     )
     assert _answer_body({"b": "é", "a": 1}) == '{"a":1,"b":"é"}'.encode()
-
-
-def test_the_envelope_a_run_writes_is_read_by_the_c_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``envelope_json_bytes`` writes orjson's indented layout, so publishing and verifying
-    a run's envelope never needs the Python parser's hooks."""
-    reached: list[bytes] = []
-    monkeypatch.setattr(
-        json_document, "parse_json_with_hooks", lambda data, **_: reached.append(data)
-    )
-    envelope = parse_envelope(make_envelope("acme", "run-1"))
-    data = envelope_json_bytes(envelope)
-    assert data.startswith(b'{\n  "apiVersion": ')
-    assert data.endswith(b"}\n")
-    assert parse_envelope(data) == envelope
-    assert reached == []

@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.tenant import tlog
+from attestation.tenant.errors import ServiceUnavailableError, TamperingError
+from attestation.tenant.fetch import fetch_tenant
+from attestation.tenant.http import Limits, RetryPolicy
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, node_hash
@@ -26,10 +30,6 @@ from runner.evidence.kds import KdsClient
 from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.spool import Spool
-from tenant import tlog
-from tenant.errors import ServiceUnavailableError, TamperingError
-from tenant.fetch import fetch_tenant
-from tenant.http import Limits, RetryPolicy
 from tests import hostile_server as hs
 
 MiB = 1024 * 1024

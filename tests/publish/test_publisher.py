@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
+from attestation.tenant import http as tenant_http
+from attestation.tenant.http import RetryPolicy
 from runner.cli import main
 from runner.errors import InputError, PublishError, UsageError
 from runner.exit_codes import exit_code_for
 from runner.publish.client import flush_spool, publish_envelope
 from runner.publish.spool import Spool, default_spool_dir
-from tenant import http as tenant_http
-from tenant.http import RetryPolicy
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05, connect_timeout=1, read_timeout=5)
 
@@ -185,7 +185,8 @@ def test_retries_through_503_and_lost_answers(
 
 
 class RecordedSleeps(list[float]):
-    """Stands in for ``tenant.http``'s ``time`` module: records each sleep instead of taking it."""
+    """Stands in for ``attestation.tenant.http``'s ``time`` module: records each sleep instead of
+    taking it."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)

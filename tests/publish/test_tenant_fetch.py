@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.envelope.merged import parse_any_envelope
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.publish.checkpoint import CheckpointSigner
@@ -29,7 +30,6 @@ from runner.publish.client import publish_envelope
 from runner.publish.log import AppendRequest
 from runner.publish.shard_sets import PartShape
 from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
-from tenant.http import RetryPolicy
 from tests.publish.conftest import make_merged_envelope
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation import exact_run_parts
+from runner.corpus.evaluation_files import exact_run_parts
 from runner.corpus.jsonio import parse_line
 from runner.pipeline.replay import replay_corpus
 from tests.replay.golden import (

@@ -28,7 +28,7 @@ from runner.corpus import run_records, runs_index
 from runner.corpus.check import check_corpus
 from runner.corpus.checksum import compute_checksum
 from runner.corpus.errors import CorpusError, CorpusOrderError
-from runner.corpus.evaluation import load_evaluation
+from runner.corpus.evaluation_files import load_evaluation
 from runner.corpus.jsonio import parse_json
 from runner.corpus.models import RunCase
 from runner.corpus.runs_index import RUNS_INDEX_FILE

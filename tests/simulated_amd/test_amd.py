@@ -20,7 +20,7 @@ from attestation.endorsement.certificate import load_certificates, load_endorsem
 from attestation.endorsement.chain import verify_chain
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import MalformedError
-from simulated_amd import SIMULATED_CHIP_ID, SimulatedAmd
+from attestation.simulated_amd import SIMULATED_CHIP_ID, SimulatedAmd
 
 REPORT_DATA = bytes(range(64))
 MEASUREMENT = hashlib.sha384(b"workload").digest()

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from attestation.abi.product import ProductLine
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.state import store as store_simulated_amd
 from runner.errors import InputError, UsageError
 from runner.evidence.simulated import (
     load_or_create_simulated_amd,
@@ -17,8 +19,6 @@ from runner.evidence.simulated import (
     simulated_root_fingerprint,
 )
 from runner.statedir import default_state_dir
-from simulated_amd import SimulatedAmd
-from simulated_amd.state import store as store_simulated_amd
 
 
 def test_default_state_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

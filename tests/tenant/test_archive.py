@@ -9,8 +9,8 @@ import tracemalloc
 
 import pytest
 
-from tenant import archive as bt
-from tenant.errors import ArchiveError
+from attestation.tenant import archive as bt
+from attestation.tenant.errors import ArchiveError
 
 BOUNDS = bt.ArchiveBounds(max_entries=8, max_unpacked=16 << 30, max_ratio=200, ratio_floor=64 << 20)
 

@@ -10,7 +10,7 @@ import binascii
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tenant.fetch import decode_base64
+from attestation.tenant.fetch import decode_base64
 
 #: Characters around which strict base64 decoding has rules: padding, whitespace, the
 #: URL-safe alphabet, NUL, and text that is not ASCII.

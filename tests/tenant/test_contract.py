@@ -11,11 +11,17 @@ import pytest
 
 from attestation.cli import build_parser as verifier_parser
 from attestation.envelope.expected import ExpectedValues
+from attestation.tenant.contract import (
+    CONTRACT,
+    Availability,
+    Contract,
+    render_markdown,
+    render_text,
+)
+from attestation.tenant.contract.render import SOURCE_NOTE, plain
 from attestation.verify.policy import Policy
 from runner.cli import build_parser as runner_parser
 from runner.cli import main as runner_main
-from tenant.contract import CONTRACT, Availability, Contract, render_markdown, render_text
-from tenant.contract.render import SOURCE_NOTE, plain
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -34,7 +40,7 @@ def test_docs_page_is_generated_from_the_contract() -> None:
     page = (DOCS / "verification-contract.md").read_text(encoding="utf-8")
     assert page == render_markdown(CONTRACT), (
         "docs/verification-contract.md is stale or was edited by hand: edit "
-        "tenant/contract/data.py and run `python scripts/gen_contract_doc.py`"
+        "attestation/tenant/contract/data.py and run `python scripts/gen_contract_doc.py`"
     )
     assert page.startswith(SOURCE_NOTE)
 

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli import main as runner_main
-from runner.corpus.checksum import compute_checksum
-from tenant.corpus_export import (
+from attestation.tenant.corpus_export import (
     CORPUS_FILE_NAMES,
     MANIFEST_NAME,
     ExportError,
@@ -25,6 +23,8 @@ from tenant.corpus_export import (
     read_export,
     write_export,
 )
+from runner.cli import main as runner_main
+from runner.corpus.checksum import compute_checksum
 from tests.fifo_guard import fifo
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tenant import fsutil
-from tenant.fsutil import atomic_output, atomic_write, atomic_write_all, remove_temporaries
+from attestation.tenant import fsutil
+from attestation.tenant.fsutil import (
+    atomic_output,
+    atomic_write,
+    atomic_write_all,
+    remove_temporaries,
+)
 
 Writer = Callable[[Path, bytes], None]
 

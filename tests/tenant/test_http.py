@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from attestation.encoding.json_document import json_nests_deeper
-from tenant.errors import TenantUsageError
-from tenant.http import (
+from attestation.tenant.errors import TenantUsageError
+from attestation.tenant.http import (
     TRUST_VARIABLES,
     Answer,
     AnswerTooLargeError,
@@ -310,7 +310,7 @@ def test_the_environment_redirects_nothing(
     context, ca = hs.mint_tls(tmp_path)
     code = (
         "import pathlib, sys\n"
-        "from tenant.http import HttpClient, Limits\n"
+        "from attestation.tenant.http import HttpClient, Limits\n"
         "with HttpClient(ca_bundle=pathlib.Path(sys.argv[1])) as client:\n"
         "    print(client.get(sys.argv[2], limit=Limits(100, 10)).body.decode())\n"
         "    print(client.environment().describe())\n"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tenant.errors import TenantInputError
-from tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
+from attestation.tenant.errors import TenantInputError
+from attestation.tenant.unjudged import UNJUDGED_FILE, load_unjudged, record_unjudged
 
 
 def test_recorded_positions_load_sorted_once_and_none_removes_the_file(tmp_path: Path) -> None:

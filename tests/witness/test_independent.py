@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from attestation.tenant.fetch import FetchReport, fetch_tenant
 from attestation.transparency.checkpoint import VerifierKey, tenant_log_origin
 from runner.publish.client import publish_envelope
 from runner.witness.cosigner import Cosigner
 from runner.witness.server import Witness
 from runner.witness.store import WitnessStore
-from tenant.fetch import FetchReport, fetch_tenant
 from tests.publish.conftest import LOG_NAME, Deployment, make_envelope, running_in_ci
 from tests.witness.logs import Log
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from attestation.tenant.http import RetryPolicy
 from attestation.transparency.checkpoint import Checkpoint, tenant_log_origin
 from attestation.transparency.entries import LogEntry
 from runner.errors import PublishError
 from runner.publish.client import publish_envelope
 from runner.publish.merkle import MerkleTree
 from runner.publish.spool import Spool
-from tenant.http import RetryPolicy
 from tests import hostile_server as hs
 from tests.publish.conftest import make_envelope, sha256_name
 from tests.witness.logs import Log

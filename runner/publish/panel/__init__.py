@@ -9,7 +9,7 @@ The page is static HTML, CSS and JavaScript in ``static/`` (nothing from another
 ``static/verify.js`` is built from ``panel-verifier/`` and committed (docs/trust-panel.md). The
 data comes from the routes below, with the token as a bearer header:
 
-* ``GET /v1/contract`` (public): the contract, ``tenant.contract.CONTRACT``, which
+* ``GET /v1/contract`` (public): the contract, ``attestation.tenant.contract.CONTRACT``, which
   ``static/contract.js`` renders whole;
 * ``GET /panel/verifier-data.json`` (public): what ``verify.js`` checks against, from the Python
   verifier's own modules (``verifier_data``);

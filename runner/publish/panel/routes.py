@@ -12,12 +12,12 @@ from starlette.routing import BaseRoute, Route
 
 from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
+from attestation.tenant.contract import CONTRACT
 from attestation.transparency.entries import EntryError, LogEntry
 from runner.publish.corpus_store import CorpusStore
 from runner.publish.panel.verifier_data import verifier_data
 from runner.publish.server import Service, not_found, query_int
 from runner.publish.storage import ListedEntry
-from tenant.contract import CONTRACT
 
 #: Runs per page of ``panel/runs``.
 MAX_RUNS_PAGE: Final = 100

@@ -5,20 +5,16 @@ from __future__ import annotations
 import contextlib
 import json
 
-import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from attestation.contracts import MAX_EXPECTED_BYTES, MAX_POLICY_BYTES
-from attestation.encoding import json_document
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.encoding.json_document import (
-    C_PATH_MAX_BYTES,
     json_item_bound,
     json_items_over,
     json_nests_deeper,
-    parse_json_with_hooks,
     parse_strict_json,
 )
 from attestation.envelope.expected import load_expected
@@ -139,12 +135,12 @@ def test_a_document_shorter_than_the_limit_can_still_reach_it_exactly() -> None:
     assert json_items_over(b",,,", 3) == 4
 
 
-# -- the C path for documents in orjson's layouts ------------------------------------------------
+# -- the one parser reads every spelling of a value as json.loads does -------------------------
 
 JSON_VALUES = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()  # beyond 64 bits too: orjson reads those as doubles, so they never match
+    | st.integers(-(10**300), 10**300)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=["Cs"])),
     lambda children: (
@@ -165,9 +161,8 @@ def typed(value: object) -> object:
 
 
 def spellings(value: object) -> list[bytes]:
-    """Spellings of ``value`` in both layouts the C path reads, compact and indented, as
-    Python's ``json``, RFC 8785 and orjson write them (those three differ in some numbers;
-    only orjson's own are read in C)."""
+    """Spellings of ``value``: compact and indented, as Python's ``json`` and RFC 8785 write
+    them (a run's envelope is indented, receipts and log entries are canonical)."""
     found = []
     for sort in (False, True):
         found.append(
@@ -176,151 +171,20 @@ def spellings(value: object) -> list[bytes]:
         found.append(
             (json.dumps(value, indent=2, sort_keys=sort, ensure_ascii=False) + "\n").encode()
         )
-        with contextlib.suppress(TypeError):  # an integer beyond 64 bits has no orjson form
-            sorted_keys = orjson.OPT_SORT_KEYS if sort else 0
-            found.append(orjson.dumps(value, option=sorted_keys))
-            found.append(
-                orjson.dumps(
-                    value, option=sorted_keys | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-                )
-            )
-    with contextlib.suppress(CanonicalizationError):  # nor one beyond 2**53 an RFC 8785 form
+    with contextlib.suppress(CanonicalizationError):  # no RFC 8785 form beyond 2**53
         found.append(canonicalize(value))
     return found
 
 
-def outcome(parse: object, data: bytes) -> object:
-    assert callable(parse)
-    try:
-        return typed(parse(data, what="document"))
-    except MalformedError as error:
-        return ("refused", str(error))
-
-
-@pytest.fixture
-def python_parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The documents that reach the Python parser (none that the C path accepted)."""
-    seen: list[bytes] = []
-    real = json_document.parse_json_with_hooks
-
-    def counted(data: bytes, *, what: str) -> object:
-        seen.append(data)
-        return real(data, what=what)
-
-    monkeypatch.setattr(json_document, "parse_json_with_hooks", counted)
-    return seen
-
-
 @given(value=JSON_VALUES)
-def test_the_c_path_reads_every_document_in_an_orjson_layout_as_the_python_parser_does(
-    value: object,
-) -> None:
+def test_every_spelling_of_a_value_reads_back_as_that_value(value: object) -> None:
     for data in spellings(value):
-        assert outcome(parse_strict_json, data) == outcome(parse_json_with_hooks, data)
+        assert typed(parse_strict_json(data, what="document")) == typed(json.loads(data))
 
 
-@given(value=JSON_VALUES, cut=st.integers(0, 10_000), insert=st.sampled_from([b",", b"\\", b" "]))
-def test_mutated_documents_get_the_same_answer_from_both_parsers(
-    value: object, cut: int, insert: bytes
-) -> None:
-    for data in spellings(value):
-        at = cut % (len(data) + 1)
-        for mutated in (data[:at] + insert + data[at:], data[:at] + data[at + 1 :]):
-            assert outcome(parse_strict_json, mutated) == outcome(parse_json_with_hooks, mutated)
-
-
-@pytest.mark.parametrize(
-    ("text", "problem"),
-    [
-        (b'{"a":1,"a":1}', "key 'a' appears more than once in one object"),
-        (b'{"b":2,"a":1,"b":2}', "key 'b' appears more than once in one object"),
-        (b'{\n  "a": 1,\n  "a": 1\n}\n', "key 'a' appears more than once in one object"),
-        (b'{"a":{"b":[],"b":[]}}', "key 'b' appears more than once in one object"),
-        (b'{"a":' + b"1" * 310 + b"}", "an integer of 310 digits is out of range"),
-        (b'{\n  "a": -' + b"9" * 309 + b"0\n}\n", "an integer of 310 digits is out of range"),
-        (b'{"a":1e400}', "number 1e400 is out of range"),
-        (b'{"a":NaN}', "NaN is not a JSON number"),
-        (b"[" * 255 + b"]" * 255, None),  # deeper than orjson writes: the Python parser reads it
-    ],
-    ids=[
-        "duplicate",
-        "duplicate-unsorted",
-        "duplicate-indented",
-        "nested-duplicate",
-        "long-integer",
-        "long-negative-indented",
-        "overflow",
-        "nan",
-        "deep",
-    ],
-)
-def test_refused_documents_in_orjson_layouts_are_still_refused(
-    text: bytes, problem: str | None, python_parses: list[bytes]
-) -> None:
-    if problem is None:
-        assert parse_strict_json(text, what="policy") == parse_json_with_hooks(text, what="policy")
-    else:
-        with pytest.raises(MalformedError) as raised:
-            parse_strict_json(text, what="policy")
-        assert str(raised.value) == f"policy is not valid JSON: {problem}"
-    assert python_parses == [text]  # the Python parser decided
-
-
-@pytest.mark.parametrize("layout", ["canonical", "run-envelope"])
-def test_canonical_json_and_a_runs_envelope_layout_are_read_whole_by_the_c_path(
-    layout: str, python_parses: list[bytes]
-) -> None:
-    """A run writes its envelope as ``json.dumps(indent=2, ensure_ascii=False)`` and a line
-    break (``runner.pipeline.envelope.envelope_json_bytes``); receipts and log entries are
-    canonical JSON."""
-    document: dict[str, object] = {
-        "b": [1, 2.5, -0.0, 1e21, None, True, [], {}],
-        "a": {"é": 'x\u2028\n"', "z": 2**53 - 1},
-    }
-    if layout == "canonical":
-        data = canonicalize(document)
-        assert (
-            data
-            == (
-                '{"a":{"z":9007199254740991,"é":"x\u2028\\n\\""},"b":[1,2.5,0,1e+21,null,true,[],{}]}'
-            ).encode()
-        )
-    else:
-        data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
-    expected = json.loads(data)
-    assert typed(parse_strict_json(data, what="envelope")) == typed(expected)
-    assert python_parses == []
-
-
-def test_only_documents_up_to_a_mebibyte_take_the_c_path(python_parses: list[bytes]) -> None:
-    for size in (C_PATH_MAX_BYTES, C_PATH_MAX_BYTES + 1):
-        data = b'{"a":"' + b"x" * (size - 8) + b'"}'
-        assert len(data) == size
-        assert parse_strict_json(data, what="envelope") == {"a": "x" * (size - 8)}
-    assert [len(data) for data in python_parses] == [C_PATH_MAX_BYTES + 1]
-
-
-def test_a_document_with_spaced_separators_is_not_parsed_twice(
-    monkeypatch: pytest.MonkeyPatch, python_parses: list[bytes]
-) -> None:
-    """``json.dumps``' default layout (merged envelopes, hand-written files) is in neither of
-    orjson's: it goes straight to the Python parser, without a first parse by orjson."""
-    tried: list[bytes] = []
-    real = orjson.loads
-
-    def spy(data: bytes) -> object:
-        tried.append(data)
-        return real(data)
-
-    monkeypatch.setattr(orjson, "loads", spy)  # json_document calls orjson.loads
-    spaced = json.dumps({"kind": "merged", "shards": [1, 2]}).encode()
-    assert parse_strict_json(spaced, what="envelope") == {"kind": "merged", "shards": [1, 2]}
-    listed = b"[1, 2]"
-    assert parse_strict_json(listed, what="envelope") == [1, 2]
-    assert (tried, python_parses) == ([], [spaced, listed])
-    compact_with_spaces_in_a_string = b'{"note":"a, b: c"}'
-    assert parse_strict_json(compact_with_spaces_in_a_string, what="x") == {"note": "a, b: c"}
-    assert python_parses[2:] == [compact_with_spaces_in_a_string]  # read as exactly, in Python
+def test_a_document_over_a_mebibyte_is_read_like_any_other() -> None:
+    data = b'{"a":"' + b"x" * (1024 * 1024) + b'"}'
+    assert parse_strict_json(data, what="envelope") == {"a": "x" * (1024 * 1024)}
 
 
 # -- nesting depth, counted before parsing ---------------------------------------------------

@@ -25,7 +25,7 @@ from attestation.endorsement.certificate import (
 from attestation.endorsement.chain import VerifiedChain, verify_chain
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import MalformedError, UntrustedChainError, UsageError
-from simulated_amd import SimulatedAmd
+from attestation.simulated_amd import SimulatedAmd
 
 ASSETS = Path(__file__).parents[2] / "assets"
 REAL = ASSETS / "real"

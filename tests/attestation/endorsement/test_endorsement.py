@@ -22,7 +22,7 @@ from attestation.endorsement.certificate import (
     load_endorsement,
 )
 from attestation.errors import MalformedError
-from simulated_amd import SimulatedAmd
+from attestation.simulated_amd import SimulatedAmd
 
 REAL = Path(__file__).parents[2] / "assets" / "real"
 MILAN_ZERO = {"spl4": 0, "spl5": 0, "spl6": 0, "spl7": 0}

@@ -14,7 +14,7 @@ from attestation.abi.product import ProductLine, SignerKind
 from attestation.endorsement import trust
 from attestation.endorsement.trust import AmdRole, TrustStore, fingerprint
 from attestation.errors import MalformedError, UntrustedChainError, UsageError
-from simulated_amd import SimulatedAmd
+from attestation.simulated_amd import SimulatedAmd
 
 ROOTS = Path(__file__).parents[3] / "attestation" / "endorsement" / "roots"
 

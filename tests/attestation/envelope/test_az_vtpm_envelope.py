@@ -30,14 +30,14 @@ from attestation.envelope.model import (
 from attestation.envelope.verification import verify_envelope
 from attestation.errors import FailureClass
 from attestation.exit_codes import EXIT_CODES
-from attestation.verify.checks import VerificationResult
-from simulated_amd import SimulatedAmd
-from simulated_amd.vtpm import (
+from attestation.simulated_amd import SimulatedAmd
+from attestation.simulated_amd.vtpm import (
     SimulatedVtpmEvidence,
     hcl_report,
     new_attestation_key,
     simulated_vtpm_evidence,
 )
+from attestation.verify.checks import VerificationResult
 from tests.attestation.envelope.test_envelope_verify import (
     CORPUS,
     EVALUATION,

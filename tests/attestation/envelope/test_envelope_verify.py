@@ -37,8 +37,8 @@ from attestation.envelope.model import (
 )
 from attestation.envelope.verification import JUDGED_CHECK, platform_of_chain, verify_envelope
 from attestation.errors import FailureClass, MalformedError
+from attestation.simulated_amd import SimulatedAmd
 from attestation.verify.checks import VerificationResult
-from simulated_amd import SimulatedAmd
 
 REAL = Path(__file__).parents[2] / "assets" / "real"
 REAL_NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)

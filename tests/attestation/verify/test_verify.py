@@ -28,6 +28,7 @@ from attestation.endorsement.chain import VerifiedChain
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import FailureClass, MalformedError
 from attestation.exit_codes import EXIT_CODES
+from attestation.simulated_amd import SimulatedAmd, sign_with_key
 from attestation.verify.policy import CRYPTO_ONLY, Policy
 from attestation.verify.verifier import (
     Verifier,
@@ -35,7 +36,6 @@ from attestation.verify.verifier import (
     verify_endorsement,
     verify_report,
 )
-from simulated_amd import SimulatedAmd, sign_with_key
 
 REAL = Path(__file__).parents[2] / "assets" / "real"
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)

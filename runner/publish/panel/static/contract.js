@@ -1,6 +1,6 @@
 // The verification contract on the trust panel: every section of GET /v1/contract, with the
 // headings and labels the contract itself carries. The docs page and `attested-replay contract`
-// render the same data (tenant/contract/render.py), and tests/panel/test_contract_renderings.py
+// render the same data (attestation/tenant/contract/render.py), and tests/panel/test_contract_renderings.py
 // finds every part of it in all of them. No framework and no build step.
 //
 // Text in the contract has two marks: `code`, and {row:ID}, a cross-reference to a matrix row,

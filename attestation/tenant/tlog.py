@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from attestation.tenant.errors import TamperingError
+from attestation.tenant.http import Limits
 from attestation.transparency.entries import MAX_ENTRY_BYTES
 from attestation.transparency.merkle import HASH_SIZE, CompactRange, edge_subtrees, perfect_root
 from attestation.transparency.tiles import (
@@ -27,8 +29,6 @@ from attestation.transparency.tiles import (
     tile_path,
     tile_width,
 )
-from tenant.errors import TamperingError
-from tenant.http import Limits
 
 #: A hash tile: at most 256 hashes. An entry bundle: at most 256 of the longest entries.
 HASH_TILE_ANSWER: Final = Limits(max_bytes=TILE_WIDTH * HASH_SIZE, deadline=60.0)

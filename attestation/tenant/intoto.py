@@ -2,8 +2,8 @@
 beside SLSA provenance.
 
 Statement layer: in-toto/attestation spec/v1 (statement.md, resource_descriptor.md,
-digest_set.md, field_types.md); envelope: DSSE v1 (:mod:`tenant.dsse`). ``subject`` names two
-files a consumer holds, by the SHA-256 of their exact bytes (consumers match subjects by
+digest_set.md, field_types.md); envelope: DSSE v1 (:mod:`attestation.tenant.dsse`). ``subject``
+names two files a consumer holds, by the SHA-256 of their exact bytes (consumers match subjects by
 digest only):
 
 * the result file (``run --result-out``, ``merge``): checked first to be the result the
@@ -36,8 +36,8 @@ from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.merged import MergedEnvelope, consistency_problem, parse_any_envelope
 from attestation.envelope.model import Envelope
-from tenant.dsse import INTOTO_PAYLOAD_TYPE, SigningKey, sign_envelope
-from tenant.errors import TenantInputError
+from attestation.tenant.dsse import INTOTO_PAYLOAD_TYPE, SigningKey, sign_envelope
+from attestation.tenant.errors import TenantInputError
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE: Final = "https://attested-replay.dev/attestations/replay/v1"

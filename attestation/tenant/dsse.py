@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from attestation.files import FileTooLargeError, read_regular
-from tenant.errors import TenantUsageError
+from attestation.tenant.errors import TenantUsageError
 
 INTOTO_PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
 #: A PEM private key is a few hundred bytes; this refuses anything else without reading it.

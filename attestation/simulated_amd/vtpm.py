@@ -45,7 +45,7 @@ from attestation.abi.tpm import (
     pcr_extend,
     serialize_quote,
 )
-from simulated_amd.amd import SimulatedAmd
+from attestation.simulated_amd.amd import SimulatedAmd
 
 #: The PCR the attestation agent extends the init-data digest into.
 INIT_DATA_PCR: Final = 8

@@ -1,4 +1,4 @@
-"""The shape of the verification contract (the data is in :mod:`tenant.contract.data`).
+"""The shape of the verification contract (the data is in :mod:`attestation.tenant.contract.data`).
 
 Text fields use two marks only: `backticks` around commands, files and field names, and
 ``{row:ID}`` for a cross-reference to the matrix row ``ID``, which every renderer resolves to

@@ -9,13 +9,13 @@ Each fetch verifies the new checkpoint's signature with the pinned key (and, wit
 witnesses, takes the latest cosigned checkpoint and requires their cosignatures: a split view
 then needs the witnesses' collusion), then proves with one
 computation that the new tree extends the kept one and holds every new entry: the right edge
-of the kept tree (read from the log's C2SP tlog-tiles hash tiles, :mod:`tenant.tlog`, and
-giving the kept root) extended with the new entries (from its entry bundles) must give the new
+of the kept tree (read from the log's C2SP tlog-tiles hash tiles, :mod:`attestation.tenant.tlog`,
+and giving the kept root) extended with the new entries (from its entry bundles) must give the new
 signed root (:class:`CompactRange`). Any failure is tampering. So
 is a log holding two envelopes for one run (or one shard of a run): the service never logs a
 replacement, so a second one means the operator rewrote which envelope a run has; and a run
 whose merged envelope holds other shards than the log's shard envelopes of it
-(:mod:`tenant.logged_shards`).
+(:mod:`attestation.tenant.logged_shards`).
 Envelopes are downloaded in bundles (the envelopes of up to ``BUNDLE`` consecutive entries
 in one request, ``GET .../log/envelopes``), ``jobs`` requests at a time, by ``jobs`` worker
 processes when the fetch is large enough to pay for starting them (else by threads of this
@@ -46,6 +46,32 @@ import structlog
 from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
 from attestation.envelope.merged import parse_any_envelope, shard_index
 from attestation.errors import MalformedError
+from attestation.tenant.errors import (
+    FetchWorkerError,
+    ServiceUnavailableError,
+    TamperingError,
+    TenantInputError,
+    TenantUsageError,
+)
+from attestation.tenant.fsutil import (
+    atomic_write,
+    atomic_write_text,
+    fsync_directory,
+    remove_temporaries,
+)
+from attestation.tenant.http import (
+    Answer,
+    AnswerTooLargeError,
+    HttpClient,
+    HttpError,
+    HttpRefusedError,
+    Limits,
+    RetryPolicy,
+    check_url,
+)
+from attestation.tenant.logged_shards import check_logged_shards
+from attestation.tenant.tlog import LogTiles
+from attestation.tenant.unjudged import load_unjudged, record_unjudged
 from attestation.transparency.checkpoint import (
     COSIGNATURE_V1_ALGORITHM,
     ED25519_ALGORITHM,
@@ -62,27 +88,6 @@ from attestation.transparency.cosignature import (
 )
 from attestation.transparency.entries import EntryError, LogEntry
 from attestation.transparency.merkle import CompactRange, leaf_hash
-from tenant.errors import (
-    FetchWorkerError,
-    ServiceUnavailableError,
-    TamperingError,
-    TenantInputError,
-    TenantUsageError,
-)
-from tenant.fsutil import atomic_write, atomic_write_text, fsync_directory, remove_temporaries
-from tenant.http import (
-    Answer,
-    AnswerTooLargeError,
-    HttpClient,
-    HttpError,
-    HttpRefusedError,
-    Limits,
-    RetryPolicy,
-    check_url,
-)
-from tenant.logged_shards import check_logged_shards
-from tenant.tlog import LogTiles
-from tenant.unjudged import load_unjudged, record_unjudged
 
 log = structlog.get_logger("attested-replay.tenant")
 
@@ -99,7 +104,7 @@ WITNESSES_FILE: Final = "witnesses.json"
 #: worker processes instead of threads: a process costs about 35 ms of CPU to start and
 #: build its client when forked (half a second when spawned), two bundles' worth of checking.
 POOL_MIN_BUNDLES: Final = 3
-#: A checkpoint; an envelope (the one contracts limit). Tiles: :mod:`tenant.tlog`.
+#: A checkpoint; an envelope (the one contracts limit). Tiles: :mod:`attestation.tenant.tlog`.
 SMALL_ANSWER: Final = Limits(max_bytes=64 * 1024, deadline=60.0)
 ENVELOPE_ANSWER: Final = Limits(max_bytes=MAX_ENVELOPE_BYTES, deadline=120.0)
 #: A bundle: base64 of at most one maximal envelope's bytes (the service's byte bound is
@@ -311,8 +316,8 @@ def fetch_tenant(
     cosignatures by at least the threshold of the pinned witness keys.
 
     ``to_judge``: the caller verifies the new envelopes next (``--expected``): their log
-    positions are listed in :data:`~tenant.unjudged.UNJUDGED_FILE` before the index and the
-    checkpoint advance, and leave it only with a verdict (:mod:`tenant.unjudged`).
+    positions are listed in :data:`~attestation.tenant.unjudged.UNJUDGED_FILE` before the index and
+    the checkpoint advance, and leave it only with a verdict (:mod:`attestation.tenant.unjudged`).
 
     Raises:
         TamperingError: the log, a checkpoint or an envelope was tampered with (the first

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tenant.contract.model import (
+from attestation.tenant.contract.model import (
     Assurance,
     Availability,
     ChainLink,

@@ -1,21 +1,22 @@
 """The tenant's tools that need the network, and the one HTTP client module.
 
-Depends on ``attestation`` (the pure verifier), ``requests`` and ``structlog``; never on
-``runner``, ``kubernetes``, Starlette, uvicorn or psycopg, so a tenant can install and use it alone
-(a test enforces it). ``runner`` uses :mod:`tenant.http` and :mod:`tenant.fsutil` too
-(``runner`` may import ``tenant``, never the reverse).
+Depends on the verifier (the rest of ``attestation``), ``urllib3`` and ``structlog``; never on
+``runner``, ``attestation.simulated_amd``, ``kubernetes``, Starlette, uvicorn or psycopg, so a
+tenant can install and use it alone (a test enforces it). ``runner`` uses
+:mod:`attestation.tenant.http` and :mod:`attestation.tenant.fsutil` too (``runner`` may import
+``attestation.tenant``, never the reverse).
 
-* :mod:`tenant.fetch` ``tenant fetch``: download new envelopes, prove the log only grew;
-* :mod:`tenant.http` the HTTP client (per-call size and time limits), the one retry policy,
-  the URL policy, bearer-token files;
-* :mod:`tenant.fsutil` atomic file writes;
-* :mod:`tenant.errors` the package's exception hierarchy.
+* :mod:`attestation.tenant.fetch` ``tenant fetch``: download new envelopes, prove the log only grew;
+* :mod:`attestation.tenant.http` the HTTP client (per-call size and time limits), the one retry
+  policy, the URL policy, bearer-token files;
+* :mod:`attestation.tenant.fsutil` atomic file writes;
+* :mod:`attestation.tenant.errors` the package's exception hierarchy.
 
 Fetch and verify a tenant's publication log::
 
     from pathlib import Path
 
-    import tenant
+    from attestation import tenant
 
     report = tenant.fetch_tenant(
         server="https://publish.example",
@@ -27,15 +28,15 @@ Fetch and verify a tenant's publication log::
     print(report.size, report.new_envelopes)
 """
 
-from tenant.errors import (
+from attestation.tenant.errors import (
     ServiceUnavailableError,
     TamperingError,
     TenantError,
     TenantInputError,
     TenantUsageError,
 )
-from tenant.fetch import FetchReport, fetch_tenant, load_verifier_key
-from tenant.http import (
+from attestation.tenant.fetch import FetchReport, fetch_tenant, load_verifier_key
+from attestation.tenant.http import (
     Answer,
     AnswerTooLargeError,
     HttpClient,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import IO, BinaryIO, Final
 
 from attestation.contracts import MAX_ARCHIVE_HEADER_BYTES
-from tenant.errors import ArchiveError
+from attestation.tenant.errors import ArchiveError
 
 _CHUNK: Final = 1024 * 1024
 

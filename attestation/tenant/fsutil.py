@@ -88,6 +88,20 @@ def _discard(temporary: str) -> None:
 
 
 @contextlib.contextmanager
+def _renamed_over(temporary: str, path: Path, *, sync_directory: bool) -> Iterator[None]:
+    """Rename ``temporary`` over ``path`` when the block succeeds (then sync the directory,
+    if asked); remove ``temporary`` and leave ``path`` untouched when it raises."""
+    try:
+        yield
+        os.replace(temporary, path)  # noqa: PTH105 - os calls only (module docstring)
+    except BaseException:
+        _discard(temporary)
+        raise
+    if sync_directory:
+        fsync_directory(path.parent)
+
+
+@contextlib.contextmanager
 def atomic_output(
     path: Path, *, mode: int = 0o644, sync_directory: bool = True
 ) -> Iterator[BinaryIO]:
@@ -99,17 +113,13 @@ def atomic_output(
     one directory passes ``sync_directory=False`` and calls :func:`fsync_directory` once after
     the batch (before anything that records the files as written)."""
     fd, temporary = _create_temporary(path, create_parent=True)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            _finish(fd, mode)
-        os.replace(temporary, path)  # noqa: PTH105 - os calls only (module docstring)
-    except BaseException:
-        _discard(temporary)
-        raise
-    if sync_directory:
-        fsync_directory(path.parent)
+    with (
+        _renamed_over(temporary, path, sync_directory=sync_directory),
+        os.fdopen(fd, "wb") as handle,
+    ):
+        yield handle
+        handle.flush()
+        _finish(fd, mode)
 
 
 def atomic_write(
@@ -118,18 +128,12 @@ def atomic_write(
     """Write ``data`` to ``path`` atomically, as :func:`atomic_output` does. Readers see the
     old file or the new one."""
     fd, temporary = _create_temporary(path, create_parent=True)
-    try:
+    with _renamed_over(temporary, path, sync_directory=sync_directory):
         try:
             _write_all(fd, data)
             _finish(fd, mode)
         finally:
             os.close(fd)
-        os.replace(temporary, path)  # noqa: PTH105 - os calls only (module docstring)
-    except BaseException:
-        _discard(temporary)
-        raise
-    if sync_directory:
-        fsync_directory(path.parent)
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:

@@ -12,11 +12,11 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from tenant.contract.model import ROW_REFERENCE, Contract, Reference, Row
+from attestation.tenant.contract.model import ROW_REFERENCE, Contract, Reference, Row
 
 _CODE: Final = re.compile(r"`([^`]+)`")
 SOURCE_NOTE: Final = (
-    "<!-- Generated from tenant/contract/data.py by scripts/gen_contract_doc.py: "
+    "<!-- Generated from attestation/tenant/contract/data.py by scripts/gen_contract_doc.py: "
     "edit the source, not this page (a test fails when they differ). -->"
 )
 

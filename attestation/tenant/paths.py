@@ -6,8 +6,8 @@ nothing is created on the way: an output's directory must exist (it is never cre
 silently), an existing output must be a regular file (outputs are written by an atomic
 rename, which would replace a directory entry such as a symbolic link or a device), and the
 directory must accept a new file (probed by creating and removing one, which also catches a
-read-only file system). Each check raises :class:`~tenant.errors.TenantUsageError` (exit 9)
-with a message that starts with the option or argument name and the path as typed.
+read-only file system). Each check raises :class:`~attestation.tenant.errors.TenantUsageError` (exit
+9) with a message that starts with the option or argument name and the path as typed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from tenant.errors import TenantUsageError
+from attestation.tenant.errors import TenantUsageError
 
 
 def _fail(label: str, path: Path, problem: str) -> TenantUsageError:

@@ -18,7 +18,7 @@ derived with HKDF-SHA-384 from a seed kept in the state, so re-issuing a certifi
 validity, new signature) keeps the key. VLEK keys derive from (product line, csp_id, TCB).
 
 This module does no file IO: :meth:`SimulatedAmd.to_state` / :meth:`SimulatedAmd.from_state`
-exchange PEM/hex strings; :mod:`simulated_amd.state` persists them in a directory.
+exchange PEM/hex strings; :mod:`attestation.simulated_amd.state` persists them in a directory.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from attestation.endorsement.certificate import (
 )
 from attestation.endorsement.trust import fingerprint
 from attestation.errors import MalformedError
-from simulated_amd.pki import (
+from attestation.simulated_amd.pki import (
     ARK_COMMON_NAME,
     ASK_COMMON_NAME,
     ASVK_COMMON_NAME,

@@ -15,8 +15,8 @@ The same corpus files always give the same tar bytes; the gzip bytes also depend
 deflate implementation (zlib), so the manifest, not the archive's digest, identifies a corpus.
 
 The reader trusts nothing in an archive: it reads the members as one stream through the
-run-side reader (:mod:`tenant.archive`: the same header, total and compression-ratio bounds),
-requires the layout above and plain regular members only (no sparse file, link, device or
+run-side reader (:mod:`attestation.tenant.archive`: the same header, total and compression-ratio
+bounds), requires the layout above and plain regular members only (no sparse file, link, device or
 extension header, refused from its header before a byte is written), never decompresses more
 than the manifest declares (plus tar headers), and checks every file's size and SHA-256 and
 the manifest's case count (the lines of ``cases.jsonl``) before it reports success. Bytes
@@ -45,8 +45,8 @@ from attestation.contracts import (
 from attestation.encoding.json_document import load_json_document
 from attestation.errors import MalformedError
 from attestation.files import open_regular
-from tenant.archive import ArchiveBounds, EntryReader, iter_entries
-from tenant.errors import ArchiveError
+from attestation.tenant.archive import ArchiveBounds, EntryReader, iter_entries
+from attestation.tenant.errors import ArchiveError
 
 MANIFEST_NAME: Final = "corpus-export.json"
 #: The corpus files, in archive order.
@@ -199,7 +199,7 @@ def _archive_size(archive: IO[bytes]) -> int | None:
 
 
 def _bounds(archive: IO[bytes], max_bytes: int) -> ArchiveBounds:
-    """The run-side reader's bounds (:mod:`tenant.archive`), sized for an export: five
+    """The run-side reader's bounds (:mod:`attestation.tenant.archive`), sized for an export: five
     members (a sixth header is read only to refuse it), the manifest and ``max_bytes`` of
     corpus files unpacked, and the corpus archives' compression ratio."""
     return ArchiveBounds(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from attestation.errors import MalformedError
-from simulated_amd.amd import PRIVATE_STATE_KEYS, STATE_KEYS, SimulatedAmd
+from attestation.simulated_amd.amd import PRIVATE_STATE_KEYS, STATE_KEYS, SimulatedAmd
 
 _PRIVATE_MODE: Final = 0o600
 _PUBLIC_MODE: Final = 0o644

@@ -7,12 +7,14 @@ fingerprint. The verifier (``attestation``) never imports this package; this pac
 ``attestation`` for the report, HCL and TPM quote layouts and AMD's KDS extension OIDs, and
 nothing else.
 
-* :mod:`simulated_amd.pki` certificate names, lifetimes, RSA-PSS signing and PEM helpers;
-* :mod:`simulated_amd.amd` :class:`SimulatedAmd`: keys, endorsements, reports, CRLs;
-* :mod:`simulated_amd.vtpm` a simulated Azure confidential VM: HCL report and vTPM quote;
-* :mod:`simulated_amd.state` keeping one in a directory (created once, never replaced).
+* :mod:`attestation.simulated_amd.pki` certificate names, lifetimes, RSA-PSS signing and PEM
+  helpers;
+* :mod:`attestation.simulated_amd.amd` :class:`SimulatedAmd`: keys, endorsements, reports, CRLs;
+* :mod:`attestation.simulated_amd.vtpm` a simulated Azure confidential VM: HCL report and vTPM
+  quote;
+* :mod:`attestation.simulated_amd.state` keeping one in a directory (created once, never replaced).
 """
 
-from simulated_amd.amd import SIMULATED_CHIP_ID, SimulatedAmd, sign_with_key
+from attestation.simulated_amd.amd import SIMULATED_CHIP_ID, SimulatedAmd, sign_with_key
 
 __all__ = ["SIMULATED_CHIP_ID", "SimulatedAmd", "sign_with_key"]

@@ -72,7 +72,7 @@ from urllib3.util.response import assert_header_parsing
 from attestation.encoding.json_document import json_nests_deeper, parse_strict_json
 from attestation.errors import MalformedError
 from attestation.files import read_regular
-from tenant.errors import ServiceUnavailableError, TenantError, TenantUsageError
+from attestation.tenant.errors import ServiceUnavailableError, TenantError, TenantUsageError
 
 USER_AGENT: Final = "attested-replay/1"
 #: Statuses that mean "try again later": rate limits and server-side failures.

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from tenant.errors import TenantInputError
-from tenant.fsutil import atomic_write_text
+from attestation.tenant.errors import TenantInputError
+from attestation.tenant.fsutil import atomic_write_text
 
 #: The file, in the ``tenant fetch`` output directory.
 UNJUDGED_FILE: Final = "unjudged.json"

@@ -4,8 +4,8 @@ Exports are kept in ``OUT/corpora/sha256-<hex>.tar.gz`` (exact bytes) with
 ``OUT/corpora/index.json`` (digest -> corpus checksum, case count, size). An export already
 held is not downloaded again (its name is its digest). Each new one is downloaded to a
 temporary file under the size cap, and kept only if its SHA-256 is its name, it is a valid
-export (:func:`tenant.corpus_export.read_export`: layout, manifest, every file's size and
-SHA-256), its manifest's corpus checksum is the one the service listed and, when the caller
+export (:func:`attestation.tenant.corpus_export.read_export`: layout, manifest, every file's size
+and SHA-256), its manifest's corpus checksum is the one the service listed and, when the caller
 passes ``corpus_checksum`` (``attested-replay`` passes the replay's checksum function), the
 unpacked cases really have that checksum. Anything else is tampering: the service holds
 exports by digest and never rewrites them.
@@ -25,11 +25,11 @@ from typing import IO, Any, Final
 import structlog
 
 from attestation.contracts import DEFAULT_MAX_CORPUS_EXPORT_BYTES, format_sha256, is_sha256_digest
-from tenant.corpus_export import ExportError, ExportManifest, peek_manifest, read_export
-from tenant.errors import ServiceUnavailableError, TamperingError, TenantInputError
-from tenant.fetch import load_index
-from tenant.fsutil import atomic_write_text
-from tenant.http import (
+from attestation.tenant.corpus_export import ExportError, ExportManifest, peek_manifest, read_export
+from attestation.tenant.errors import ServiceUnavailableError, TamperingError, TenantInputError
+from attestation.tenant.fetch import load_index
+from attestation.tenant.fsutil import atomic_write_text
+from attestation.tenant.http import (
     AnswerTooLargeError,
     HttpClient,
     HttpError,

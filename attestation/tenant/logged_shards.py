@@ -21,7 +21,7 @@ from typing import Any
 from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.envelope.model import Envelope
 from attestation.errors import MalformedError
-from tenant.errors import TamperingError, TenantInputError
+from attestation.tenant.errors import TamperingError, TenantInputError
 
 #: The bytes of a stored envelope, by its digest.
 ReadEnvelope = Callable[[str], bytes]

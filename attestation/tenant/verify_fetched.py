@@ -37,7 +37,7 @@ from attestation.envelope.verification import verify_envelope
 from attestation.errors import FailureClass, MalformedError
 from attestation.exit_codes import EXIT_CODES
 from attestation.files import FileTooLargeError, read_regular
-from tenant.errors import TenantInputError, TenantUsageError, VerificationWorkerError
+from attestation.tenant.errors import TenantInputError, TenantUsageError, VerificationWorkerError
 
 #: Stands for each entry's run ID while the file is checked, before anything is fetched.
 _SOME_RUN_ID: Final = "run"
@@ -70,7 +70,7 @@ class FetchedVerdict:
     #: The verdict line, then one line per failed check (``VerificationResult.summary``).
     summary: str
     #: False when the verifier failed before giving a verdict (``ok`` is then False too): the
-    #: envelope stays listed as unjudged (:mod:`tenant.unjudged`).
+    #: envelope stays listed as unjudged (:mod:`attestation.tenant.unjudged`).
     judged: bool = True
 
     def label(self) -> str:

@@ -1,14 +1,14 @@
 """The verification contract as data: what a tenant can check, with what, trusting whom.
 
-One source (:data:`CONTRACT`, in :mod:`tenant.contract.data`) rendered everywhere:
+One source (:data:`CONTRACT`, in :mod:`attestation.tenant.contract.data`) rendered everywhere:
 ``docs/verification-contract.md`` (:func:`render_markdown`), ``attested-replay contract``
 (:func:`render_text`, or ``--json``: ``CONTRACT.to_json_dict()``), ``GET /v1/contract`` of
 ``attested-replay serve`` (the same JSON) and its trust panel, which renders that JSON
 (``runner/publish/panel/static/contract.js``).
 """
 
-from tenant.contract.data import CONTRACT, CONTRACT_VERSION
-from tenant.contract.model import (
+from attestation.tenant.contract.data import CONTRACT, CONTRACT_VERSION
+from attestation.tenant.contract.model import (
     Assurance,
     Availability,
     ChainLink,
@@ -23,7 +23,7 @@ from tenant.contract.model import (
     Term,
     Threat,
 )
-from tenant.contract.render import render_markdown, render_text
+from attestation.tenant.contract.render import render_markdown, render_text
 
 __all__ = [
     "CONTRACT",
