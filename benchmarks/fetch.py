@@ -86,8 +86,8 @@ from attestation.transparency.merkle import leaf_hash, verify_consistency, verif
 from runner.cli import main as runner_main
 from runner.pipeline import RunRequest, run
 from runner.publish.client import publish_envelope
-from runner.publish.storage import Role, open_storage
-from runner.publish.tokens import create_token
+from runner.service.log.storage import Role, open_storage
+from runner.service.tokens import create_token
 
 TENANT = "bench"
 PUBLISHERS = 8

@@ -24,7 +24,7 @@ process with one keep-alive client, as each pod publishes from its own process;
 client (``publish_envelope``: the envelope checked, one PUT, the receipt's inclusion proof
 checked). It reports envelopes per second, p50 and p99 of a whole publish, the rate as a
 ratio to the raw rate of part 1, the CPU time the server (its process and the log's
-process, ``runner.publish.log_process``; before 2026-12-02 04:15 UTC there was one) and the
+process, ``runner.service.log.process``; before 2026-12-02 04:15 UTC there was one) and the
 publishers spent per envelope, and the load average. Everything runs on the same machine: the
 publishers' CPU is the server's competition, and so is every other process; the CPU per
 envelope is what stays comparable on a busy machine (two idle CPUs publish at most
@@ -82,11 +82,10 @@ from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 from runner.pipeline import RunRequest, run
 from runner.pipeline.envelope import envelope_document_bytes
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.merkle import MerkleTree
-from runner.publish.service import DEFAULT_LOG_NAME, SIGNING_KEY_FILE
-from runner.publish.storage import (
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.merkle import MerkleTree
+from runner.service.log.storage import (
     WHOLE_RUN,
     EntryRow,
     Role,
@@ -95,7 +94,8 @@ from runner.publish.storage import (
     open_storage,
     utc_now,
 )
-from runner.publish.tokens import create_token
+from runner.service.serve import DEFAULT_LOG_NAME, SIGNING_KEY_FILE
+from runner.service.tokens import create_token
 
 LEVELS = (1, 8, 32)
 #: How the benchmark starts ``attested-replay`` (the checkout's, whatever is installed).

@@ -1,4 +1,4 @@
-// Bundles src/ into runner/publish/panel/static/verify.js (one IIFE, global AttestedReplayVerify).
+// Bundles src/ into runner/service/panel/static/verify.js (one IIFE, global AttestedReplayVerify).
 // `node build.mjs --check` rebuilds in memory and fails unless the committed bundle is identical
 // byte for byte (the test tests/panel/test_bundle.py runs it).
 import { build } from "esbuild";
@@ -6,7 +6,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 const here = (path) => fileURLToPath(new URL(path, import.meta.url));
-const out = here("../runner/publish/panel/static/verify.js");
+const out = here("../runner/service/panel/static/verify.js");
 const lock = JSON.parse(readFileSync(here("package-lock.json"), "utf8"));
 const versions = ["asn1js", "pkijs", "esbuild"]
   .map((name) => `${name} ${lock.packages[`node_modules/${name}`].version}`)

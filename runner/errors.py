@@ -62,7 +62,7 @@ class LogProcessStartError(UsageError):
 
 
 class LogProcessExitedError(RunnerError):
-    """``serve``'s log process (``runner.publish.log_process``) exited on its own: ``serve``
+    """``serve``'s log process (``runner.service.log.process``) exited on its own: ``serve``
     stops (exit 9) so that its supervisor starts it again; until then publishing answers 503."""
 
 

@@ -58,7 +58,7 @@ from attestation.evaluation.tails import (
     tail_root,
 )
 from attestation.transparency.merkle import leaf_hash
-from runner.publish.merkle import MerkleTree
+from runner.service.log.merkle import MerkleTree
 
 TAILS_FORMAT: Final = "attested-replay.shard-tails/v1"
 #: Room for a tails file's JSON around its base64 tails.

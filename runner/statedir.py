@@ -2,7 +2,7 @@
 
 ``$ATTESTED_REPLAY_STATE_DIR``, else ``$XDG_CACHE_HOME/attested-replay``, else
 ``~/.cache/attested-replay``. (The publication service keeps its durable data under the XDG
-data directory instead: see ``runner.publish.service``.)
+data directory instead: see ``runner.service.serve``.)
 """
 
 from __future__ import annotations

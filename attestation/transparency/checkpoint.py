@@ -5,7 +5,7 @@ signature, ``\\u2014 <key name> <base64(4-byte key ID || signature)>``. The Ed25
 ``SHA-256(name || 0x0A || 0x01 || public key)[:4]``. Public keys travel as verifier keys
 ``<name>+<hex key ID>+<base64(0x01 || public key)>`` (the Go ``note`` package format).
 Verification ignores signatures by other keys (witness cosignatures) and fails closed when
-none by the pinned key is valid. The log's signer is ``runner.publish.checkpoint``.
+none by the pinned key is valid. The log's signer is ``runner.service.log.checkpoint``.
 """
 
 from __future__ import annotations

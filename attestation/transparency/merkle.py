@@ -1,7 +1,7 @@
 """RFC 6962 / RFC 9162 section 2.1 Merkle tree hashes and proof verification (the tenant side).
 
 Leaf hash = SHA-256(0x00 || entry), interior node = SHA-256(0x01 || left || right). The
-publication service builds its trees with ``runner.publish.merkle.MerkleTree``; a tenant
+publication service builds its trees with ``runner.service.log.merkle.MerkleTree``; a tenant
 checks inclusion and consistency proofs against signed checkpoints with the functions here.
 """
 

@@ -52,7 +52,7 @@ _seconds = seconds()
 
 
 def _witness(text: str) -> object:
-    from runner.publish.witnesses import WitnessEndpoint
+    from runner.service.witnesses import WitnessEndpoint
 
     try:
         return WitnessEndpoint.parse(text)
@@ -67,7 +67,7 @@ def _connections(text: str) -> int:
 
 
 def _rate(text: str) -> str:
-    from runner.publish.ratelimit import Rate
+    from runner.service.ratelimit import Rate
 
     try:
         Rate.parse(text)
@@ -238,9 +238,9 @@ journal.""",
 
 def _serve(args: argparse.Namespace) -> int:
     with extra_required("serve", "server"):
-        from runner.publish.guard import ConnectionLimits
-        from runner.publish.ratelimit import Rate
-        from runner.publish.service import (
+        from runner.service.guard import ConnectionLimits
+        from runner.service.ratelimit import Rate
+        from runner.service.serve import (
             DEFAULT_LOG_NAME,
             ServiceConfig,
             default_state_dir,
@@ -278,9 +278,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _server_backup(args: argparse.Namespace) -> int:
     with extra_required("server backup", "server"):
-        from runner.publish.backup import backup_sqlite
-        from runner.publish.service import DATABASE_FILE, default_state_dir
-        from runner.publish.storage import StorageError, is_postgres_location
+        from runner.service.backup import backup_sqlite
+        from runner.service.log.storage import StorageError, is_postgres_location
+        from runner.service.serve import DATABASE_FILE, default_state_dir
 
     location = args.db or str((args.state_dir or default_state_dir()) / DATABASE_FILE)
     if is_postgres_location(location):

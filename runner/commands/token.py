@@ -100,8 +100,8 @@ def _register_token(subparsers: Subparsers) -> None:
 def _token_database(args: argparse.Namespace) -> str:
     """The token commands' database: --db, else the one ``serve`` uses in --state-dir (or
     its default state directory); the caller imported the server extra."""
-    from runner.publish.service import DATABASE_FILE, default_state_dir
-    from runner.publish.storage import is_postgres_location
+    from runner.service.log.storage import is_postgres_location
+    from runner.service.serve import DATABASE_FILE, default_state_dir
 
     location = str(args.db or (args.state_dir or default_state_dir()) / DATABASE_FILE)
     if not is_postgres_location(location) and not Path(location).parent.is_dir():
@@ -111,9 +111,9 @@ def _token_database(args: argparse.Namespace) -> str:
 
 def _token_create(args: argparse.Namespace) -> int:
     with extra_required("token create", "server"):
-        import runner.publish.service  # noqa: F401 - the whole extra, before _token_database
-        from runner.publish.storage import Role, StorageError, open_storage
-        from runner.publish.tokens import create_token
+        import runner.service.serve  # noqa: F401 - the whole extra, before _token_database
+        from runner.service.log.storage import Role, StorageError, open_storage
+        from runner.service.tokens import create_token
 
     if not is_tenant_id(args.tenant):
         raise UsageError(f"tenant {args.tenant!r} is not a tenant id (a DNS label)")
@@ -131,9 +131,9 @@ def _token_create(args: argparse.Namespace) -> int:
 
 def _token_revoke(args: argparse.Namespace) -> int:
     with extra_required("token revoke", "server"):
-        import runner.publish.service  # noqa: F401 - the whole extra, before _token_database
-        from runner.publish.storage import StorageError, open_storage
-        from runner.publish.tokens import ID_HEX, hash_token, token_id
+        import runner.service.serve  # noqa: F401 - the whole extra, before _token_database
+        from runner.service.log.storage import StorageError, open_storage
+        from runner.service.tokens import ID_HEX, hash_token, token_id
 
     if args.token_file is not None:
         prefix = hash_token(read_token(args.token_file))
@@ -162,9 +162,9 @@ def _token_revoke(args: argparse.Namespace) -> int:
 
 def _token_list(args: argparse.Namespace) -> int:
     with extra_required("token list", "server"):
-        import runner.publish.service  # noqa: F401 - the whole extra, before _token_database
-        from runner.publish.storage import StorageError, open_storage
-        from runner.publish.tokens import token_id
+        import runner.service.serve  # noqa: F401 - the whole extra, before _token_database
+        from runner.service.log.storage import StorageError, open_storage
+        from runner.service.tokens import token_id
 
     location = _token_database(args)
     try:

@@ -2,8 +2,8 @@
 
 The publication service keeps a write-once run pointer per (tenant, run ID, part): part ``""``
 for a whole or merged envelope, the shard index for a shard envelope; another envelope for a
-part that has one is refused (409) and never logged (``runner/publish/log.py``). A run that
-publishes to a service already holding an envelope of its run ID would boot a TEE, replay,
+part that has one is refused (409) and never logged (``runner/service/log/sequencer.py``). A run
+that publishes to a service already holding an envelope of its run ID would boot a TEE, replay,
 and then fail to publish (exit 6, which the Job retries: one more VM per attempt). The run
 record (:mod:`runner.k8s.records`) cannot tell, since it lives in one cluster and may have been
 deleted; the service can. So before claiming the run, ``submit`` reads:

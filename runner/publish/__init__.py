@@ -1,4 +1,2 @@
-"""Publishing envelopes to tenants: publisher and spool, publication service, tenant fetch.
-
-``docs/publishing.md`` describes the HTTP API, the storage, the log format and operations.
-"""
+"""The publisher, in the replay's pod: deliver an envelope to a ``dir://`` or ``https://``
+target from a local spool. The service it publishes to is :mod:`runner.service`."""

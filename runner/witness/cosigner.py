@@ -15,7 +15,7 @@ from attestation.transparency.checkpoint import (
     check_key_name,
 )
 from attestation.transparency.cosignature import cosignature_line, cosigned_message
-from runner.publish.checkpoint import load_or_create_ed25519
+from runner.service.log.checkpoint import load_or_create_ed25519
 
 
 class Cosigner:

@@ -21,10 +21,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.encoding.json_document import parse_strict_json
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import create_token
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import Role, SqliteStorage
+from runner.service.tokens import create_token
 from tests.e2e.conftest import GenuineRun
 from tests.publish.conftest import LOG_NAME, make_envelope, running_service
 
@@ -149,7 +149,8 @@ def test_corpus_never_imports_scoring_and_runner_subpackages_form_no_cycle() -> 
                     edges.setdefault(node, set()).add(target)
     assert "runner.scoring" not in edges.get("runner.corpus", set())
     assert "runner.pipeline" not in edges.get("runner.corpus", set())
-    for low in ("runner.evidence", "runner.k8s", "runner.publish", "runner.corpus"):
+    lows = ("runner.evidence", "runner.k8s", "runner.publish", "runner.service", "runner.corpus")
+    for low in lows:
         assert not edges.get(low, set()) & {"runner.pipeline", "runner.commands", "runner.cli"}, low
 
     def reachable(start: str) -> set[str]:
@@ -327,3 +328,27 @@ def test_tenant_alone_fetches_and_proves_a_log(tmp_path: Path) -> None:
     assert first == {"size": 2, "previous": 0, "new": 2, "loaded": []}
     assert second == {"size": 3, "previous": 2, "new": 1, "loaded": []}
     assert len(list((out / "envelopes").iterdir())) == 3
+
+
+def test_the_publisher_and_the_log_component_stand_below_the_service() -> None:
+    """The publisher runs in the replay's pod and needs none of the service; the log component
+    (storage, sequencing, checkpoint signing) needs none of the service's routes, tokens or
+    panel: each imports only what is below it."""
+    service_modules = (
+        "server", "serve", "guard", "combined_writes", "ratelimit", "tokens", "backup",
+        "bundles", "corpus_routes", "corpus_store", "witnesses", "panel",
+    )  # fmt: skip
+    problems = []
+    for name, path in _modules():
+        if name.startswith("runner.publish"):
+            banned: tuple[str, ...] = ("runner.service",)
+        elif name.startswith("runner.service.log"):
+            banned = tuple(f"runner.service.{module}" for module in service_modules)
+        else:
+            continue
+        problems += [
+            f"{name} imports {imported}"
+            for imported in _imports(path, top_level_only=False)
+            if imported.startswith(banned)
+        ]
+    assert problems == []

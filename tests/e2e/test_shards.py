@@ -27,8 +27,8 @@ from attestation.contracts import (
     sha256_digest,
 )
 from runner.cli import main as runner_main
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.storage import SqliteStorage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import SqliteStorage
 from tests.e2e.conftest import EXAMPLE_CORPUS, GenuineRun
 from tests.publish.conftest import running_service
 

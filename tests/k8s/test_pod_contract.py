@@ -38,8 +38,8 @@ from runner.k8s.job import (
     ReplaySpec,
     build_job,
 )
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.storage import SqliteStorage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import SqliteStorage
 from tests.k8s.cluster import FakeCluster
 from tests.k8s.conftest import (
     EXAMPLE_CORPUS,

@@ -27,9 +27,9 @@ from runner.cli import main as runner_main
 from runner.k8s.indexes import IndexListError, parse_index_list
 from runner.k8s.job import MAX_NAME, CorpusUrl, ReplaySpec, build_job, job_name
 from runner.pod_output import TAILS_FRAME_PREFIX
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.storage import SqliteStorage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import SqliteStorage
 from tests.k8s.apiserver import job_validation_problems
 from tests.k8s.cluster import FakeCluster, format_index_list
 from tests.k8s.conftest import (

@@ -31,15 +31,15 @@ from attestation.transparency.entries import LogEntry
 from runner.cli import main as runner_main
 from runner.evidence.simulated import load_or_create_simulated_amd
 from runner.pipeline import RunRequest, run
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.corpus_store import open_corpus_store
-from runner.publish.log import AppendRequest, PublicationLog
-from runner.publish.panel import panel_routes
-from runner.publish.server import create_app
-from runner.publish.shard_sets import PartShape
-from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import create_token
+from runner.service.corpus_store import open_corpus_store
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.sequencer import AppendRequest, PublicationLog
+from runner.service.log.shard_sets import PartShape
+from runner.service.log.storage import Role, SqliteStorage
+from runner.service.panel import panel_routes
+from runner.service.server import create_app
+from runner.service.tokens import create_token
 from tests.panel.conftest import (
     EXAMPLE_CORPUS,
     Panel,

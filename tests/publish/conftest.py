@@ -32,13 +32,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from attestation.envelope.merged import MergedEnvelope
 from attestation.envelope.model import Binding, Envelope, Evidence, ShardPosition, Workload
 from attestation.transparency.checkpoint import VerifierKey
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.heads import JOURNAL_FILE, HeadJournal
-from runner.publish.log import PublicationLog
-from runner.publish.server import Service as AppService
-from runner.publish.server import create_app
-from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
-from runner.publish.tokens import create_token
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.heads import JOURNAL_FILE, HeadJournal
+from runner.service.log.sequencer import PublicationLog
+from runner.service.log.storage import PostgresStorage, Role, SqliteStorage, Storage
+from runner.service.server import Service as AppService
+from runner.service.server import create_app
+from runner.service.tokens import create_token
 
 LOG_NAME = "publish.test"
 PG_DSN_VARIABLE = "ATTESTED_REPLAY_TEST_PG_DSN"

@@ -23,9 +23,9 @@ from attestation.transparency.checkpoint import VerifierKey, verify_signed_check
 from attestation.transparency.merkle import leaf_hash
 from runner.cli import main
 from runner.publish.client import publish_envelope
-from runner.publish.merkle import MerkleTree
-from runner.publish.storage import PostgresStorage, Role, SqliteStorage
-from runner.publish.tokens import create_token
+from runner.service.log.merkle import MerkleTree
+from runner.service.log.storage import PostgresStorage, Role, SqliteStorage
+from runner.service.tokens import create_token
 from tests.publish.conftest import (
     LOG_NAME,
     ServeProcess,

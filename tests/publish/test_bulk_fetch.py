@@ -26,10 +26,10 @@ from attestation.transparency.entries import MAX_ENTRY_BYTES, LogEntry
 from attestation.transparency.tiles import decode_bundle, encode_bundle
 from runner.cli import main
 from runner.exit_codes import exit_code_for
-from runner.publish import bundles
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.storage import Storage
+from runner.service import bundles
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import Storage
 
 from .conftest import Service, sha256_name
 

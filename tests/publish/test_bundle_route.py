@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-from runner.publish import bundles
+from runner.service import bundles
 from tests.publish.conftest import make_envelope
 from tests.publish.test_tenant_fetch import _sql
 

@@ -16,7 +16,7 @@ from attestation.transparency.checkpoint import (
     parse_signed_note,
     verify_signed_checkpoint,
 )
-from runner.publish.checkpoint import CheckpointSigner
+from runner.service.log.checkpoint import CheckpointSigner
 
 # The example key and signed note from the documentation of Go's golang.org/x/mod/sumdb/note.
 GO_NOTE_KEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.publish.service import ServiceConfig, open_service
-from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import authenticate, hash_token
+from runner.service.log.storage import Role, SqliteStorage
+from runner.service.serve import ServiceConfig, open_service
+from runner.service.tokens import authenticate, hash_token
 
 
 def test_token_create_prints_a_token_stored_only_as_hash(

@@ -14,7 +14,7 @@ from attestation.transparency.checkpoint import verify_signed_checkpoint
 from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 from runner.publish.client import PublishOutcome, publish_envelope
-from runner.publish.merkle import MerkleTree
+from runner.service.log.merkle import MerkleTree
 
 PUBLISHERS = 100
 PER_PUBLISHER = 20

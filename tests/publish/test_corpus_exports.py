@@ -18,16 +18,16 @@ import pytest
 import requests
 
 from runner.cli import main as runner_main
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.corpus_routes import corpus_routes
-from runner.publish.corpus_store import (
+from runner.service.corpus_routes import corpus_routes
+from runner.service.corpus_store import (
     CorpusStore,
     PostgresCorpusStore,
     SqliteCorpusStore,
     open_corpus_store,
 )
-from runner.publish.server import create_app
-from runner.publish.storage import Storage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import Storage
+from runner.service.server import create_app
 from tests.publish.conftest import LiveServer, Service, make_service
 
 EXAMPLE_CORPUS = Path(str(resources.files("runner") / "examples" / "corpus"))

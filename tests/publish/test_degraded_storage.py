@@ -30,12 +30,12 @@ from attestation.tenant.http import RetryPolicy
 from attestation.transparency.checkpoint import VerifierKey, verify_signed_checkpoint
 from attestation.transparency.merkle import leaf_hash
 from runner.errors import PublishError
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import flush_spool, publish_envelope
-from runner.publish.corpus_store import open_corpus_store
-from runner.publish.merkle import MerkleTree
 from runner.publish.spool import Spool
-from runner.publish.storage import (
+from runner.service.corpus_store import open_corpus_store
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.merkle import MerkleTree
+from runner.service.log.storage import (
     PostgresStorage,
     Role,
     SqliteStorage,
@@ -44,7 +44,7 @@ from runner.publish.storage import (
     StorageUnavailableError,
     classify_database_error,
 )
-from runner.publish.tokens import create_token
+from runner.service.tokens import create_token
 from tests.publish.conftest import (
     LOG_NAME,
     ServeProcess,

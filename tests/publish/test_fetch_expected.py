@@ -26,11 +26,11 @@ from attestation.transparency.entries import LogEntry
 from runner.cli import main
 from runner.evidence.simulated import simulated_amd_dir
 from runner.exit_codes import exit_code_for
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.log import AppendRequest
-from runner.publish.shard_sets import PartShape
-from runner.publish.storage import SqliteStorage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.sequencer import AppendRequest
+from runner.service.log.shard_sets import PartShape
+from runner.service.log.storage import SqliteStorage
 from tests.publish.conftest import make_envelope
 
 EXAMPLE_CORPUS = Path(__file__).parents[2] / "runner" / "examples" / "corpus"

@@ -24,10 +24,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.transparency.checkpoint import Checkpoint, verify_signed_checkpoint
 from attestation.transparency.merkle import leaf_hash
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.heads import JOURNAL_FILE, HeadJournal, JournalError, SignedHead
-from runner.publish.merkle import MerkleTree
-from runner.publish.storage import PostgresStorage, SqliteStorage, Storage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.heads import JOURNAL_FILE, HeadJournal, JournalError, SignedHead
+from runner.service.log.merkle import MerkleTree
+from runner.service.log.storage import PostgresStorage, SqliteStorage, Storage
 from tests.publish.conftest import LOG_NAME, make_envelope
 
 ORIGIN = f"{LOG_NAME}/t/acme"

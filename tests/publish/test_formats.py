@@ -13,7 +13,7 @@ from attestation.contracts import RUN_ID_PATTERN
 from attestation.encoding.canonical import canonicalize
 from attestation.transparency.checkpoint import CheckpointError, VerifierKey, parse_signed_note
 from attestation.transparency.entries import EntryError, LogEntry
-from runner.publish.server import _answer_body
+from runner.service.server import _answer_body
 
 DIGEST = "sha256:" + "ab" * 32
 run_ids = st.from_regex(RUN_ID_PATTERN, fullmatch=True)

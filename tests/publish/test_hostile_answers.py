@@ -27,9 +27,9 @@ from attestation.transparency.tiles import encode_bundle
 from runner.cli import main as runner_main
 from runner.errors import EvidenceError, PublishError
 from runner.evidence.kds import KdsClient
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
 from runner.publish.spool import Spool
+from runner.service.log.checkpoint import CheckpointSigner
 from tests import hostile_server as hs
 
 MiB = 1024 * 1024

@@ -17,8 +17,8 @@ import requests
 from attestation.tenant.http import RetryPolicy
 from runner.cli import main
 from runner.publish.client import publish_envelope
-from runner.publish.ratelimit import Rate, RateLimiter
-from runner.publish.storage import SqliteStorage
+from runner.service.log.storage import SqliteStorage
+from runner.service.ratelimit import Rate, RateLimiter
 from tests.publish.conftest import Deployment, ServeProcess, connect, make_envelope
 
 FAST = RetryPolicy(backoff_factor=0.05, backoff_max=0.5)

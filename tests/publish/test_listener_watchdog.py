@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 import uvloop
 
-from runner.publish import service
+from runner.service import serve as service
 
 
 def _listening() -> socket.socket:

@@ -1,4 +1,4 @@
-"""The log in a process of its own (``runner.publish.log_process``), as ``serve`` runs it:
+"""The log in a process of its own (``runner.service.log.process``), as ``serve`` runs it:
 the same answers as in one process, the fork guard's refusals and every failure carried
 across, and a child that never outlives or half-stops its service."""
 
@@ -26,16 +26,9 @@ from attestation.transparency.entries import LogEntry
 from attestation.transparency.merkle import leaf_hash, verify_consistency, verify_inclusion
 from runner.errors import LogProcessStartError
 from runner.exit_codes import exit_code_for
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.heads import JOURNAL_FILE, JournalError
-from runner.publish.log import (
-    AppendRequest,
-    LogRefusedError,
-    Outcome,
-    ProofRangeError,
-    Receipt,
-)
-from runner.publish.log_process import (
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.heads import JOURNAL_FILE, JournalError
+from runner.service.log.process import (
     MAX_FRAME_BYTES,
     LogProcess,
     LogProcessLostError,
@@ -44,8 +37,15 @@ from runner.publish.log_process import (
     _portable,
     _ProtocolError,
 )
-from runner.publish.shard_sets import PartShape
-from runner.publish.storage import (
+from runner.service.log.sequencer import (
+    AppendRequest,
+    LogRefusedError,
+    Outcome,
+    ProofRangeError,
+    Receipt,
+)
+from runner.service.log.shard_sets import PartShape
+from runner.service.log.storage import (
     PostgresStorage,
     SqliteStorage,
     Storage,
@@ -292,7 +292,7 @@ def test_the_log_process_dies_with_its_parent(spec: LogProcessSpec, tmp_path: Pa
     script = textwrap.dedent(
         f"""
         import os, pickle, signal
-        from runner.publish.log_process import LogProcess
+        from runner.service.log.process import LogProcess
         log = LogProcess(pickle.loads(open({str(spec_file)!r}, "rb").read()))
         log.start()
         print(log._process.pid, flush=True)
@@ -387,7 +387,7 @@ def test_the_child_asks_the_kernel_for_sigkill_when_its_parent_exits() -> None:
     script = textwrap.dedent(
         """
         import ctypes, os
-        from runner.publish.log_process import _die_with_parent
+        from runner.service.log.process import _die_with_parent
         _die_with_parent(os.getppid())
         signal_number = ctypes.c_int()
         ctypes.CDLL(None).prctl(2, ctypes.byref(signal_number), 0, 0, 0)  # PR_GET_PDEATHSIG
@@ -442,7 +442,7 @@ def test_a_log_process_that_cannot_start_is_a_startup_error(
         LogProcess(spec).start()
     assert str(caught.value) == (
         f"cannot start the publication log's process ({interpreter} -m "
-        f"runner.publish.log_process): Permission denied: {interpreter}"
+        f"runner.service.log.process): Permission denied: {interpreter}"
     )
     assert exit_code_for(caught.value) == 9
 
@@ -465,6 +465,6 @@ def test_serve_whose_log_process_cannot_start_exits_9_naming_why(tmp_path: Path)
     assert done.returncode == 9, done.stderr
     assert done.stderr.endswith(
         f"error: cannot start the publication log's process ({interpreter} -m "
-        f"runner.publish.log_process): Permission denied: {interpreter}\n"
+        f"runner.service.log.process): Permission denied: {interpreter}\n"
     )
     assert "Traceback" not in done.stderr

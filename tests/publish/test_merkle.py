@@ -15,7 +15,7 @@ from attestation.transparency.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from runner.publish.merkle import MerkleTree
+from runner.service.log.merkle import MerkleTree
 
 # The eight leaves of the certificate-transparency reference test data (merkle_tree_test.cc),
 # with the published roots of sizes 1-8 and its consistency proofs 1 -> 8, 6 -> 8 and 2 -> 5.

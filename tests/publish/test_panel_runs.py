@@ -17,12 +17,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.envelope.merged import MergedEnvelope
 from attestation.envelope.model import Envelope
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.corpus_store import open_corpus_store
-from runner.publish.panel import panel_routes
-from runner.publish.server import create_app
-from runner.publish.storage import Role, SqliteStorage
-from runner.publish.tokens import create_token
+from runner.service.corpus_store import open_corpus_store
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.storage import Role, SqliteStorage
+from runner.service.panel import panel_routes
+from runner.service.server import create_app
+from runner.service.tokens import create_token
 from tests.publish.conftest import (
     LOG_NAME,
     LiveServer,

@@ -7,9 +7,9 @@ from concurrent.futures import Future
 
 import pytest
 
-from runner.publish.log import Outcome, Receipt
-from runner.publish.server import _Receipts
-from runner.publish.storage import StorageUnavailableError
+from runner.service.log.sequencer import Outcome, Receipt
+from runner.service.log.storage import StorageUnavailableError
+from runner.service.server import _Receipts
 
 
 def test_a_batch_of_receipts_is_handed_over_in_one_wake_up() -> None:

@@ -401,7 +401,7 @@ def test_the_envelope_put_route_answers_like_every_route(
     def broken(*_args: object) -> bytes:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("runner.publish.server.LogEntry.to_bytes", broken)
+    monkeypatch.setattr("runner.service.server.LogEntry.to_bytes", broken)
     internal = _put(service, "acme", data, token=operator)
     assert internal.status_code == 500
     assert internal.json() == {"error": "internal error", "reason": "internal"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from attestation.envelope.merged import parse_any_envelope
 from attestation.transparency.entries import LogEntry
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.log import AppendRequest, Outcome, PublicationLog
-from runner.publish.shard_sets import PartShape, part_shape, shard_set_conflict
-from runner.publish.storage import WHOLE_RUN, Storage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.sequencer import AppendRequest, Outcome, PublicationLog
+from runner.service.log.shard_sets import PartShape, part_shape, shard_set_conflict
+from runner.service.log.storage import WHOLE_RUN, Storage
 from tests.publish.conftest import make_envelope, make_merged_envelope, make_service, sha256_name
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.publish.storage import (
+from runner.service.log.storage import (
     WHOLE_RUN,
     EntryRow,
     RunPointer,

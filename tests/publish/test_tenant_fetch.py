@@ -25,11 +25,11 @@ from attestation.envelope.merged import parse_any_envelope
 from attestation.tenant.http import RetryPolicy
 from attestation.transparency.entries import LogEntry
 from runner.cli import main
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope
-from runner.publish.log import AppendRequest
-from runner.publish.shard_sets import PartShape
-from runner.publish.storage import PostgresStorage, Role, SqliteStorage, Storage
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.sequencer import AppendRequest
+from runner.service.log.shard_sets import PartShape
+from runner.service.log.storage import PostgresStorage, Role, SqliteStorage, Storage
 from tests.publish.conftest import make_merged_envelope
 
 FAST = RetryPolicy(backoff_factor=0.01, backoff_max=0.05)

@@ -1,4 +1,4 @@
-"""One ``send()`` per response (:class:`runner.publish.writes.CombinedWrites`): the held
+"""One ``send()`` per response (:class:`runner.service.combined_writes.CombinedWrites`): the held
 first write, in isolation and through a real ``serve`` process (pipelined requests, an
 interim ``100 Continue``)."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from attestation.transparency.checkpoint import VerifierKey
 from runner.publish.client import publish_envelope
-from runner.publish.writes import COPY_BELOW, CombinedWrites
+from runner.service.combined_writes import COPY_BELOW, CombinedWrites
 from tests.publish.conftest import Deployment, connect, make_envelope
 
 

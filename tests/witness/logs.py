@@ -8,8 +8,8 @@ import base64
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.transparency.checkpoint import Checkpoint, tenant_log_origin
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.merkle import MerkleTree
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.merkle import MerkleTree
 
 
 class Log:

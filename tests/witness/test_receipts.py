@@ -16,8 +16,8 @@ from attestation.transparency.checkpoint import Checkpoint, tenant_log_origin
 from attestation.transparency.entries import LogEntry
 from runner.errors import PublishError
 from runner.publish.client import publish_envelope
-from runner.publish.merkle import MerkleTree
 from runner.publish.spool import Spool
+from runner.service.log.merkle import MerkleTree
 from tests import hostile_server as hs
 from tests.publish.conftest import make_envelope, sha256_name
 from tests.witness.logs import Log

@@ -8,9 +8,9 @@ import time
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from runner.publish import witnesses as submitter_module
-from runner.publish.heads import SignedHead
-from runner.publish.witnesses import WitnessEndpoint, WitnessSubmitter
+from runner.service import witnesses as submitter_module
+from runner.service.log.heads import SignedHead
+from runner.service.witnesses import WitnessEndpoint, WitnessSubmitter
 from runner.witness.cosigner import Cosigner
 from tests import hostile_server as hs
 from tests.witness.logs import Log

@@ -24,7 +24,7 @@ from attestation.transparency.tiles import (
     tile_path,
     tile_width,
 )
-from runner.publish.merkle import MerkleTree
+from runner.service.log.merkle import MerkleTree
 
 
 def test_the_specification_examples() -> None:

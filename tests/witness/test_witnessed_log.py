@@ -17,8 +17,8 @@ import requests
 from attestation.transparency.checkpoint import VerifierKey, tenant_log_origin
 from attestation.transparency.cosignature import require_cosignatures, verify_cosignatures
 from runner.cli import main as runner_main
-from runner.publish.checkpoint import CheckpointSigner
 from runner.publish.client import publish_envelope, receipt_json
+from runner.service.log.checkpoint import CheckpointSigner
 from tests import hostile_server as hs
 from tests.publish.conftest import LOG_NAME, Deployment, ServeProcess, make_envelope
 from tests.witness.logs import Log

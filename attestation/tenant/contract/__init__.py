@@ -4,7 +4,7 @@ One source (:data:`CONTRACT`, in :mod:`attestation.tenant.contract.data`) render
 ``docs/verification-contract.md`` (:func:`render_markdown`), ``attested-replay contract``
 (:func:`render_text`, or ``--json``: ``CONTRACT.to_json_dict()``), ``GET /v1/contract`` of
 ``attested-replay serve`` (the same JSON) and its trust panel, which renders that JSON
-(``runner/publish/panel/static/contract.js``).
+(``runner/service/panel/static/contract.js``).
 """
 
 from attestation.tenant.contract.data import CONTRACT, CONTRACT_VERSION

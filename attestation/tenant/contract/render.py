@@ -1,7 +1,7 @@
 """Renderings of the verification contract: Markdown (the docs page) and plain text (the CLI).
 
 The trust panel renders the JSON form itself, the same way
-(``runner/publish/panel/static/contract.js``). Every rendering shows every part of the
+(``runner/service/panel/static/contract.js``). Every rendering shows every part of the
 contract, headings and labels included, all taken from it; a cross-reference ``{row:ID}``
 becomes the row's claim and current number, ``Claim (row N)``.
 """

@@ -7,8 +7,9 @@ when they were published), ``log_entries`` (the append-only per-tenant log), ``r
 tenant's last signed checkpoint).
 
 The log is written only in :meth:`Storage.transaction`, which the sequencer of
-:mod:`runner.publish.log` opens once per batch: SQLite takes ``BEGIN IMMEDIATE`` (one writer
-across processes), PostgreSQL a transaction-scoped advisory lock per tenant, in sorted order.
+:mod:`runner.service.log.sequencer` opens once per batch: SQLite takes ``BEGIN IMMEDIATE`` (one
+writer across processes), PostgreSQL a transaction-scoped advisory lock per tenant, in sorted
+order.
 
 Faults are mapped in one place: a full disk raises :class:`StorageFullError` (HTTP 507), a
 store that cannot be written or reached now :class:`StorageUnavailableError` (HTTP 503). A

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-from runner.publish.storage import Role, Storage, TokenRecord
+from runner.service.log.storage import Role, Storage, TokenRecord
 
 TOKEN_PREFIX: Final = "arp_"  # noqa: S105 - a prefix for secret scanners, not a secret
 CACHE_SECONDS: Final = 2.0

@@ -16,7 +16,7 @@ the descriptor limit asyncio logs a traceback for every failed ``accept()``.
 * **body deadline**: armed when the head is complete, disarmed when the body is; a body not
   received by then closes the connection (a 1 byte/s drip included);
 * **one write per response**: each request's response goes through :class:`CombinedWrites`
-  (:mod:`runner.publish.writes`), so its status line, headers and body leave in one
+  (:mod:`runner.service.combined_writes`), so its status line, headers and body leave in one
   ``send()``;
 * **connection cap**: over the cap, the connection idle the longest (no request head yet, or
   waiting between requests) is closed to make room; when every connection is in the middle
@@ -47,7 +47,7 @@ from typing import Any, Final
 import structlog
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from runner.publish.writes import CombinedWrites
+from runner.service.combined_writes import CombinedWrites
 
 log = structlog.get_logger("attested-replay.serve")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from attestation.transparency.entries import LogEntry
-from runner.publish.storage import Storage
+from runner.service.log.storage import Storage
 
 #: Envelope bytes in one answer beyond its first envelope (base64 adds a third on the wire).
 MAX_BUNDLE_BYTES: Final = 4 * 1024 * 1024

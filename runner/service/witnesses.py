@@ -26,7 +26,7 @@ from attestation.transparency.checkpoint import (
 )
 from attestation.transparency.cosignature import CosignatureError, verify_cosignatures
 from runner.errors import UsageError
-from runner.publish.heads import SignedHead
+from runner.service.log.heads import SignedHead
 
 #: How long one add-checkpoint may take (connect, then the answer).
 CONNECT_TIMEOUT_SECONDS: Final = 5.0

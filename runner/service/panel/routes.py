@@ -14,10 +14,10 @@ from attestation.envelope.merged import MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
 from attestation.tenant.contract import CONTRACT
 from attestation.transparency.entries import EntryError, LogEntry
-from runner.publish.corpus_store import CorpusStore
-from runner.publish.panel.verifier_data import verifier_data
-from runner.publish.server import Service, not_found, query_int
-from runner.publish.storage import ListedEntry
+from runner.service.corpus_store import CorpusStore
+from runner.service.log.storage import ListedEntry
+from runner.service.panel.verifier_data import verifier_data
+from runner.service.server import Service, not_found, query_int
 
 #: Runs per page of ``panel/runs``.
 MAX_RUNS_PAGE: Final = 100
@@ -48,7 +48,7 @@ _ASSETS: Final = {
 
 
 def _asset(name: str) -> bytes:
-    return (resources.files("runner.publish.panel") / "static" / name).read_bytes()
+    return (resources.files("runner.service.panel") / "static" / name).read_bytes()
 
 
 def _run_json(entry: LogEntry, listed: ListedEntry, data: bytes | None) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from starlette.routing import BaseRoute, Route
 
 from attestation.contracts import format_sha256, is_sha256_digest
 from attestation.tenant.corpus_export import MEDIA_TYPE, ExportError, peek_manifest
-from runner.publish.corpus_store import CorpusStore, StoredExport
-from runner.publish.server import ApiError, Service, json_response, not_found
-from runner.publish.storage import utc_now
+from runner.service.corpus_store import CorpusStore, StoredExport
+from runner.service.log.storage import utc_now
+from runner.service.server import ApiError, Service, json_response, not_found
 
 log = structlog.get_logger("attested-replay.serve")
 

@@ -19,7 +19,7 @@ from typing import IO, Any, Final, Protocol
 
 import psycopg
 
-from runner.publish.storage import tenant_lock_key
+from runner.service.log.storage import tenant_lock_key
 
 CHUNK_BYTES: Final = 1024 * 1024
 

@@ -21,6 +21,6 @@ The token never leaves the page's memory except in that header; the server answe
 tenant route of another tenant's token with 404, so no other tenant's data can reach a page.
 """
 
-from runner.publish.panel.routes import panel_routes
+from runner.service.panel.routes import panel_routes
 
 __all__ = ["panel_routes"]

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from runner.errors import UsageError
-from runner.publish.storage import StorageUnavailableError
+from runner.service.log.storage import StorageUnavailableError
 
 
 def backup_sqlite(database: Path, out: Path) -> dict[str, int]:

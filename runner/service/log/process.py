@@ -7,10 +7,11 @@ sequencer waited about 1.2 ms of each 2.6 ms batch for the event loop to let go 
 only for its fsyncs. Trillian splits its log the same way: a log server answers the API, a
 log signer sequences and signs.
 
-:class:`LogProcess`, in ``serve``'s process, is a :class:`runner.publish.log.Log` that forwards
-every call to the child process, which runs a :class:`~runner.publish.log.PublicationLog` over
-its own connection to the same database, the head journal and the log key. The batches, the
-fork guard and the signing are the ones the tests exercise in one process.
+:class:`LogProcess`, in ``serve``'s process, is a :class:`runner.service.log.sequencer.Log` that
+forwards every call to the child process, which runs a
+:class:`~runner.service.log.sequencer.PublicationLog` over its own connection to the same
+database, the head journal and the log key. The batches, the fork guard and the signing are the
+ones the tests exercise in one process.
 
 The wire: frames of a 4-byte big-endian length and a pickle, over a Unix socket pair made
 before the child starts (its end is the child's only inherited descriptor besides stdio).
@@ -19,7 +20,7 @@ Both ends are this module; nothing else holds the socket. The first frame is the
 
 Lifecycle:
 
-* :meth:`LogProcess.start` starts ``python -m runner.publish.log_process`` (a fresh
+* :meth:`LogProcess.start` starts ``python -m runner.service.log.process`` (a fresh
   interpreter: no inherited database connection or event loop). The child opens the storage,
   the journal and the key, checks every tenant's log (``PublicationLog.start``) and answers
   with the refused logs, or with the exception that stopped it, which ``start`` raises.
@@ -60,15 +61,15 @@ from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.transparency.checkpoint import CheckpointError
 from runner.errors import LogProcessStartError
 from runner.log import configure_logging
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.heads import HeadJournal, SignedHead
-from runner.publish.log import (
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.heads import HeadJournal, SignedHead
+from runner.service.log.sequencer import (
     AppendRequest,
     PublicationLog,
     Receipt,
     ShuttingDownError,
 )
-from runner.publish.storage import (
+from runner.service.log.storage import (
     Storage,
     StorageUnavailableError,
     classify_database_error,
@@ -273,7 +274,8 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 class LogProcess:
-    """A :class:`runner.publish.log.Log` whose :class:`PublicationLog` runs in a child process.
+    """A :class:`runner.service.log.sequencer.Log` whose :class:`PublicationLog` runs in a child
+    process.
 
     ``on_lost(message)`` is called (in a thread of this class) when the child exits without
     being asked to."""
@@ -581,7 +583,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     # Run the imported module's code, not this ``__main__`` copy: the classes the parent
-    # pickles are ``runner.publish.log_process``'s.
-    from runner.publish.log_process import main as imported_main
+    # pickles are ``runner.service.log.process``'s.
+    from runner.service.log.process import main as imported_main
 
     imported_main()

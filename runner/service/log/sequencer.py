@@ -1,14 +1,14 @@
 """The publication log: batch sequencing with group commit, signed heads and the fork guard.
 
 Publishers' envelopes queue for one **sequencer**: a thread of the service's process, or in
-``serve`` the main thread of the log's own process (:mod:`runner.publish.log_process`, which
+``serve`` the main thread of the log's own process (:mod:`runner.service.log.process`, which
 calls :meth:`PublicationLog.integrate`). It takes what queued while the previous batch was
 committing and integrates it in one database
 transaction: for each envelope it checks the digest (already present?) and the run pointer
 (another envelope for this part of the run? then 409 and nothing is logged), appends the log
 entry, stores the envelope and points the run at it; then, once per tenant, it computes the
 new root, signs the checkpoint and stores it as the tenant's signed head. After the commit
-the new heads are appended to the :class:`~runner.publish.heads.HeadJournal` (fsynced) and
+the new heads are appended to the :class:`~runner.service.log.heads.HeadJournal` (fsynced) and
 only then do the publishers get their receipts, with inclusion proofs under the new head.
 One commit and one signature per batch, as Trillian and Tessera integrate.
 
@@ -43,11 +43,11 @@ from attestation.transparency.checkpoint import (
 )
 from attestation.transparency.merkle import EMPTY_ROOT, leaf_hash
 from attestation.transparency.tiles import TILE_HEIGHT, TILE_WIDTH
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.heads import HeadJournal, SignedHead, divergence
-from runner.publish.merkle import MerkleTree
-from runner.publish.shard_sets import PartShape, shard_set_conflict, stored_shape
-from runner.publish.storage import (
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.heads import HeadJournal, SignedHead, divergence
+from runner.service.log.merkle import MerkleTree
+from runner.service.log.shard_sets import PartShape, shard_set_conflict, stored_shape
+from runner.service.log.storage import (
     WHOLE_RUN,
     DigestCollisionError,
     EntryRow,
@@ -165,7 +165,7 @@ def _next_batch(queue: deque[_Pending]) -> list[_Pending]:
 
 class Log(Protocol):
     """What the service asks of the log: :class:`PublicationLog` in the service's process, or
-    :class:`runner.publish.log_process.LogProcess` running one in a process of its own.
+    :class:`runner.service.log.process.LogProcess` running one in a process of its own.
     Every method but :meth:`submit` and :meth:`refusals` may block on the database."""
 
     def start(self) -> None: ...

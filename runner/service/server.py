@@ -59,10 +59,10 @@ from attestation.transparency.tiles import (
     encode_bundle,
     parse_tile_path,
 )
-from runner.publish.bundles import read_bundle
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.guard import QuietLog
-from runner.publish.log import (
+from runner.service.bundles import read_bundle
+from runner.service.guard import QuietLog
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.sequencer import (
     AppendRequest,
     Log,
     LogRefusedError,
@@ -70,9 +70,8 @@ from runner.publish.log import (
     ProofRangeError,
     Receipt,
 )
-from runner.publish.ratelimit import RateLimiter
-from runner.publish.shard_sets import PartShape, part_shape
-from runner.publish.storage import (
+from runner.service.log.shard_sets import PartShape, part_shape
+from runner.service.log.storage import (
     WHOLE_RUN,
     DigestCollisionError,
     Role,
@@ -82,8 +81,9 @@ from runner.publish.storage import (
     StorageUnavailableError,
     classify_database_error,
 )
-from runner.publish.tokens import TokenCache, hash_token, token_id
-from runner.publish.witnesses import WitnessSubmitter
+from runner.service.ratelimit import RateLimiter
+from runner.service.tokens import TokenCache, hash_token, token_id
+from runner.service.witnesses import WitnessSubmitter
 
 MAX_RUN_BODY_BYTES: Final = 4096
 MAX_PAGE: Final = 1000
@@ -777,7 +777,7 @@ async def get_entries(service: Service, request: Request) -> Response:
 
 async def get_entry_envelopes(service: Service, request: Request) -> Response:
     """The envelopes of entries ``start`` to ``end - 1`` in log order, base64 (null for one
-    that is not stored), bounded by :func:`runner.publish.bundles.read_bundle`."""
+    that is not stored), bounded by :func:`runner.service.bundles.read_bundle`."""
     tenant = request.path_params["tenant"]
     await service.authorize(request, tenant, write=False)
     start, end = query_int(request, "start"), query_int(request, "end", minimum=1)

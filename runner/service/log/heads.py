@@ -32,8 +32,8 @@ from attestation.transparency.checkpoint import (
     parse_signed_note,
     verify_signed_checkpoint,
 )
-from runner.publish.merkle import MerkleTree
-from runner.publish.storage import storage_error_from_os
+from runner.service.log.merkle import MerkleTree
+from runner.service.log.storage import storage_error_from_os
 
 JOURNAL_FILE: Final = "signed-heads.journal"
 COMPACT_AFTER_BYTES: Final = 16 * 1024 * 1024

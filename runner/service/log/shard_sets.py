@@ -1,10 +1,10 @@
 """Shard sets checked as the log places an envelope: a part of a run must agree with the parts
 logged for it.
 
-The log holds one envelope per (run ID, part) (:mod:`runner.publish.log`); this module decides,
-inside the log's write transaction, whether a part's *kind* or *shard count* contradicts the
-parts already logged for its run (or placed earlier in the same batch), so that a tenant never
-fetches a run it must call tampering:
+The log holds one envelope per (run ID, part) (:mod:`runner.service.log.sequencer`); this module
+decides, inside the log's write transaction, whether a part's *kind* or *shard count*
+contradicts the parts already logged for its run (or placed earlier in the same batch), so that
+a tenant never fetches a run it must call tampering:
 
 * a shard envelope (``binding.shard`` = ``i`` of ``n``) beside shards of another count, beside
   an unsharded envelope of the run, or beside a merged envelope of another shard count;
@@ -24,7 +24,7 @@ from typing import Literal
 
 from attestation.envelope.merged import AnyEnvelope, MergedEnvelope, parse_any_envelope
 from attestation.errors import MalformedError
-from runner.publish.storage import WHOLE_RUN
+from runner.service.log.storage import WHOLE_RUN
 
 
 @dataclass(frozen=True, slots=True)

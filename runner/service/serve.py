@@ -3,9 +3,9 @@
 The sequence (:func:`serve`): bind the listening socket first (a busy port fails before
 anything is created), warn about plain HTTP on a non-loopback address, open the state (log
 key, database; on a read-only filesystem with the key files in place, the service starts and
-serves reads), start the log's own process (:mod:`runner.publish.log_process`: head journal,
+serves reads), start the log's own process (:mod:`runner.service.log.process`: head journal,
 sequencer, fork guard), which checks every tenant's log against its last signed head, print
-where everything is, then serve with the connection guards of :mod:`runner.publish.guard` on
+where everything is, then serve with the connection guards of :mod:`runner.service.guard` on
 uvloop's event loop until SIGTERM or SIGINT (or until the listening socket is lost:
 :func:`watch_listener`, or the log's process exits: exit 9). Stopping integrates what is
 queued, moves SQLite's WAL into the database file and closes the storage, then exits 0.
@@ -36,10 +36,9 @@ from attestation.tenant.http import is_loopback
 from attestation.transparency.checkpoint import CheckpointError
 from runner.errors import ListenerLostError, LogProcessExitedError, UsageError
 from runner.log import DEFAULT_LOG_LEVEL
-from runner.publish.checkpoint import CheckpointSigner
-from runner.publish.corpus_routes import corpus_routes
-from runner.publish.corpus_store import open_corpus_store
-from runner.publish.guard import (
+from runner.service.corpus_routes import corpus_routes
+from runner.service.corpus_store import open_corpus_store
+from runner.service.guard import (
     LISTEN_BACKLOG,
     ConnectionLimits,
     QuietLog,
@@ -47,13 +46,14 @@ from runner.publish.guard import (
     guarded_protocol,
     raise_open_file_limit,
 )
-from runner.publish.heads import JOURNAL_FILE, JournalError
-from runner.publish.log_process import LogProcess, LogProcessSpec
-from runner.publish.panel import panel_routes
-from runner.publish.ratelimit import Rate, RateLimiter
-from runner.publish.server import PublicationApp, Service, create_app
-from runner.publish.storage import Storage, StorageError, is_postgres_location, open_storage
-from runner.publish.witnesses import WitnessEndpoint, WitnessSubmitter
+from runner.service.log.checkpoint import CheckpointSigner
+from runner.service.log.heads import JOURNAL_FILE, JournalError
+from runner.service.log.process import LogProcess, LogProcessSpec
+from runner.service.log.storage import Storage, StorageError, is_postgres_location, open_storage
+from runner.service.panel import panel_routes
+from runner.service.ratelimit import Rate, RateLimiter
+from runner.service.server import PublicationApp, Service, create_app
+from runner.service.witnesses import WitnessEndpoint, WitnessSubmitter
 
 DEFAULT_LOG_NAME: Final = "attested-replay.local"
 SIGNING_KEY_FILE: Final = "log-signing-key.pem"
@@ -134,7 +134,7 @@ def build_service(
     on_lost: Callable[[str], None] | None = None,
 ) -> Service:
     """The service over ``storage``, its log in a process of its own
-    (:mod:`runner.publish.log_process`; its head journal in the state directory), with
+    (:mod:`runner.service.log.process`; its head journal in the state directory), with
     rate limits. ``on_lost(message)``: the log's process exited."""
     publication_log = LogProcess(
         LogProcessSpec(

@@ -1,0 +1,3 @@
+"""The publication service (``attested-replay serve``): HTTP routes, bearer tokens, rate
+limits, corpus exports, witnesses and the trust panel, over the log component
+(:mod:`runner.service.log`)."""
