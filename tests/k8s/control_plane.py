@@ -221,7 +221,11 @@ class ControlPlane:
             "contexts": [{"name": "test", "context": context}],
             "current-context": "test",
         }
-        path.write_text(yaml.safe_dump(document))
+        # Atomically: kubectl() writes the admin's file again while the controller manager,
+        # scheduler and kwok may be reading it (a truncated file reads as "no configuration").
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(yaml.safe_dump(document))
+        partial.replace(path)
         return path
 
     def request(
