@@ -369,27 +369,29 @@ class _Transaction:
         return int(str(rows[0][0])) if rows else 0
 
     def envelopes(self, tenant: str, digests: Sequence[str]) -> dict[str, tuple[bytes, int]]:
-        found: dict[str, tuple[bytes, int]] = {}
-        for chunk in _chunks(digests):
-            listed = _in_list(len(chunk))  # placeholders only: the values are parameters
-            rows = self._db.rows(
-                f"SELECT digest, data, log_index FROM envelopes WHERE tenant = %s AND digest IN {listed}",  # noqa: S608, E501
-                (tenant, *chunk),
-            )
-            found.update({str(d): (_bytes(data), int(str(i))) for d, data, i in rows})
-        return found
+        rows = self._rows_in(
+            "SELECT digest, data, log_index FROM envelopes", "digest", tenant, digests
+        )
+        return {str(d): (_bytes(data), int(str(i))) for d, data, i in rows}
 
     def run_parts(self, tenant: str, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         found: dict[str, dict[str, str]] = {}
-        for chunk in _chunks(run_ids):
-            listed = _in_list(len(chunk))  # placeholders only: the values are parameters
-            rows = self._db.rows(
-                f"SELECT run_id, part, digest FROM run_pointers WHERE tenant = %s AND run_id IN {listed}",  # noqa: S608, E501
-                (tenant, *chunk),
-            )
-            for run_id, part, digest in rows:
-                found.setdefault(str(run_id), {})[str(part)] = str(digest)
+        select = "SELECT run_id, part, digest FROM run_pointers"
+        for run_id, part, digest in self._rows_in(select, "run_id", tenant, run_ids):
+            found.setdefault(str(run_id), {})[str(part)] = str(digest)
         return found
+
+    def _rows_in(
+        self, select: str, column: str, tenant: str, values: Sequence[str]
+    ) -> list[Sequence[object]]:
+        """``select`` of ``tenant``'s rows whose ``column`` is one of ``values`` (each once),
+        in ``IN`` lists of at most :data:`_IN_LIST_CHUNK` parameters."""
+        rows: list[Sequence[object]] = []
+        for chunk in _chunks(values):
+            listed = _in_list(len(chunk))  # placeholders only: the values are parameters
+            statement = f"{select} WHERE tenant = %s AND {column} IN {listed}"
+            rows += self._db.rows(statement, (tenant, *chunk))
+        return rows
 
     def append(self, rows: Sequence[EntryRow]) -> None:
         self._db.run_many(
