@@ -538,8 +538,10 @@ export async function endorsementVerdict(reportBytes, certificateDers, trust, no
 /** Parse a verifier key `name+keyid+base64(type || key)`; null unless it is an Ed25519 witness
  * key whose key ID is SHA-256(name || 0x0A || type || key)[:4] (C2SP signed-note). */
 export async function parseWitnessKey(text, cosignatureType) {
-  const parts = text.trim().split("+");
-  if (parts.length !== 3 || !/^[^\s+]+$/.test(parts[0])) return null;
+  // The name and the key ID end at the first two "+"; the base64 key may hold "+" itself.
+  const match = /^([^\s+]+)\+([0-9a-f]{8})\+(\S+)$/.exec(text.trim());
+  if (match === null) return null;
+  const parts = match.slice(1);
   let raw;
   try {
     raw = Uint8Array.from(atob(parts[2]), (c) => c.charCodeAt(0));
