@@ -131,11 +131,15 @@ class VerificationResult:
                 signer = report.signer_kind.value if report.signer_kind else "unsigned"
                 what = f" (report version {report.version}, {self.product_line}, {signer})"
             # A verdict never reads as plain VERIFIED when the guest's identity was not checked.
-            unpinned = [
-                check.detail.partition(" not checked")[0]
-                for check in self.checks
-                if check.name in _IDENTITY_CHECKS and " not checked" in check.detail
-            ]
+            # A merged envelope names each shard's checks ``shards[i].workload.measurement``.
+            unpinned = list(
+                dict.fromkeys(
+                    check.detail.partition(" not checked")[0]
+                    for check in self.checks
+                    if check.name.rpartition("].")[2] in _IDENTITY_CHECKS
+                    and " not checked" in check.detail
+                )
+            )
             if unpinned:
                 what += f"; {' and '.join(unpinned)} not checked (not pinned)"
             if self.simulated:

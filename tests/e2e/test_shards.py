@@ -141,6 +141,13 @@ def test_the_tenant_verifies_the_merged_envelope_with_its_usual_expected_values(
     assert names[expectations - 2 : expectations] == ["merged.shards", "merged.result"]
     assert names[-2:] == ["expectation.nonce", "expectation.shard"]
     assert all(check["ok"] is True for check in verdict["checks"])
+    assert verify(sharded.merged, path) == 0
+    # Each shard's identity checks are named shards[i].workload.*: the verdict still says
+    # what the tenant did not pin, once.
+    assert capsys.readouterr().out == (
+        "VERIFIED (SIMULATED — not AMD hardware) (report version 5, Milan, vcek); "
+        "MEASUREMENT and HOST_DATA not checked (not pinned)\n"
+    )
 
 
 def test_a_shard_alone_is_not_the_run(sharded: ShardedRun, genuine_run: GenuineRun) -> None:
