@@ -118,6 +118,10 @@ def load_certificates(data: bytes) -> tuple[x509.Certificate, ...]:
         certificates = _loaded(data)
         for index, certificate in enumerate(certificates, start=1):
             require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
+        if _PEM_MARKER not in data:
+            # A DER input is exactly the certificate's DER (cryptography refuses trailing
+            # bytes and reads DER only), so it is kept as it came instead of re-encoded.
+            _DER.put(id(certificates[0]), (certificates[0], data))
         _LOADED.put(data, certificates)
     return certificates
 

@@ -174,11 +174,17 @@ def _path_key(
     return (
         endorsement.der,
         product_line,
-        certificate_der(trust.ark(product_line)),
-        certificate_der(trust.intermediate(product_line, endorsement.signer_kind)),
-        tuple(map(certificate_der, trust.simulated_roots)),
+        _pinned_der(trust.ark(product_line)),
+        _pinned_der(trust.intermediate(product_line, endorsement.signer_kind)),
+        tuple(map(_pinned_der, trust.simulated_roots)),
         tuple(map(certificate_der, supplied)),
     )
+
+
+def _pinned_der(certificate: x509.Certificate) -> bytes:
+    """A pinned certificate's DER, encoded once per process (kept when the memos of input
+    bytes are emptied)."""
+    return _remembered("der", (certificate,), certificate_der)
 
 
 def _sound_path(
@@ -340,9 +346,9 @@ def _find_path(
             # AMD's roots are "ARK-<line>": a root named like an intermediate is not one.
             failures.append(f"{root_label} {ark_name!r} is not named like an ARK ('ARK-...')")
             continue
-        # Roots are pinned (by the trust store or the tenant's fingerprint); their
-        # self-signature, like every signature here, is verified once per pair of DERs.
-        if not _self_signed(ark):
+        # Roots are pinned (by the trust store or the tenant's fingerprint): their
+        # self-signature is the same check every time (and kept when the memos are emptied).
+        if not _remembered("self-signed", (ark,), _self_signed):
             failures.append(f"{root_label} {ark_name!r} is not validly self-signed")
             continue
         for candidate in candidates:
@@ -355,14 +361,24 @@ def _find_path(
                 else _issued_by_name(candidate, ark)
             ):
                 continue
-            if not _signed_by(endorsement.certificate, candidate):
+            # A pinned intermediate's RSA key is decoded once per process.
+            key = (
+                _remembered("key", (candidate,), x509.Certificate.public_key)
+                if pinned_pair
+                else None
+            )
+            if not _signed_by(endorsement.certificate, candidate, key):
                 failures.append(
                     f"{label} signature does not verify under the "
                     f"{_intermediate_kind(kind)} {_cn(candidate)!r} "
                     f"({fingerprint(candidate)}): the certificate is not issued by it"
                 )
                 continue
-            if not _signed_by(candidate, ark):
+            if not (
+                _remembered("signed", (candidate, ark), _signed_by)
+                if pinned_pair
+                else _signed_by(candidate, ark)
+            ):
                 failures.append(
                     f"supplied {_intermediate_kind(kind)} {_cn(candidate)!r} does not verify "
                     f"under the pinned {root_label}"
@@ -485,9 +501,12 @@ def _is_amd_rsa_key(key: PublicKeyTypes) -> TypeGuard[rsa.RSAPublicKey]:
     return isinstance(key, rsa.RSAPublicKey) and key.key_size == AMD_RSA_KEY_BITS
 
 
-def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+def _signed_by(
+    child: x509.Certificate, issuer: x509.Certificate, issuer_key: PublicKeyTypes | None = None
+) -> bool:
     """Whether ``issuer`` (an RSA-4096 key) signed ``child``, whose issuer name the caller
-    matched to ``issuer``'s subject (:func:`_signed_with`).
+    matched to ``issuer``'s subject (:func:`_signed_with`); ``issuer_key`` is ``issuer``'s
+    public key when the caller has it decoded already.
 
     A pure function of the two certificates' DER: a signature that verified is remembered by
     that pair (one chip's VCEK under its ASK, the ASK under its ARK, the ARK under itself: three
@@ -496,7 +515,7 @@ def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
     key = (certificate_der(child), certificate_der(issuer))
     if _SIGNED.get(key):
         return True
-    verified = _signed_with(child, issuer.public_key())
+    verified = _signed_with(child, issuer.public_key() if issuer_key is None else issuer_key)
     if verified:
         _SIGNED.put(key, value=True)
     return verified
