@@ -121,8 +121,8 @@ def load_certificates(data: bytes) -> tuple[x509.Certificate, ...]:
         if _PEM_MARKER not in data:
             # A DER input is exactly the certificate's DER (cryptography refuses trailing
             # bytes and reads DER only), so it is kept as it came instead of re-encoded.
-            _DER.put(id(certificates[0]), (certificates[0], data))
-        _LOADED.put(data, certificates)
+            _DER.put(id(certificates[0]), (certificates[0], data), input_bytes=len(data))
+        _LOADED.put(data, certificates, input_bytes=len(data))
     return certificates
 
 
@@ -138,7 +138,7 @@ def certificate_der(certificate: x509.Certificate) -> bytes:
     if entry is not None and entry[0] is certificate:
         return entry[1]
     encoded = certificate.public_bytes(serialization.Encoding.DER)
-    _DER.put(id(certificate), (certificate, encoded))
+    _DER.put(id(certificate), (certificate, encoded), input_bytes=len(encoded))
     return encoded
 
 
@@ -217,7 +217,7 @@ def _decoded_endorsement(certificate: x509.Certificate) -> Endorsement:
     known = _ENDORSEMENTS.get(encoded)
     if known is None:
         known = _decode_endorsement(certificate, encoded)
-        _ENDORSEMENTS.put(encoded, known)
+        _ENDORSEMENTS.put(encoded, known, input_bytes=len(encoded))
     return known
 
 

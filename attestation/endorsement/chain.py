@@ -126,7 +126,7 @@ def verify_chain(
     path = _PATHS.get(key)
     if path is None:
         path = _sound_path(endorsement, product_line, trust, supplied, now)
-        _PATHS.put(key, path)
+        _PATHS.put(key, path, input_bytes=_key_bytes(key))
     else:
         # Everything but time held for exactly these bytes: only the validity windows are
         # judged again, in the order the full check meets them (root, intermediate, leaf).
@@ -178,6 +178,15 @@ def _path_key(
         _pinned_der(trust.intermediate(product_line, endorsement.signer_kind)),
         tuple(map(_pinned_der, trust.simulated_roots)),
         tuple(map(certificate_der, supplied)),
+    )
+
+
+def _key_bytes(key: tuple[object, ...]) -> int:
+    """The bytes of the certificates a path key stands for."""
+    return sum(
+        len(part) if isinstance(part, bytes) else sum(map(len, part))
+        for part in key
+        if isinstance(part, bytes | tuple)
     )
 
 
@@ -517,7 +526,7 @@ def _signed_by(
         return True
     verified = _signed_with(child, issuer.public_key() if issuer_key is None else issuer_key)
     if verified:
-        _SIGNED.put(key, value=True)
+        _SIGNED.put(key, value=True, input_bytes=len(key[0]) + len(key[1]))
     return verified
 
 

@@ -11,7 +11,11 @@ once per process. The rules every memo here follows:
 * only successes are kept: a failure is recomputed, and its message rebuilt, every time;
 * nothing that depends on time (validity windows, CRL freshness) is kept: the callers check it
   against ``now`` at every call, memo hit or not;
-* the size is bounded (least recently used out first), whatever the input.
+* the size is bounded, whatever the input: at most ``limit`` entries (least recently used out
+  first), each remembered only when the input bytes it stands for are at most
+  :data:`MAX_REMEMBERED_INPUT_BYTES` (a certChain of AMD's three certificates is about 6 KB of
+  PEM; a larger input, such as an envelope's certChain padded to megabytes by a hostile
+  operator, is judged from scratch at every call and never held).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Generic, TypeVar
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+#: The most input bytes one entry may stand for (the key's bytes and what the value holds).
+MAX_REMEMBERED_INPUT_BYTES = 64 * 1024
 #: How to empty every memo made, for :func:`forget_all`.
 _CLEARS: list[Callable[[], None]] = []
 
@@ -51,9 +57,12 @@ class BoundedMemo(Generic[_K, _V]):
                 self._entries.move_to_end(key)
             return value
 
-    def put(self, key: _K, value: _V) -> None:
-        """Remember ``value`` (a success) for ``key``, dropping the least recently used entry
-        beyond the limit."""
+    def put(self, key: _K, value: _V, *, input_bytes: int) -> None:
+        """Remember ``value`` (a success) for ``key``, which stands for ``input_bytes`` bytes of
+        input, dropping the least recently used entry beyond the limit; an entry for more than
+        :data:`MAX_REMEMBERED_INPUT_BYTES` is not remembered."""
+        if input_bytes > MAX_REMEMBERED_INPUT_BYTES:
+            return
         with self._lock:
             self._entries[key] = value
             self._entries.move_to_end(key)

@@ -19,7 +19,7 @@ from attestation.endorsement.certificate import (
     load_certificates,
 )
 from attestation.endorsement.chain import VerifiedChain, verify_chain
-from attestation.endorsement.memo import BoundedMemo, forget_all
+from attestation.endorsement.memo import MAX_REMEMBERED_INPUT_BYTES, BoundedMemo, forget_all
 from attestation.endorsement.trust import TrustStore
 from attestation.errors import AttestationError, UntrustedChainError
 from attestation.simulated_amd import SimulatedAmd
@@ -190,12 +190,31 @@ def test_a_refused_input_is_not_remembered(chain_pem: bytes) -> None:
 def test_a_memo_is_bounded_and_drops_the_least_recently_used() -> None:
     memo: BoundedMemo[bytes, int] = BoundedMemo(3)
     for number in range(3):
-        memo.put(bytes([number]), number)
+        memo.put(bytes([number]), number, input_bytes=1)
     assert memo.get(b"\x00") == 0  # now the most recently used
-    memo.put(b"\x03", 3)
-    memo.put(b"\x04", 4)
+    memo.put(b"\x03", 3, input_bytes=1)
+    memo.put(b"\x04", 4, input_bytes=1)
     assert len(memo) == 3
     assert [memo.get(bytes([n])) for n in range(5)] == [0, None, None, 3, 4]
+
+
+def test_an_entry_for_more_input_than_the_bound_is_not_remembered() -> None:
+    memo: BoundedMemo[bytes, int] = BoundedMemo(3)
+    memo.put(b"at the bound", 1, input_bytes=MAX_REMEMBERED_INPUT_BYTES)
+    memo.put(b"over it", 2, input_bytes=MAX_REMEMBERED_INPUT_BYTES + 1)
+    assert (memo.get(b"at the bound"), memo.get(b"over it"), len(memo)) == (1, None, 1)
+
+
+def test_a_padded_certchain_is_parsed_every_time_and_never_held(
+    chain_pem: bytes, pinned: TrustStore
+) -> None:
+    """A hostile operator's certChain padded to megabytes must not fill the tenant's memory."""
+    forget_all()
+    padded = chain_pem + b"\n" * MAX_REMEMBERED_INPUT_BYTES
+    first = load_certificates(padded)
+    assert load_certificates(padded) is not first
+    assert len(certificate_module._LOADED) == 0
+    assert len(outcome(padded, pinned, ISSUED + dt.timedelta(days=1))) == 4  # still verifies
 
 
 def test_a_memo_of_no_entries_is_refused() -> None:
