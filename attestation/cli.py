@@ -24,33 +24,27 @@ Modes are a required mutually exclusive group; a new mode adds its option to the
 from __future__ import annotations
 
 import argparse
-import difflib
+import contextlib
 import json
 import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from attestation import __version__, files
-from attestation.contracts import (
-    MAX_CERTIFICATE_BYTES,
-    MAX_CRL_BYTES,
-    MAX_ENVELOPE_BYTES,
-    MAX_EXPECTED_BYTES,
-    MAX_POLICY_BYTES,
-    MAX_REPORT_FILE_BYTES,
-)
 from attestation.errors import AttestationError, FailureClass, MalformedError, UsageError
 from attestation.exit_codes import EXIT_CODES, MEANINGS, exit_code_for
 from attestation.help_format import HelpFormatter, exit_code_epilog
-from attestation.verify.checks import Check, VerificationResult
 
-if TYPE_CHECKING:  # imported by the mode that uses them: one process verifies in one mode
+if TYPE_CHECKING:
+    # Imported by the mode that uses them: one process verifies in one mode, and `--help`,
+    # `--version` and usage errors load none of them (tests/attestation/test_cli_imports.py).
     from attestation.endorsement.trust import TrustStore
+    from attestation.verify.checks import VerificationResult
     from attestation.verify.policy import Policy
 
 PROG: Final = "verify-attested-run"
@@ -59,6 +53,8 @@ PROG: Final = "verify-attested-run"
 DEFAULT_INPUT_WAIT: Final = 30.0
 MAX_INPUT_WAIT: Final = 3600.0
 _SERIAL_ZERO_WARNING: Final = "Parsed a serial number which wasn't positive"
+#: pydantic's switch for its plugins (pydantic/plugin/_loader.py, pydantic 2.x).
+_PYDANTIC_PLUGINS: Final = "PYDANTIC_DISABLE_PLUGINS"
 
 
 class _InformationShown(Exception):  # noqa: N818 - not an error: --help or --version ran
@@ -100,6 +96,8 @@ def _refuse_unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]
         name = word.split("=", 1)[0]
         if not name.startswith("-") or name == "-" or name in known:
             continue
+        import difflib  # only to word this error
+
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
         raise UsageError(f"unknown option {name}{hint}")
@@ -223,6 +221,7 @@ def parse_now(value: str | None) -> datetime:
 
 
 def trust_store(args: argparse.Namespace) -> TrustStore:
+    from attestation.contracts import MAX_CERTIFICATE_BYTES
     from attestation.endorsement.trust import TrustStore  # raw mode only
 
     store = TrustStore.amd()
@@ -235,6 +234,7 @@ def trust_store(args: argparse.Namespace) -> TrustStore:
 
 
 def load_policy_file(path: Path | None, *, wait: float = DEFAULT_INPUT_WAIT) -> Policy:
+    from attestation.contracts import MAX_POLICY_BYTES
     from attestation.verify.policy import Policy, load_policy  # raw mode only
 
     if path is None:
@@ -247,6 +247,8 @@ def _run_report(args: argparse.Namespace) -> VerificationResult:
         raise UsageError("--report needs --endorsement")
     now = parse_now(args.now)  # a usage error before any input is read
     wait = args.input_timeout
+    from attestation.contracts import MAX_CERTIFICATE_BYTES, MAX_CRL_BYTES, MAX_REPORT_FILE_BYTES
+
     report = read_input(args.report, MAX_REPORT_FILE_BYTES, "report", wait=wait)
     endorsement = read_input(args.endorsement, MAX_CERTIFICATE_BYTES, "endorsement", wait=wait)
     policy = load_policy_file(args.policy, wait=wait)
@@ -272,6 +274,7 @@ def _run_envelope(args: argparse.Namespace) -> VerificationResult:
             )
     now = parse_now(args.now)  # a usage error before any input is read
     wait = args.input_timeout
+    from attestation.contracts import MAX_CRL_BYTES, MAX_ENVELOPE_BYTES, MAX_EXPECTED_BYTES
     from attestation.envelope.expected import load_expected  # envelope mode only
     from attestation.envelope.verification import verify_envelope
 
@@ -293,6 +296,8 @@ def run_mode(args: argparse.Namespace) -> VerificationResult:
 
 
 def _input_failure(error: AttestationError) -> VerificationResult:
+    from attestation.verify.checks import Check, VerificationResult
+
     return VerificationResult.from_checks([Check.from_error("input", error)])
 
 
@@ -304,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CODES[FailureClass.USAGE]
     want_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _without_pydantic_plugins():
             # AMD's VCEK/VLEK serial number is 0; cryptography warns on each parse (expected).
             warnings.filterwarnings("ignore", message=_SERIAL_ZERO_WARNING)
             args = build_parser().parse_args(argv)
@@ -327,6 +332,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: internal error\n{traceback.format_exc()}")
         return EXIT_CODES[FailureClass.USAGE]
     return _deliver(output, code)
+
+
+@contextlib.contextmanager
+def _without_pydantic_plugins() -> Iterator[None]:
+    """Run the verification with pydantic's plugins off (and the environment as it was after).
+
+    A pydantic plugin is code any installed distribution registers (entry point group
+    ``pydantic``); pydantic imports it into the process and calls it on every validation, so it
+    would see, and could change, what the verifier reads from the envelope and the expected
+    values. The verifier runs only its own code. Finding the plugins also reads the metadata of
+    every installed distribution when the first model is built: tens of milliseconds of a
+    one-shot verification.
+    """
+    previous = os.environ.get(_PYDANTIC_PLUGINS)
+    os.environ[_PYDANTIC_PLUGINS] = "__all__"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[_PYDANTIC_PLUGINS]
+        else:
+            os.environ[_PYDANTIC_PLUGINS] = previous
 
 
 def _deliver(output: str, code: int) -> int:

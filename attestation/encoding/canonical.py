@@ -72,10 +72,12 @@ _NONZERO_AS_ONE: Final = bytes.maketrans(b"23456789", b"11111111")
 _C_DIFFERS: Final = tuple(
     digit + tail for digit in (b"0", b"1") for tail in (b".0,", b".0]", b".0}", b"e-", b"e+")
 )
-#: A run of 16 digits, every digit written as ``0``: the exact walk decides whether an
-#: integer is beyond +-(2**53-1).
+#: Every digit written as ``0``, to find runs of 16 digits in C: a number that long may be an
+#: integer beyond +-(2**53-1), which the exact walk refuses (:func:`_holds_long_number`).
 _DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 _SIXTEEN_DIGITS: Final = b"0" * 16
+#: What precedes a number in the encoder's output (after an optional ``-``).
+_BEFORE_NUMBER: Final = frozenset(b":,[")
 #: UTF-8 lead bytes of U+E000..U+FFFF and of U+10000..: the only characters whose code-point
 #: order (the C encoder's key sort) differs from RFC 8785's UTF-16 order, when both occur.
 _BMP_HIGH: Final = re.compile(rb"[\xee\xef]")
@@ -101,7 +103,7 @@ def _c_encoded(value: object) -> bytes | None:
     shape = data.translate(_NONZERO_AS_ONE)
     if shape.endswith(b".0") or any(pattern in shape for pattern in _C_DIFFERS):
         return None
-    if _SIXTEEN_DIGITS in data.translate(_DIGITS_AS_ZERO):
+    if _holds_long_number(data):
         return None
     if not data.isascii() and _BMP_HIGH.search(data) and _ASTRAL.search(data):
         return None
@@ -110,6 +112,26 @@ def _c_encoded(value: object) -> bytes | None:
     except RecursionError:
         return None
     return data if same else None
+
+
+def _holds_long_number(data: bytes) -> bool:
+    """Whether the encoder's output ``data`` writes a number of 16 digits or more: a run of 16
+    digits at the start or after ``:``, ``,`` or ``[`` (and an optional ``-``), where the
+    encoder writes numbers. A run elsewhere is text (a hex digest), which the read-back checks
+    like any other; runs are rare, so the few found are judged one by one."""
+    digits = data.translate(_DIGITS_AS_ZERO)
+    start = digits.find(_SIXTEEN_DIGITS)
+    while start >= 0:
+        before = start - 1
+        if before >= 0 and digits[before] == ord("-"):
+            before -= 1
+        if before < 0 or digits[before] in _BEFORE_NUMBER:
+            return True
+        end = start + len(_SIXTEEN_DIGITS)
+        while end < len(digits) and digits[end] == ord("0"):
+            end += 1
+        start = digits.find(_SIXTEEN_DIGITS, end)
+    return False
 
 
 def _write(value: object, out: list[str]) -> None:

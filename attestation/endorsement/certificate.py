@@ -27,6 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
 from attestation.endorsement import der
+from attestation.endorsement.memo import BoundedMemo
 from attestation.errors import MalformedError
 
 AMD_KDS_ARC = "1.3.6.1.4.1.3704.1"
@@ -107,12 +108,41 @@ def load_certificates(data: bytes) -> tuple[x509.Certificate, ...]:
     """Every certificate of a PEM bundle (in order), or the single certificate of a DER blob.
 
     Each certificate is decoded completely here (names, validity, extensions, public key), so
-    later code never meets a lazily raised parse error.
+    later code never meets a lazily raised parse error. The result is a pure function of the
+    exact bytes: it is remembered per process (:mod:`attestation.endorsement.memo`), so the
+    certChain that thousands of envelopes of one chip carry is parsed once.
     """
-    certificates = _loaded(data)
-    for index, certificate in enumerate(certificates, start=1):
-        require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
+    data = bytes(data)  # the key is exactly these bytes, never a mutable buffer
+    certificates = _LOADED.get(data)
+    if certificates is None:
+        certificates = _loaded(data)
+        for index, certificate in enumerate(certificates, start=1):
+            require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
+        if _PEM_MARKER not in data:
+            # A DER input is exactly the certificate's DER (cryptography refuses trailing
+            # bytes and reads DER only), so it is kept as it came instead of re-encoded.
+            _DER.put(id(certificates[0]), (certificates[0], data), input_bytes=len(data))
+        _LOADED.put(data, certificates, input_bytes=len(data))
     return certificates
+
+
+#: Certificate inputs (a few KB each) parsed and decoded completely, by their exact bytes.
+_LOADED: BoundedMemo[bytes, tuple[x509.Certificate, ...]] = BoundedMemo(256)
+
+
+def certificate_der(certificate: x509.Certificate) -> bytes:
+    """The DER of ``certificate`` as ``cryptography`` encodes it (the bytes its signature is
+    verified over), computed once per certificate object (objects are immutable; the memo
+    holds the object, so its id cannot be reused while the entry exists)."""
+    entry = _DER.get(id(certificate))
+    if entry is not None and entry[0] is certificate:
+        return entry[1]
+    encoded = certificate.public_bytes(serialization.Encoding.DER)
+    _DER.put(id(certificate), (certificate, encoded), input_bytes=len(encoded))
+    return encoded
+
+
+_DER: BoundedMemo[int, tuple[x509.Certificate, bytes]] = BoundedMemo(1024)
 
 
 def _loaded(data: bytes) -> tuple[x509.Certificate, ...]:
@@ -161,30 +191,38 @@ def load_endorsement(data: bytes) -> Endorsement:
 def load_endorsement_chain(data: bytes) -> tuple[Endorsement, tuple[x509.Certificate, ...]]:
     """The endorsement (first certificate) of PEM, DER or a PEM bundle, and the certificates
     after it."""
-    certificates = _loaded(data)
-    for index, certificate in enumerate(certificates, start=1):
-        require_fully_parseable(certificate, f"certificate {index} of {len(certificates)}")
-    # A DER input is exactly the certificate's DER (cryptography refuses trailing bytes), so
-    # it is kept as it came instead of being re-encoded.
-    der_input = None if _PEM_MARKER in data else data
-    return _decoded_endorsement(certificates[0], der_input), certificates[1:]
+    certificates = load_certificates(data)
+    return _decoded_endorsement(certificates[0]), certificates[1:]
 
 
 def endorsement_from_certificate(certificate: x509.Certificate) -> Endorsement:
     """Decode the signer kind, public key and AMD extensions of a VCEK/VLEK certificate."""
+    known = _ENDORSEMENTS.get(certificate_der(certificate))
+    if known is not None:
+        return known
     require_fully_parseable(certificate, "endorsement certificate")
     return _decoded_endorsement(certificate)
 
 
-def _decoded_endorsement(
-    certificate: x509.Certificate, der_input: bytes | None = None
-) -> Endorsement:
-    """:func:`endorsement_from_certificate` for a certificate ``load_certificates`` already
-    decoded completely (decoding it twice doubled the cost of a new chip's verification).
-    ``der_input`` is the DER it was loaded from, if the input was DER.
+#: Decoded VCEKs/VLEKs by their DER: a pure function of those bytes.
+_ENDORSEMENTS: BoundedMemo[bytes, Endorsement] = BoundedMemo(256)
 
-    Checks the key and decodes AMD's extensions; everything else ``cryptography`` decoded.
+
+def _decoded_endorsement(certificate: x509.Certificate) -> Endorsement:
+    """:func:`endorsement_from_certificate` for a certificate ``load_certificates`` already
+    decoded completely (decoding it twice doubled the cost of a new chip's verification),
+    remembered by its DER.
     """
+    encoded = certificate_der(certificate)
+    known = _ENDORSEMENTS.get(encoded)
+    if known is None:
+        known = _decode_endorsement(certificate, encoded)
+        _ENDORSEMENTS.put(encoded, known, input_bytes=len(encoded))
+    return known
+
+
+def _decode_endorsement(certificate: x509.Certificate, encoded: bytes) -> Endorsement:
+    """Check the key and decode AMD's extensions; everything else ``cryptography`` decoded."""
     extensions = certificate.extensions
     try:
         constraints = extensions.get_extension_for_class(x509.BasicConstraints).value.ca
@@ -220,7 +258,7 @@ def _decoded_endorsement(
     csp_id = _optional_string(values, OID_CSP_ID, "csp_id")
     return Endorsement(
         certificate=certificate,
-        der=der_input or certificate.public_bytes(serialization.Encoding.DER),
+        der=encoded,
         issuer=certificate.issuer,
         critical_extensions=tuple(e.oid.dotted_string for e in extensions if e.critical),
         basic_constraints_ca=constraints,

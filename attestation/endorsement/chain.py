@@ -9,10 +9,14 @@ explicitly: the issuer's key verifies the signature with the PSS parameters the 
 declares (over the TBS bytes as received when the DER input is at hand), plus our checks of
 the exact signature algorithm (RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48, trailer 1, parsed
 from the DER), RSA-4096 issuer keys, CA basic constraints and key usage, no unknown critical
-extension, and validity of every certificate at the caller's ``now``. What depends only on a
-pinned certificate (a root's self-signature, the pinned ASK/ASVK under its root, their own
-format checks) is checked once per process; validity at ``now`` and everything about the
-VCEK/VLEK are checked at every verification.
+extension, and validity of every certificate at the caller's ``now``.
+
+What does not depend on time is a pure function of the certificates' bytes and is remembered
+per process (bounded, successes only; :mod:`attestation.endorsement.memo`): each RSA signature
+that verified, by the (child DER, issuer DER) pair, and each path whose every time-independent
+check passed, by the DER of every certificate it was judged from. Validity at ``now`` and the
+CRL are checked at every verification, memo hit or not, so a warm call fails exactly as a cold
+one does.
 
 Path selection: the intermediate is chosen by signer kind (ASK for a VCEK, ASVK for a VLEK, by
 the pinned certificate or, for supplied certificates, by CN ``SEV-<line>`` vs
@@ -45,7 +49,13 @@ from cryptography.x509.oid import NameOID
 
 from attestation.abi.product import ProductLine, SignerKind
 from attestation.endorsement import der
-from attestation.endorsement.certificate import PARSE_ERRORS, Endorsement, require_fully_parseable
+from attestation.endorsement.certificate import (
+    PARSE_ERRORS,
+    Endorsement,
+    certificate_der,
+    require_fully_parseable,
+)
+from attestation.endorsement.memo import BoundedMemo
 from attestation.endorsement.trust import (
     SIMULATED_ORGANIZATION,
     TrustStore,
@@ -111,8 +121,91 @@ def verify_chain(
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise UsageError("verification time `now` must be timezone-aware")
-    leaf_label = endorsement.signer_kind.value.upper()
     supplied = tuple(intermediates)
+    key = _path_key(endorsement, product_line, trust, supplied)
+    path = _PATHS.get(key)
+    if path is None:
+        path = _sound_path(endorsement, product_line, trust, supplied, now)
+        _PATHS.put(key, path, input_bytes=_key_bytes(key))
+    else:
+        # Everything but time held for exactly these bytes: only the validity windows are
+        # judged again, in the order the full check meets them (root, intermediate, leaf).
+        _require_validity(path.ark, path.ark_label, now)
+        _require_validity(path.intermediate, path.intermediate_label, now)
+        _require_validity(endorsement.certificate, path.leaf_label, now)
+    if crl is not None:
+        _check_crl(
+            crl,
+            ark=path.ark,
+            ark_label=path.ark_label,
+            intermediate=path.intermediate,
+            intermediate_label=path.intermediate_label,
+            endorsement=endorsement,
+            now=now,
+        )
+    return VerifiedChain(path.ark, path.intermediate, endorsement.certificate, path.simulated)
+
+
+@dataclass(frozen=True, slots=True)
+class _SoundPath:
+    """A path whose every time-independent check passed, and the labels its messages use."""
+
+    ark: x509.Certificate
+    intermediate: x509.Certificate
+    simulated: bool
+    ark_label: str
+    intermediate_label: str
+    leaf_label: str
+
+
+#: Sound paths by the exact DER of every certificate they were judged from (the leaf, the
+#: supplied candidates, the pinned root and intermediate of the product line and signer kind,
+#: the pinned simulated roots) and the product line: a pure function of those bytes. Validity
+#: and the CRL depend on ``now`` and are checked at every call.
+_PATHS: BoundedMemo[tuple[object, ...], _SoundPath] = BoundedMemo(256)
+
+
+def _path_key(
+    endorsement: Endorsement,
+    product_line: ProductLine,
+    trust: TrustStore,
+    supplied: Sequence[x509.Certificate],
+) -> tuple[object, ...]:
+    return (
+        endorsement.der,
+        product_line,
+        _pinned_der(trust.ark(product_line)),
+        _pinned_der(trust.intermediate(product_line, endorsement.signer_kind)),
+        tuple(map(_pinned_der, trust.simulated_roots)),
+        tuple(map(certificate_der, supplied)),
+    )
+
+
+def _key_bytes(key: tuple[object, ...]) -> int:
+    """The bytes of the certificates a path key stands for."""
+    return sum(
+        len(part) if isinstance(part, bytes) else sum(map(len, part))
+        for part in key
+        if isinstance(part, bytes | tuple)
+    )
+
+
+def _pinned_der(certificate: x509.Certificate) -> bytes:
+    """A pinned certificate's DER, encoded once per process (kept when the memos of input
+    bytes are emptied)."""
+    return _remembered("der", (certificate,), certificate_der)
+
+
+def _sound_path(
+    endorsement: Endorsement,
+    product_line: ProductLine,
+    trust: TrustStore,
+    supplied: tuple[x509.Certificate, ...],
+    now: dt.datetime,
+) -> _SoundPath:
+    """Find the path and run every check of it, validity at ``now`` included (in the order
+    the messages are ranked); raise the first failure."""
+    leaf_label = endorsement.signer_kind.value.upper()
     for index, certificate in enumerate(supplied, start=1):
         require_fully_parseable(certificate, f"supplied certificate {index}")
     ark, intermediate, simulated = _find_path(endorsement, product_line, trust, supplied)
@@ -143,17 +236,7 @@ def verify_chain(
             _require_signing_authority(certificate, label)
     if endorsement.basic_constraints_ca:
         raise UntrustedChainError(f"{leaf_label} is marked as a CA (basicConstraints cA=true)")
-    if crl is not None:
-        _check_crl(
-            crl,
-            ark=ark,
-            ark_label=ark_label,
-            intermediate=intermediate,
-            intermediate_label=intermediate_label,
-            endorsement=endorsement,
-            now=now,
-        )
-    return VerifiedChain(ark, intermediate, endorsement.certificate, simulated)
+    return _SoundPath(ark, intermediate, simulated, ark_label, intermediate_label, leaf_label)
 
 
 def require_amd_signature_algorithm(signed_der: bytes, what: str) -> None:
@@ -273,7 +356,7 @@ def _find_path(
             failures.append(f"{root_label} {ark_name!r} is not named like an ARK ('ARK-...')")
             continue
         # Roots are pinned (by the trust store or the tenant's fingerprint): their
-        # self-signature is the same check every time.
+        # self-signature is the same check every time (and kept when the memos are emptied).
         if not _remembered("self-signed", (ark,), _self_signed):
             failures.append(f"{root_label} {ark_name!r} is not validly self-signed")
             continue
@@ -287,12 +370,13 @@ def _find_path(
                 else _issued_by_name(candidate, ark)
             ):
                 continue
+            # A pinned intermediate's RSA key is decoded once per process.
             key = (
                 _remembered("key", (candidate,), x509.Certificate.public_key)
                 if pinned_pair
-                else candidate.public_key()
+                else None
             )
-            if not _signed_with(endorsement.certificate, key):
+            if not _signed_by(endorsement.certificate, candidate, key):
                 failures.append(
                     f"{label} signature does not verify under the "
                     f"{_intermediate_kind(kind)} {_cn(candidate)!r} "
@@ -426,10 +510,28 @@ def _is_amd_rsa_key(key: PublicKeyTypes) -> TypeGuard[rsa.RSAPublicKey]:
     return isinstance(key, rsa.RSAPublicKey) and key.key_size == AMD_RSA_KEY_BITS
 
 
-def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+def _signed_by(
+    child: x509.Certificate, issuer: x509.Certificate, issuer_key: PublicKeyTypes | None = None
+) -> bool:
     """Whether ``issuer`` (an RSA-4096 key) signed ``child``, whose issuer name the caller
-    matched to ``issuer``'s subject (:func:`_signed_with`)."""
-    return _signed_with(child, issuer.public_key())
+    matched to ``issuer``'s subject (:func:`_signed_with`); ``issuer_key`` is ``issuer``'s
+    public key when the caller has it decoded already.
+
+    A pure function of the two certificates' DER: a signature that verified is remembered by
+    that pair (one chip's VCEK under its ASK, the ASK under its ARK, the ARK under itself: three
+    RSA-4096 verifications an envelope would otherwise repeat). A failure is not remembered.
+    """
+    key = (certificate_der(child), certificate_der(issuer))
+    if _SIGNED.get(key):
+        return True
+    verified = _signed_with(child, issuer.public_key() if issuer_key is None else issuer_key)
+    if verified:
+        _SIGNED.put(key, value=True, input_bytes=len(key[0]) + len(key[1]))
+    return verified
+
+
+#: (child DER, issuer DER) pairs whose signature verified.
+_SIGNED: BoundedMemo[tuple[bytes, bytes], bool] = BoundedMemo(512)
 
 
 def _signed_with(child: x509.Certificate, public_key: PublicKeyTypes) -> bool:

@@ -19,10 +19,10 @@ from importlib import resources
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 
 from attestation.abi.product import ProductLine, SignerKind
 from attestation.contracts import sha256_digest
+from attestation.endorsement.certificate import certificate_der
 from attestation.errors import MalformedError, UntrustedChainError, UsageError
 
 #: Organization (O) of every simulated certificate; AMD's is "Advanced Micro Devices".
@@ -78,7 +78,7 @@ _ROLE_FOR_SIGNER: Mapping[SignerKind, AmdRole] = types.MappingProxyType(
 
 def fingerprint(certificate: x509.Certificate) -> str:
     """``sha256:<hex>`` of the certificate's DER: how roots are pinned and reported."""
-    return sha256_digest(certificate.public_bytes(serialization.Encoding.DER))
+    return sha256_digest(certificate_der(certificate))
 
 
 def intermediate_role(signer_kind: SignerKind) -> AmdRole:

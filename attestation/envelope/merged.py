@@ -120,7 +120,15 @@ def parse_any_envelope(data: bytes) -> AnyEnvelope:
     Raises:
         MalformedError: naming what is wrong.
     """
-    document = load_envelope_object(data)
+    return any_envelope(load_envelope_object(data))
+
+
+def any_envelope(document: dict[str, object]) -> AnyEnvelope:
+    """:func:`parse_any_envelope` of the envelope's parsed JSON object.
+
+    Raises:
+        MalformedError: naming what is wrong.
+    """
     kind = document.get("kind")
     if kind == MERGED_ENVELOPE_KIND:
         return validate_document(document, MergedEnvelope, what="merged envelope")

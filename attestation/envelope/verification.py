@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 
 from attestation.abi.product import ProductLine
 from attestation.abi.report import AttestationReport
-from attestation.abi.tpm import parse_signature
 from attestation.contracts import Platform
 from attestation.endorsement.certificate import endorsement_from_certificate, load_certificates
 from attestation.endorsement.chain import verify_chain
@@ -26,14 +26,24 @@ from attestation.endorsement.trust import TrustStore, fingerprint
 from attestation.envelope.binding import report_data_for, report_data_matches, result_digest
 from attestation.envelope.expectations import EXPECTATION_CHECKS, expectation_checks, shard_check
 from attestation.envelope.expected import ExpectedValues
-from attestation.envelope.merged import MergedEnvelope, checked_shard, parse_any_envelope
-from attestation.envelope.merged_verification import verify_merged
-from attestation.envelope.model import Envelope, ShardPosition
+from attestation.envelope.model import (
+    ENVELOPE_KIND,
+    Envelope,
+    ShardPosition,
+    load_envelope_object,
+    validate_parsed_envelope,
+)
 from attestation.errors import AttestationError, FailureClass, MalformedError
-from attestation.evaluation.shards import CheckedShard, ShardMergeError
-from attestation.verify.az_vtpm import VtpmEvidence, check_vtpm_evidence
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.verifier import LATER_STAGES, ReportChecks, Verifier
+
+if TYPE_CHECKING:
+    # Imported where they are used: a merged envelope's and a shard's machinery (the
+    # evaluation's partials) and the az-snp-vtpm checks load only for such an envelope, so a
+    # one-shot ``verify-attested-run --envelope`` of a plain SEV-SNP envelope does not pay
+    # for them (tests/attestation/test_cli_imports.py).
+    from attestation.envelope.merged import AnyEnvelope
+    from attestation.evaluation.shards import CheckedShard
 
 _MALFORMED = FailureClass.MALFORMED
 _BINDING = FailureClass.BINDING
@@ -125,7 +135,7 @@ def _verify_envelope(
     verifier: Verifier | None,
 ) -> VerificationResult:
     try:
-        envelope = parse_any_envelope(envelope_bytes)
+        envelope = _parse_any_envelope(envelope_bytes)
     except MalformedError as exc:
         checks = [Check.from_error("envelope.parse", exc)]
         checks.append(
@@ -136,7 +146,9 @@ def _verify_envelope(
         )
         checks.extend(_not_run_later("the envelope did not parse"))
         return VerificationResult.from_checks(checks)
-    if isinstance(envelope, MergedEnvelope):
+    if not isinstance(envelope, Envelope):
+        from attestation.envelope.merged_verification import verify_merged
+
         # Shards of one chip carry one certChain: it is read, and its chain validated (the
         # Verifier's memo), once per merged envelope.
         chains: dict[str, _Chain] = {}
@@ -158,6 +170,17 @@ def _verify_envelope(
     return verify_parsed_envelope(
         envelope, expected, now=now, trust=trust, crl=crl, shard=shard, verifier=verifier
     )
+
+
+def _parse_any_envelope(data: bytes) -> AnyEnvelope:
+    """:func:`attestation.envelope.merged.parse_any_envelope`, which loads the merged
+    envelope's model only for a document of another kind than a plain envelope."""
+    document = load_envelope_object(data)
+    if document.get("kind") == ENVELOPE_KIND:
+        return validate_parsed_envelope(document, what="envelope")
+    from attestation.envelope.merged import any_envelope
+
+    return any_envelope(document)
 
 
 def verify_parsed_envelope(
@@ -297,6 +320,9 @@ def _checked_evidence(
             checks.append(host_data_init_data_check(raw.report.host_data, pin))
         bound = b"" if raw.report is None else raw.report.report_data
         return _Evidence(checks, raw, raw.authentic, bound)
+    from attestation.abi.tpm import parse_signature
+    from attestation.verify.az_vtpm import VtpmEvidence, check_vtpm_evidence
+
     vtpm = evidence.vtpm
     nonce = report_data_for(envelope.binding, evidence.report_data_encoding)
     try:
@@ -360,6 +386,9 @@ def _shard_result_check(
             ),
             None,
         )
+    from attestation.envelope.merged import checked_shard
+    from attestation.evaluation.shards import ShardMergeError
+
     where = f"shard {position.index} of {position.count}"
     try:
         checked = checked_shard(envelope, where=where)

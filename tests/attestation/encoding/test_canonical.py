@@ -280,13 +280,44 @@ def test_the_c_encoder_path_takes_an_envelope_shaped_value() -> None:
         == b'{"a":{"y":true,"z":null},"b":[1,2.5,"x\xc3\xa9"],"c":0.1}'
     )
     assert canonical_module._c_encoded({"a": [12.0, -3.0, 0.0]}) == b'{"a":[12,-3,0]}'
+    # A long digit run inside a string (a hex digest) is text: the fast path takes it.
+    digest = {"d": "sha256:fc3c6e0b6c2a2b393dd0f8d028b90e336179bcf77983748ecbf1fa25"}
+    assert canonical_module._c_encoded(digest) == (
+        b'{"d":"sha256:fc3c6e0b6c2a2b393dd0f8d028b90e336179bcf77983748ecbf1fa25"}'
+    )
     for declined in (
         {"a": -0.0},
         {"a": "x:1.0,"},
         {"a": 1e-05},
         {1: "x"},
         [2**53],
+        2**53,
+        {"a": -(2**60)},
+        [1, 1234567890123456],
+        {"a": ":1234567890123456"},
         {"\ue000": 1, "\U0001f600": 2},
         (1, 2),
     ):
         assert canonical_module._c_encoded(declined) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "long_number"),
+    [
+        (b"1234567890123456", True),
+        (b"-1234567890123456", True),
+        (b'{"a":1234567890123456}', True),
+        (b'{"a":-12345678901234567}', True),
+        (b"[1,1234567890123456]", True),
+        (b"[123456789012345]", False),
+        (b'{"d":"sha256:e28511155972519283969e43"}', False),
+        (b'{"d":"sha256:1234567890123456ab"}', True),  # after ':' in text: declined too
+        (b'{"d":"e28511155972519283969e43"}', False),
+        (b'{"d":"x-1234567890123456","e":"ab12345678901234567890"}', False),
+        (b'{"d":"ab12345678901234567890","n":12345678901234567}', True),
+    ],
+)
+def test_a_number_of_16_digits_is_found_where_numbers_are_written(
+    data: bytes, *, long_number: bool
+) -> None:
+    assert canonical_module._holds_long_number(data) is long_number
