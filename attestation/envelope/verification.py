@@ -30,7 +30,7 @@ from attestation.envelope.merged import MergedEnvelope, checked_shard, parse_any
 from attestation.envelope.merged_verification import verify_merged
 from attestation.envelope.model import Envelope, ShardPosition
 from attestation.errors import AttestationError, FailureClass, MalformedError
-from attestation.evaluation.shards import CheckedShard, ShardMergeError
+from attestation.scoring.shards import CheckedShard, ShardMergeError
 from attestation.verify.az_vtpm import VtpmEvidence, check_vtpm_evidence
 from attestation.verify.checks import Check, VerificationResult
 from attestation.verify.verifier import LATER_STAGES, ReportChecks, Verifier

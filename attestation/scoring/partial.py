@@ -13,7 +13,7 @@ and the pieces added back together without changing a byte of the result:
   among the union of every part's k largest values: a part keeps only those, its *tail*.
   A latency is the double its JSON text denotes (``numbers.scored_value``), so a tail is
   doubles, exactly. On the wire a part carries its tail's Merkle root
-  (:mod:`~attestation.evaluation.tails`), not its values: a merge opens each part's tail at
+  (:mod:`~attestation.scoring.tails`), not its values: a merge opens each part's tail at
   the p95 (:class:`CommittedPartial`, :func:`merge_committed`).
 
 The unsharded replay is the one-part case of the same code (:func:`merge_partials` of a
@@ -42,8 +42,8 @@ from attestation.contracts import (
     SnakeWireModel,
     evaluation_block_count,
 )
-from attestation.evaluation.numbers import beyond_double, scored_value
-from attestation.evaluation.tails import tail_bytes, tail_root
+from attestation.scoring.numbers import beyond_double, scored_value
+from attestation.scoring.tails import tail_bytes, tail_root
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
 #: 5e-324 to 1.8e308), so sums of doubles never come near this precision; Inexact and
