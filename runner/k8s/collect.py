@@ -120,7 +120,7 @@ def read_termination_message(message: str, *, where: str) -> TerminationMessage:
         raise EnvelopeMismatchError(f"{where}: {exc}") from exc
 
 
-class Collector:
+class EnvelopeCollector:
     """Reads what a completed run left behind, on the official client and the HTTP session."""
 
     def __init__(
