@@ -204,7 +204,7 @@ MAX_SHARD_COUNT: Final = 256
 #: checksum's tree over ``cases.jsonl`` (:func:`corpus_checksum`) and each run's tree of case
 #: results in the evaluation digest. A shard scores whole blocks, so it can hash just its own
 #: share of both (``runner.corpus.case_blocks``, ``runner.corpus.evaluation_files``,
-#: ``attestation.evaluation.partial``).
+#: ``attestation.scoring.partial``).
 EVALUATION_BLOCK_CASES: Final = 256
 #: What the corpus checksum hashes first: its version and the size of its blocks.
 CORPUS_CHECKSUM_PREAMBLE: Final = (
@@ -212,7 +212,7 @@ CORPUS_CHECKSUM_PREAMBLE: Final = (
     "RFC 6962 tree\n"
 ).encode("ascii")
 #: A shard attests its latency tail by a Merkle root over blocks of this many values (the
-#: leaves; ``attestation.evaluation.tails``), and a merge opens a few blocks per shard.
+#: leaves; ``attestation.scoring.tails``), and a merge opens a few blocks per shard.
 TAIL_BLOCK_VALUES: Final = 32
 #: The most cases a sharded replay may have (a shard refuses more: no corpus comes near, and
 #: it bounds a tail's inclusion proofs, so every split below merges).
@@ -222,7 +222,7 @@ MAX_TAIL_PATH: Final = (MAX_SHARDED_CASES.bit_length() - 1) - (TAIL_BLOCK_VALUES
 #: One shard's opening of one run's tail: at most four blocks (those around the values above
 #: the p95 and around those at least it), each with its proof.
 MAX_TAIL_OPENING_BYTES: Final = 4 * (8 * TAIL_BLOCK_VALUES + 32 * MAX_TAIL_PATH)
-#: The most runs a plan has (10 arms x 5 runs per arm; ``attestation.evaluation.models``).
+#: The most runs a plan has (10 arms x 5 runs per arm; ``attestation.scoring.models``).
 MAX_PLAN_ARMS: Final = 10
 MAX_RUNS_PER_ARM: Final = 5
 MAX_PLAN_RUNS: Final = MAX_PLAN_ARMS * MAX_RUNS_PER_ARM

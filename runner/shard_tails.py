@@ -1,7 +1,7 @@
 """A shard's tails file: its runs' latency tails, beside its envelope, for the merge.
 
 A shard envelope attests each run's latency tail by its Merkle root only
-(``attestation.evaluation.tails``), so that it stays small whatever the number of cases. The
+(``attestation.scoring.tails``), so that it stays small whatever the number of cases. The
 tails themselves go to ``attested-replay merge`` (or ``collect``) in this file, written by
 ``run --shard-count`` beside the envelope (``<out>.tails.json``; with ``--frame-envelope``
 also as one framed log line). Nothing in it is trusted: the merge checks every run's tail
@@ -37,8 +37,8 @@ from attestation.envelope.merged import (
     ordered_shards,
 )
 from attestation.envelope.model import Envelope
-from attestation.evaluation.partial import RunPartial, largest_of_union, tail_size
-from attestation.evaluation.shards import (
+from attestation.scoring.partial import RunPartial, largest_of_union, tail_size
+from attestation.scoring.shards import (
     CheckedShard,
     RunKey,
     RunTailOpenings,
@@ -48,7 +48,7 @@ from attestation.evaluation.shards import (
     opened_runs,
     plan_runs,
 )
-from attestation.evaluation.tails import (
+from attestation.scoring.tails import (
     BLOCK_BYTES,
     encode_proof,
     encode_value,
@@ -174,7 +174,7 @@ def tail_openings(
 
 
 def open_tail(tail: list[float], value: float) -> ShardTailOpening:
-    """A descending tail opened at ``value`` (:mod:`attestation.evaluation.tails`)."""
+    """A descending tail opened at ``value`` (:mod:`attestation.scoring.tails`)."""
     # Descending: the values > v are those whose negation is < -v.
     above = bisect.bisect_left(tail, -value, key=operator.neg)
     at_least = bisect.bisect_right(tail, -value, key=operator.neg)
@@ -184,7 +184,7 @@ def open_tail(tail: list[float], value: float) -> ShardTailOpening:
 
 def proof_for(tail: list[float], above: int, at_least: int) -> bytes:
     """The blocks of ``tail`` an opening with these counts shows, each with its inclusion
-    proof (:func:`~attestation.evaluation.tails.opened_blocks`)."""
+    proof (:func:`~attestation.scoring.tails.opened_blocks`)."""
     data = tail_bytes(tail)
     leaves = [leaf_hash(data[i : i + BLOCK_BYTES]) for i in range(0, len(data), BLOCK_BYTES)]
     tree = MerkleTree(leaves)

@@ -4,8 +4,8 @@ The operator builds it (``attested-replay merge``); nothing in it is trusted for
 verifier checks every shard envelope as an envelope of its own (report, chain, binding),
 checks that the shards are exactly shards 0..N-1 of one replay, checks each run's p95 against
 the shards' attested latency-tail roots by ``tailOpenings`` (a shard envelope carries its
-tail's Merkle root, not its latencies: ``attestation.evaluation.tails``), re-runs the merge
-with the same code as the replay (``attestation.evaluation.shards``) and compares the result
+tail's Merkle root, not its latencies: ``attestation.scoring.tails``), re-runs the merge
+with the same code as the replay (``attestation.scoring.shards``) and compares the result
 with ``result`` and ``resultDigest``; then the tenant's expectations apply to the header. The
 header repeats what every shard binds (run, tenant, corpus, evaluation, workload, image,
 nonce), so expected values written for an unsharded run apply unchanged.
@@ -44,7 +44,7 @@ from attestation.envelope.model import (
     validate_parsed_envelope,
 )
 from attestation.errors import MalformedError
-from attestation.evaluation.shards import (
+from attestation.scoring.shards import (
     CheckedShard,
     RunTailOpenings,
     ShardMergeError,
@@ -89,7 +89,7 @@ class MergedEnvelope(WireModel):
     #: The shard envelopes, shard 0 first; each carries its shard result.
     shards: Annotated[tuple[Envelope, ...], Field(min_length=1, max_length=MAX_SHARD_COUNT)]
     #: Each run's p95 with every shard's tail opened at it, for the runs whose latencies are
-    #: all known, in plan order (``attestation.evaluation.shards.proven_p95s``).
+    #: all known, in plan order (``attestation.scoring.shards.proven_p95s``).
     tail_openings: Annotated[tuple[RunTailOpenings, ...], Field(max_length=MAX_PLAN_RUNS)] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -203,7 +203,7 @@ def _shown(value: object) -> str:
 
 def checked_shard(shard: Envelope, *, where: str) -> CheckedShard:
     """A shard envelope's result, checked against its binding (position, corpus, evaluation)
-    and on its own (:func:`~attestation.evaluation.shards.check_shard_result`).
+    and on its own (:func:`~attestation.scoring.shards.check_shard_result`).
 
     Raises:
         ShardMergeError: an envelope without a result, a result that is not a shard result,

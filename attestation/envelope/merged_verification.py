@@ -38,7 +38,7 @@ from attestation.envelope.expected import ExpectedValues
 from attestation.envelope.merged import SHARED_FIELDS, MergedEnvelope, consistency_problem
 from attestation.envelope.model import Binding, Envelope, ShardPosition
 from attestation.errors import AttestationError, FailureClass
-from attestation.evaluation.shards import CheckedShard, check_complete, merge_shard_results
+from attestation.scoring.shards import CheckedShard, check_complete, merge_shard_results
 from attestation.verify.checks import Check, VerificationResult
 
 _MALFORMED = FailureClass.MALFORMED

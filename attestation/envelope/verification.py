@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     # one-shot ``verify-attested-run --envelope`` of a plain SEV-SNP envelope does not pay
     # for them (tests/attestation/test_cli_imports.py).
     from attestation.envelope.merged import AnyEnvelope
-    from attestation.evaluation.shards import CheckedShard
+    from attestation.scoring.shards import CheckedShard
 
 _MALFORMED = FailureClass.MALFORMED
 _BINDING = FailureClass.BINDING
@@ -387,7 +387,7 @@ def _shard_result_check(
             None,
         )
     from attestation.envelope.merged import checked_shard
-    from attestation.evaluation.shards import ShardMergeError
+    from attestation.scoring.shards import ShardMergeError
 
     where = f"shard {position.index} of {position.count}"
     try:

@@ -1,4 +1,5 @@
-"""Tenant side: download new envelopes and prove the log only grew.
+"""Tenant side: download new envelopes and prove the log only grew: the IO and the worker
+pool around the log-following rules of :class:`~attestation.tenant.log_state.TrustedLogState`.
 
 State kept in the output directory (each file written atomically, the checkpoint last):
 ``log-key.pub`` (the pinned verifier key), ``checkpoint`` (the last verified signed note),
@@ -43,9 +44,7 @@ from typing import Any, ClassVar, Final
 
 import structlog
 
-from attestation.contracts import MAX_ENVELOPE_BYTES, sha256_digest
-from attestation.envelope.merged import parse_any_envelope, shard_index
-from attestation.errors import MalformedError
+from attestation.contracts import MAX_ENVELOPE_BYTES
 from attestation.tenant.errors import (
     FetchWorkerError,
     ServiceUnavailableError,
@@ -69,25 +68,24 @@ from attestation.tenant.http import (
     RetryPolicy,
     check_url,
 )
-from attestation.tenant.logged_shards import check_logged_shards
+from attestation.tenant.log_state import (
+    PositionedEntry,
+    TrustedLogState,
+    WitnessPolicy,
+    checked_envelope,
+    envelope_gone,
+    envelope_too_large,
+)
 from attestation.tenant.tlog import LogTiles
 from attestation.tenant.unjudged import load_unjudged, record_unjudged
 from attestation.transparency.checkpoint import (
-    COSIGNATURE_V1_ALGORITHM,
     ED25519_ALGORITHM,
     Checkpoint,
     CheckpointError,
     VerifierKey,
-    tenant_log_origin,
-    verify_signed_checkpoint,
 )
-from attestation.transparency.cosignature import (
-    CosignatureError,
-    require_cosignatures,
-    verify_cosignatures,
-)
-from attestation.transparency.entries import EntryError, LogEntry
-from attestation.transparency.merkle import CompactRange, leaf_hash
+from attestation.transparency.entries import LogEntry
+from attestation.transparency.merkle import CompactRange
 
 log = structlog.get_logger("attested-replay.tenant")
 
@@ -137,38 +135,6 @@ def load_verifier_key(
         raise TenantUsageError(f"{what} {value}: {exc}") from exc
 
 
-@dataclass(frozen=True, slots=True)
-class WitnessPolicy:
-    """The witnesses whose cosignatures a checkpoint needs, and how many of them."""
-
-    keys: tuple[VerifierKey, ...]
-    threshold: int
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.threshold <= len(self.keys):
-            raise TenantUsageError(
-                f"--witness-threshold {self.threshold}: must be between 1 and the "
-                f"{len(self.keys)} --witness-key given"
-            )
-        if len({key.name for key in self.keys}) != len(self.keys):
-            raise TenantUsageError("--witness-key: two keys with one name")
-
-    def to_json(self) -> str:
-        keys = [key.encode() for key in self.keys]
-        return json.dumps({"keys": keys, "threshold": self.threshold}, indent=1) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str, source: Path) -> WitnessPolicy:
-        try:
-            data = json.loads(text)
-            keys = tuple(
-                VerifierKey.parse(key, algorithm=COSIGNATURE_V1_ALGORITHM) for key in data["keys"]
-            )
-            return cls(keys, int(data["threshold"]))
-        except (ValueError, KeyError, TypeError, CheckpointError) as exc:
-            raise TenantInputError(f"pinned witnesses {source} cannot be read: {exc}") from exc
-
-
 class _Api:
     def __init__(self, server: str, tenant: str, client: HttpClient) -> None:
         self.tenant = tenant
@@ -215,11 +181,11 @@ class _Api:
         try:
             answer = self._client.get(self._base + path, limit=ENVELOPE_ANSWER)
         except AnswerTooLargeError as exc:
-            raise _too_large(digest, position) from exc
+            raise envelope_too_large(digest, position) from exc
         except HttpError as exc:
             raise ServiceUnavailableError(f"publication service unreachable: {exc}") from exc
         if answer.status == 404:
-            raise _gone(digest, position)
+            raise envelope_gone(digest, position)
         if answer.status != 200:
             raise ServiceUnavailableError(f"GET {path} answered HTTP {answer.status}")
         return answer.body
@@ -328,37 +294,24 @@ def fetch_tenant(
     if not 1 <= jobs <= MAX_JOBS:
         raise TenantUsageError(f"--jobs {jobs}: must be between 1 and {MAX_JOBS}")
     key = _pinned_key(out_dir, log_key)
-    policy = _pinned_witnesses(out_dir, witnesses)
-    origin = tenant_log_origin(key.name, tenant)
-    old = _old_checkpoint(out_dir, last_checkpoint, key, origin, policy)
-    index = _load_index(out_dir)
+    state = TrustedLogState(key, tenant, witnesses=_pinned_witnesses(out_dir, witnesses))
+    _trust_old_checkpoint(out_dir, last_checkpoint, state)
+    old = state.trusted
+    state.adopt_index(_load_index(out_dir))
     remote = _Remote(server, tenant, token, retry, ca_bundle)
     with remote.client(connections=jobs) as client:
         api = _Api(server, tenant, client)
-        note = _new_checkpoint_note(api, policy)
-        try:
-            new = verify_signed_checkpoint(note, key, origin=origin)
-            if policy is not None:
-                require_cosignatures(note, policy.keys, policy.threshold)
-        except CheckpointError as exc:
-            raise TamperingError(f"the server's checkpoint is not acceptable: {exc}") from exc
-        entries = _proven_entries(api, tenant, old, new)
+        new = state.accept_checkpoint(_new_checkpoint_note(api, state))
+        entries = _proven_entries(api, state, new)
         shards = _store_envelopes(api, remote, out_dir, entries, jobs)
-    for (position, entry), shard in zip(entries, shards, strict=True):
-        index[str(position)] = {"digest": entry.envelope, "runId": entry.run_id, "shard": shard}
-    _check_one_envelope_per_run(index, out_dir)
-    check_logged_shards(
-        index,
-        (position for position, _ in entries),
-        lambda digest: _envelope_path(out_dir, digest).read_bytes(),
-    )
+    note, index = state.record(shards, _StoredEnvelopes(out_dir))
     if to_judge and entries:
         record_unjudged(out_dir, [*load_unjudged(out_dir), *(position for position, _ in entries)])
     atomic_write_text(out_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "checkpoint", note)
     atomic_write_text(out_dir / "log-key.pub", key.encode() + "\n")
-    if policy is not None:
-        atomic_write_text(out_dir / WITNESSES_FILE, policy.to_json())
+    if state.witnesses is not None:
+        atomic_write_text(out_dir / WITNESSES_FILE, state.witnesses.to_json())
     log.info("tenant_fetched", tenant=tenant, size=new.size, new=len(entries))
     return FetchReport(
         previous_size=0 if old is None else old.size,
@@ -399,30 +352,18 @@ def _pinned_witnesses(out_dir: Path, given: WitnessPolicy | None) -> WitnessPoli
     return given or stored
 
 
-def _new_checkpoint_note(api: _Api, policy: WitnessPolicy | None) -> str:
+def _new_checkpoint_note(api: _Api, state: TrustedLogState) -> str:
     """The checkpoint to fetch up to: the latest, or with witnesses the latest cosigned."""
-    if policy is None:
+    if state.witnesses is None:
         return api.get("/tlog/checkpoint").body.decode("utf-8", "replace")
     answer = api.get_or_missing("/log/checkpoint/cosigned")
     if answer is None:
-        missing = ", ".join(key.name for key in policy.keys)
-        raise TamperingError(
-            f"the service has no checkpoint cosigned by witnesses ({policy.threshold} "
-            f"required; none from: {missing})"
-        )
+        raise state.no_cosigned_checkpoint()
     return answer.body.decode("utf-8", "replace")
 
 
-def _old_checkpoint(
-    out_dir: Path,
-    given: str | None,
-    key: VerifierKey,
-    origin: str,
-    policy: WitnessPolicy | None,
-) -> Checkpoint | None:
-    """The kept checkpoint, or ``given`` (``--checkpoint``, e.g. a publish receipt's): signed
-    by the pinned key; with pinned witnesses, a cosignature line a given one carries by one
-    of them must verify too (a receipt's cosigned checkpoint: tampering otherwise)."""
+def _trust_old_checkpoint(out_dir: Path, given: str | None, state: TrustedLogState) -> None:
+    """Start ``state`` from the kept checkpoint, or from ``given`` (``--checkpoint``)."""
     if given is not None:
         try:
             note, source = Path(given).read_text(encoding="utf-8"), given
@@ -432,73 +373,36 @@ def _old_checkpoint(
         source = str(out_dir / "checkpoint")
         note = (out_dir / "checkpoint").read_text(encoding="utf-8")
     else:
-        return None
-    try:
-        checkpoint = verify_signed_checkpoint(note, key, origin=origin)
-    except CheckpointError as exc:
-        raise TenantInputError(f"kept checkpoint {source} does not verify: {exc}") from exc
-    if given is not None and policy is not None:
-        try:
-            verify_cosignatures(note, policy.keys)
-        except CosignatureError as exc:
-            raise TamperingError(f"checkpoint {source}: {exc}") from exc
-    return checkpoint
+        return
+    state.trust_kept_checkpoint(note, source, given=given is not None)
 
 
-def _not_consistent(old: Checkpoint, new: Checkpoint, detail: str = "") -> TamperingError:
-    return TamperingError(
-        f"checkpoint of size {new.size} is not consistent with the kept checkpoint of size "
-        f"{old.size}: entries were removed, reordered or rewritten, or the log forked{detail}"
-    )
-
-
-def _proven_entries(
-    api: _Api, tenant: str, old: Checkpoint | None, new: Checkpoint
-) -> list[tuple[int, LogEntry]]:
+def _proven_entries(api: _Api, state: TrustedLogState, new: Checkpoint) -> list[PositionedEntry]:
     """The entries past the kept size, in log order, proven to be what ``new`` commits to
-    in a tree that extends ``old``: the kept tree's right edge (from the log's hash tiles)
-    extended with them (from its entry bundles) gives ``new.root``."""
-    if old is not None and new.size < old.size:
-        raise TamperingError(
-            f"the log shrank from {old.size} to {new.size} entries: entries were removed"
-        )
-    if old is not None and new.size == old.size:
-        if new.root != old.root:
-            raise _not_consistent(old, new)
+    in a tree that extends the kept one: the kept tree's right edge (from the log's hash
+    tiles) extended with them (from its entry bundles) gives ``new.root``."""
+    start = state.new_entries_start()
+    if start is None:
         return []
     tiles = LogTiles(api.tile, new.size)
     edge = CompactRange()
-    if old is not None and old.size > 0:
-        edge, paths = tiles.kept_edge(old.size)
-        if edge.root() != old.root:
-            raise _not_consistent(
-                old,
-                new,
-                f" (the hash tiles {', '.join(paths)} do not give the kept root: the log no "
-                "longer holds the kept tree, or the service served a wrong tile)",
-            )
-    entries: list[tuple[int, LogEntry]] = []
-    for position, raw in tiles.entries(edge.size):
-        entries.append((position, _log_entry(raw, position, tenant)))
-        edge.append(leaf_hash(raw))
-    if edge.root() != new.root:
-        if old is not None:
-            raise _not_consistent(old, new)
-        raise TamperingError(
-            f"the entries served do not give the root of the signed checkpoint of size "
-            f"{new.size}: the server shows another log than the one it signed"
-        )
-    return entries
+    if start > 0:
+        edge, paths = tiles.kept_edge(start)
+        state.check_kept_edge(edge, paths)
+    return state.prove_entries(edge, tiles.entries(edge.size))
 
 
-def _log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:
-    try:
-        entry = LogEntry.from_bytes(raw)
-    except (ValueError, EntryError) as exc:
-        raise TamperingError(f"log entry {position} is malformed: {exc}") from exc
-    if entry.tenant != tenant:
-        raise TamperingError(f"log entry {position} belongs to tenant {entry.tenant!r}")
-    return entry
+@dataclass(frozen=True, slots=True)
+class _StoredEnvelopes:
+    """The envelopes kept in ``out_dir`` (:class:`~attestation.tenant.log_state.KeptEnvelopes`)."""
+
+    out_dir: Path
+
+    def read(self, digest: str) -> bytes:
+        return _envelope_path(self.out_dir, digest).read_bytes()
+
+    def where(self, digest: str) -> str:
+        return str(_envelope_path(self.out_dir, digest))
 
 
 def _store_envelopes(
@@ -681,10 +585,8 @@ def _download_and_store(
     shards = []
     for (position, entry), data in zip(bundle, found, strict=True):
         if data is None:
-            raise _gone(entry.envelope, position)
-        if len(data) > MAX_ENVELOPE_BYTES:
-            raise _too_large(entry.envelope, position)
-        shard = _check_envelope(data, entry, position, api.tenant)
+            raise envelope_gone(entry.envelope, position)
+        shard = checked_envelope(data, entry, position, api.tenant)
         atomic_write(_envelope_path(out_dir, entry.envelope), data, sync_directory=False)
         shards.append(shard)
     return shards
@@ -759,70 +661,8 @@ def _download(
     return found
 
 
-def _too_large(digest: str, position: int) -> TamperingError:
-    return TamperingError(
-        f"envelope {digest} of log entry {position} exceeds {MAX_ENVELOPE_BYTES} bytes, "
-        "which the service never accepts"
-    )
-
-
-def _gone(digest: str, position: int) -> TamperingError:
-    return TamperingError(
-        f"envelope {digest} of log entry {position} is gone: the signed log "
-        "includes it, so it was removed after publication"
-    )
-
-
-def _check_envelope(data: bytes, entry: LogEntry, position: int, tenant: str) -> int | None:
-    """The envelope's shard index (None for a whole or merged run) once it matches its entry.
-
-    Bytes that are no valid envelope but are the ones the entry names (an envelope an older
-    service logged beyond today's bounds, say) are kept as the entry's whole run: the log
-    proves the operator published them, and ``--expected`` judges them (NOT VERIFIED,
-    malformed), where refusing them as tampering would stop every later fetch at them."""
-    if sha256_digest(data) != entry.envelope:
-        raise TamperingError(f"envelope {entry.envelope} (entry {position}) has other bytes")
-    try:
-        envelope = parse_any_envelope(data)
-    except MalformedError as exc:
-        log.warning(
-            "invalid_envelope_logged", digest=entry.envelope, position=position, reason=str(exc)
-        )
-        return None
-    if envelope.tenant != tenant or envelope.run_id != entry.run_id:
-        raise TamperingError(f"envelope {entry.envelope} does not match its log entry {position}")
-    return shard_index(envelope)
-
-
 def _envelope_path(out_dir: Path, digest: str) -> Path:
     return out_dir / "envelopes" / f"sha256-{digest.removeprefix('sha256:')}.json"
-
-
-def _check_one_envelope_per_run(index: dict[str, Any], out_dir: Path) -> None:
-    """Tampering when two log entries publish one run (or one shard of a run)."""
-    first: dict[tuple[str, int | None], int] = {}
-    for position in sorted(index, key=int):
-        item = index[position]
-        if "shard" not in item:  # kept by an older tenant fetch: read its envelope once
-            item["shard"] = _kept_shard(out_dir, str(item["digest"]))
-        shard = item["shard"]
-        key = (str(item["runId"]), None if shard is None else int(shard))
-        if key in first:
-            what = f"run {key[0]!r}" if shard is None else f"shard {shard} of run {key[0]!r}"
-            raise TamperingError(
-                f"log entries {first[key]} and {position} both publish {what} "
-                f"({index[str(first[key])]['digest']} and {item['digest']}): the service "
-                "never logs a second envelope for a run, so the run's envelope was replaced"
-            )
-        first[key] = int(position)
-
-
-def _kept_shard(out_dir: Path, digest: str) -> int | None:
-    path = _envelope_path(out_dir, digest)
-    try:
-        return shard_index(parse_any_envelope(path.read_bytes()))
-    except (OSError, MalformedError) as exc:
-        raise TenantInputError(f"kept envelope {path} cannot be read: {exc}") from exc
 
 
 def _load_index(out_dir: Path) -> dict[str, Any]:

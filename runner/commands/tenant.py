@@ -160,7 +160,8 @@ def _verify_workers(text: str) -> int:
 
 
 def _tenant_fetch(args: argparse.Namespace) -> int:
-    from attestation.tenant.fetch import WitnessPolicy, fetch_tenant, load_verifier_key
+    from attestation.tenant.fetch import fetch_tenant, load_verifier_key
+    from attestation.tenant.log_state import WitnessPolicy
     from attestation.tenant.unjudged import load_unjudged
     from attestation.tenant.verify_fetched import load_expectations
     from attestation.transparency.checkpoint import COSIGNATURE_V1_ALGORITHM

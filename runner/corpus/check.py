@@ -26,13 +26,13 @@ from pydantic import BaseModel
 
 from attestation.contracts import sha256_digest
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
-from attestation.evaluation.marks import (
+from attestation.scoring.marks import (
     mark_definition_error,
     mark_problem_message,
     metric_name_error,
 )
-from attestation.evaluation.models import PassMark, PassMarks, Plan
-from attestation.evaluation.numbers import beyond_double, scored_value
+from attestation.scoring.models import PassMark, PassMarks, Plan
+from attestation.scoring.numbers import beyond_double, scored_value
 from runner.corpus.checksum import CASES_FILE, scan_cases
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, RUNS_FILE

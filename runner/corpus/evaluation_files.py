@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from attestation.contracts import EVALUATION_BLOCK_CASES, format_sha256, sha256_digest
 from attestation.encoding.canonical import CanonicalizationError, canonicalize
-from attestation.evaluation.models import PassMarks, Plan
+from attestation.scoring.models import PassMarks, Plan
 from attestation.transparency.merkle import CompactRange, leaf_hash
 from runner.corpus.errors import CorpusError
 from runner.corpus.jsonio import read_small_json, require_corpus_dir

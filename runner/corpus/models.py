@@ -15,7 +15,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from attestation.encoding.json_document import plain_message, problem_path
-from attestation.evaluation.models import ExactNumber, FrozenModel
+from attestation.scoring.models import ExactNumber, FrozenModel
 from runner.corpus.errors import CorpusError
 
 Split = Literal["dev", "holdout", "adversarial"]

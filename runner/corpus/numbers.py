@@ -5,7 +5,7 @@ Every JSON number in a corpus file is the IEEE-754 double nearest to its text: R
 read numbers that way, and every JSON parser rounds the same way. Scoring reads the *same*
 double, never the text: a cost, latency, threshold or spread limit is the exact decimal value
 of the text RFC 8785 writes for the double (the shortest digits that round-trip:
-``attestation.evaluation.numbers.scored_value``, shared with the verifier). So the
+``attestation.scoring.numbers.scored_value``, shared with the verifier). So the
 digests determine every value scoring uses, and two corpora with equal digests score alike:
 ``50.000000000000000001`` is the double 50 for the digest and for the pass mark alike, and
 ``1e-400`` is 0 in both.

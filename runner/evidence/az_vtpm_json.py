@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -82,13 +83,21 @@ def _base64url(value: object, where: str, limit: int) -> bytes:
         raise AzVtpmJsonError(f"{where} is not base64url: {exc}") from None
 
 
-def _quote_object(value: object, where: str) -> dict[str, object]:
+def _quote(
+    value: object, where: str, decode: Callable[[object, str, int], bytes]
+) -> tuple[bytes, bytes, tuple[bytes, ...]]:
+    """The message, signature and PCRs of a quote object, each decoded by ``decode`` (the
+    byte encoding of the answer's version)."""
     if not isinstance(value, dict) or set(value) != _QUOTE_KEYS:
         raise AzVtpmJsonError(f"{where} must be an object with signature, message and pcrs")
     pcrs = value["pcrs"]
     if not isinstance(pcrs, list) or len(pcrs) > PCR_COUNT:
         raise AzVtpmJsonError(f"{where}.pcrs must be an array of at most {PCR_COUNT} values")
-    return value
+    return (
+        decode(value["message"], f"{where}.message", MAX_QUOTE_SIZE),
+        decode(value["signature"], f"{where}.signature", 512),
+        tuple(decode(pcr, f"{where}.pcrs[{i}]", SHA256_SIZE) for i, pcr in enumerate(pcrs)),
+    )
 
 
 def az_vtpm_evidence_from_document(document: object) -> AgentVtpmEvidence:
@@ -104,26 +113,12 @@ def az_vtpm_evidence_from_document(document: object) -> AgentVtpmEvidence:
         version = document["version"]
         if type(version) is not int or version not in (1, 2):
             raise AzVtpmJsonError(f"version {version!r} is not 1 or 2")
-        quote = _quote_object(document["tpm_quote"], "tpm_quote")
-        message = _hex(quote["message"], "tpm_quote.message", MAX_QUOTE_SIZE)
-        signature = _hex(quote["signature"], "tpm_quote.signature", 512)
-        pcrs_raw = quote["pcrs"]
-        assert isinstance(pcrs_raw, list)
-        pcrs = tuple(
-            _hex(pcr, f"tpm_quote.pcrs[{i}]", SHA256_SIZE) for i, pcr in enumerate(pcrs_raw)
-        )
+        message, signature, pcrs = _quote(document["tpm_quote"], "tpm_quote", _hex)
         report = _base64url(document["hcl_report"], "hcl_report", HCL_REPORT_SIZE)
         vcek = _base64url(document["vcek"], "vcek", _MAX_VCEK_BYTES)
     elif keys == _UNVERSIONED_KEYS:
         version = 0
-        quote = _quote_object(document["quote"], "quote")
-        message = _byte_array(quote["message"], "quote.message", MAX_QUOTE_SIZE)
-        signature = _byte_array(quote["signature"], "quote.signature", 512)
-        pcrs_raw = quote["pcrs"]
-        assert isinstance(pcrs_raw, list)
-        pcrs = tuple(
-            _byte_array(pcr, f"quote.pcrs[{i}]", SHA256_SIZE) for i, pcr in enumerate(pcrs_raw)
-        )
+        message, signature, pcrs = _quote(document["quote"], "quote", _byte_array)
         report = _byte_array(document["report"], "report", HCL_REPORT_SIZE)
         vcek = _pem_certificate_der(document["vcek"])
     else:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import tomllib
@@ -33,6 +32,7 @@ from attestation.tenant.fsutil import atomic_write_text
 from runner.errors import ImageBuildError, UsageError
 from runner.image import debian
 from runner.image.layout import ImageConfig, write_layout
+from runner.image.steps import run_step
 from runner.image.wheels import unpack_wheels
 from runner.k8s.job import OUT_DIR, RUN_AS_UID, RUNNER_COMMAND, RUNNER_ENV
 
@@ -87,18 +87,7 @@ def _labels(source: Path) -> dict[str, str]:
 
 
 def _run(command: Sequence[str], *, what: str, env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(  # noqa: S603 - fixed command lines
-        list(command),
-        env=env,
-        umask=0o022,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=PIP_TIMEOUT_SECONDS,
-    )
-    if result.returncode != 0:
-        tail = (result.stdout + result.stderr).strip().splitlines()[-8:]
-        raise ImageBuildError(f"{what} failed (exit {result.returncode}): " + " | ".join(tail))
+    run_step(command, what=what, env=env, timeout=PIP_TIMEOUT_SECONDS)
 
 
 def _copy_tree(origin: Path, target: Path) -> None:

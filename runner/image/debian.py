@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from runner.errors import ImageBuildError, UsageError
+from runner.image.steps import run_step
 
 DEFAULT_MIRROR: Final = "http://deb.debian.org/debian"
 ARCHIVE_KEYRING: Final = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -152,21 +152,13 @@ def debootstrap(root: Path, lock: DebianLock, *, mirror: str) -> None:
         # shadow writes the day of the last password change from it (etc/shadow).
         "SOURCE_DATE_EPOCH": str(lock.source_date_epoch),
     }
-    result = subprocess.run(  # noqa: S603 - a fixed command line
+    run_step(
         command,
+        what=f"debootstrap {lock.suite} from {mirror}",
         env=environment,
-        umask=0o022,
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=DEBOOTSTRAP_TIMEOUT_SECONDS,
+        tail=5,
     )
-    if result.returncode != 0:
-        tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
-        raise ImageBuildError(
-            f"debootstrap {lock.suite} from {mirror} failed (exit {result.returncode}): "
-            + " | ".join(tail)
-        )
 
 
 def installed_packages(root: Path) -> dict[str, str]:

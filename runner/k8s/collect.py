@@ -120,7 +120,7 @@ def read_termination_message(message: str, *, where: str) -> TerminationMessage:
         raise EnvelopeMismatchError(f"{where}: {exc}") from exc
 
 
-class Collector:
+class EnvelopeCollector:
     """Reads what a completed run left behind, on the official client and the HTTP session."""
 
     def __init__(
@@ -308,17 +308,7 @@ class Collector:
         # The kubelet applies tailLines first, then limitBytes from there (cri-client logs.go):
         # the frame is printed at the end of the run, so it is within the tail, and the read is
         # bounded by both.
-        text = retry.call(
-            self._retry,
-            "read pod log",
-            self._core.read_namespaced_pod_log,
-            pod,
-            self._namespace,
-            container=CONTAINER_NAME,
-            tail_lines=POD_LOG_TAIL_LINES,
-            limit_bytes=MAX_POD_LOG_BYTES,
-        )
-        frames = framed_payloads(str(text))
+        frames = framed_payloads(self._pod_log_tail(pod, MAX_POD_LOG_BYTES))
         if len(frames) != 1:
             raise EnvelopeMissingError(
                 f"pod {pod}: expected one {FRAME_PREFIX.strip()} line in the last "
@@ -331,10 +321,9 @@ class Collector:
         except MalformedError as exc:
             raise EnvelopeMissingError(f"pod {pod}: {exc}") from exc
 
-    def _tails_from_pod_log(self, pod: str, limit: int) -> bytes:
-        """A shard pod's tails file, the ``ATTESTED-TAILS`` line it prints after its envelope
-        (``limit``: the most its attested tails take; the publication service keeps
-        envelopes only, so the tails always come from the log)."""
+    def _pod_log_tail(self, pod: str, limit_bytes: int) -> str:
+        """The last :data:`POD_LOG_TAIL_LINES` lines of the replay container's log, at most
+        ``limit_bytes`` of them."""
         text = retry.call(
             self._retry,
             "read pod log",
@@ -343,11 +332,18 @@ class Collector:
             self._namespace,
             container=CONTAINER_NAME,
             tail_lines=POD_LOG_TAIL_LINES,
-            limit_bytes=MAX_POD_LOG_BYTES + 4 * -(-limit // 3),
+            limit_bytes=limit_bytes,
         )
+        return str(text)
+
+    def _tails_from_pod_log(self, pod: str, limit: int) -> bytes:
+        """A shard pod's tails file, the ``ATTESTED-TAILS`` line it prints after its envelope
+        (``limit``: the most its attested tails take; the publication service keeps
+        envelopes only, so the tails always come from the log)."""
+        text = self._pod_log_tail(pod, MAX_POD_LOG_BYTES + 4 * -(-limit // 3))
         lines = {
             line[len(TAILS_FRAME_PREFIX) :].strip()
-            for line in str(text).splitlines()
+            for line in text.splitlines()
             if line.startswith(TAILS_FRAME_PREFIX)
         }
         if len(lines) != 1:

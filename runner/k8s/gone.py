@@ -3,9 +3,9 @@
 A finished Job is deleted by its TTL (``ttlSecondsAfterFinished``), ``cancel`` and a stopped
 wait delete it, and a run may have been submitted to another namespace. Its pods, their logs
 and termination messages go with the Job, so ``collect`` has nothing left to read in the
-cluster; the run record (:mod:`runner.k8s.records`) still says what happened, when and by whom,
-and where the envelope was published, if anywhere. ``status`` prints that (phase ``gone``);
-``collect`` turns it into an error naming what is missing and where the envelope is.
+cluster; the run record (:mod:`runner.k8s.run_id_records`) still says what happened, when
+and by whom, and where the envelope was published, if anywhere. ``status`` prints that (phase
+``gone``); ``collect`` turns it into an error naming what is missing and where the envelope is.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runner.k8s.records import RecordEvent, RunRecord
+from runner.k8s.run_id_records import RunIdRecord, RunIdRecordEvent
 
 #: Why there is no Job: removed after it ran (TTL, or a deletion outside attested-replay),
 #: cancelled, stopped by a wait, never created (the API server refused it), or it is elsewhere.
@@ -40,7 +40,7 @@ class GoneRun:
     #: Where the Job was looked for.
     namespace: str
     records_namespace: str
-    record: RunRecord
+    record: RunIdRecord
 
     @property
     def reason(self) -> GoneReason:
@@ -116,5 +116,5 @@ class GoneRun:
         }
 
 
-def _when(event: RecordEvent | None) -> str:
+def _when(event: RunIdRecordEvent | None) -> str:
     return f"at {event.at} by {event.by}" if event else "at an unrecorded time"

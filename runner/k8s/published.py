@@ -5,8 +5,8 @@ for a whole or merged envelope, the shard index for a shard envelope; another en
 part that has one is refused (409) and never logged (``runner/service/log/sequencer.py``). A run
 that publishes to a service already holding an envelope of its run ID would boot a TEE, replay,
 and then fail to publish (exit 6, which the Job retries: one more VM per attempt). The run
-record (:mod:`runner.k8s.records`) cannot tell, since it lives in one cluster and may have been
-deleted; the service can. So before claiming the run, ``submit`` reads:
+record (:mod:`runner.k8s.run_id_records`) cannot tell, since it lives in one cluster and may
+have been deleted; the service can. So before claiming the run, ``submit`` reads:
 
 1. ``GET /v1/tenants/{t}/envelopes?limit=1``: 200 only for a token of the run's tenant. The
    service answers 404 for another tenant's paths (it is no existence oracle), so with another

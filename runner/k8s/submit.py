@@ -22,7 +22,12 @@ from kubernetes.client.exceptions import ApiException
 from attestation.tenant.http import HttpClient, RetryPolicy
 from runner.errors import SubmitError
 from runner.k8s import retry
-from runner.k8s.collect import PUBLICATION_RETRY, CollectedEnvelope, Collector, VerifyEnvelope
+from runner.k8s.collect import (
+    PUBLICATION_RETRY,
+    CollectedEnvelope,
+    EnvelopeCollector,
+    VerifyEnvelope,
+)
 from runner.k8s.errors import (
     ApiUnavailableError,
     PodCannotRunError,
@@ -43,14 +48,14 @@ from runner.k8s.job import (
 from runner.k8s.pods import list_run_pods
 from runner.k8s.progress import RunProgress, WaitPolicy
 from runner.k8s.published import check_unpublished
-from runner.k8s.records import (
+from runner.k8s.retry import KUBERNETES_RETRY, read_json
+from runner.k8s.run_id_records import (
     DEFAULT_RECORDS_NAMESPACE,
-    RecordState,
-    RunRecord,
-    RunRecords,
+    RunIdRecord,
+    RunIdRecords,
+    RunIdRecordState,
     operator_name,
 )
-from runner.k8s.retry import KUBERNETES_RETRY, read_json
 from runner.k8s.state import Phase, RunOutcome, RunStatus, job_status, raise_for_outcome
 from runner.k8s.watch import JobTracker, ProgressCallback
 
@@ -102,7 +107,7 @@ class Submitter:
         self.namespace = namespace
         self._retry = retry_policy or KUBERNETES_RETRY
         self._watch_timeout = watch_timeout
-        self._records = RunRecords(self._core, records_namespace, retry_policy=self._retry)
+        self._records = RunIdRecords(self._core, records_namespace, retry_policy=self._retry)
         self._publication_token = publish_token is not None or http is not None
         self._http = http or HttpClient(
             token=publish_token,
@@ -111,7 +116,7 @@ class Submitter:
             # --ca-bundle: the only way to trust another CA (no REQUESTS_CA_BUNDLE & co.)
             ca_bundle=ca_bundle,
         )
-        self._collector = Collector(
+        self._collector = EnvelopeCollector(
             self._core, namespace, retry_policy=self._retry, http=self._http
         )
 
@@ -120,7 +125,7 @@ class Submitter:
     def submit(self, spec: ReplaySpec, *, rerun: str | None = None) -> Submission:
         """Create the Job, or attach to an identical one; never a second run per run ID.
 
-        The run is claimed in its durable record first (:mod:`runner.k8s.records`), so a run
+        The run is claimed in its durable record first (:mod:`runner.k8s.run_id_records`), so a run
         ID whose Job has expired, was cancelled or stopped, or lives in another namespace is
         refused unless ``rerun`` gives the reason to run it again (recorded).
         """
@@ -173,9 +178,10 @@ class Submitter:
         return Submission(name, self.namespace, spec.run_id, spec.tenant, digest, attached)
 
     def _claim(self, spec: ReplaySpec, name: str, digest: str, rerun: str | None) -> None:
-        """Claim the run ID in its durable record, or refuse it (see :mod:`runner.k8s.records`)."""
+        """Claim the run ID in its durable record, or refuse it (see
+        :mod:`runner.k8s.run_id_records`)."""
         first = self._records.event("rerun" if rerun else "submitted", digest, rerun or "")
-        claim = RunRecord(
+        claim = RunIdRecord(
             run_id=spec.run_id,
             tenant=spec.tenant,
             job_name=name,
@@ -327,7 +333,7 @@ class Submitter:
         self._note(outcome.name, "stopped", f"{outcome.reason}: {outcome.message}")
         return dataclasses.replace(outcome, stopped=True)
 
-    def _note(self, name: str, state: RecordState, detail: str) -> None:
+    def _note(self, name: str, state: RunIdRecordState, detail: str) -> None:
         try:
             self._records.note(name, state, detail)
         except SubmitError as exc:  # the Job is gone either way; say the record lags

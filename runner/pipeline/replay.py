@@ -1,9 +1,9 @@
 """Replay a corpus: validate, checksum, score. The API ``attested-replay run`` calls.
 
-A replay folds every run into an exact partial (``attestation.evaluation.partial``) and
+A replay folds every run into an exact partial (``attestation.scoring.partial``) and
 builds the report from those partials. Shard ``I`` of ``N`` scores only the cases of rank
 ``shard_range(I, N, C)`` (whole blocks) in every run, and its result is its partials
-(``attestation.evaluation.shards``): merged, they give the unsharded report. It checks every
+(``attestation.scoring.shards``): merged, they give the unsharded report. It checks every
 run's header and entry count; with a runs index beside the corpus
 (``runner.corpus.runs_index``) it reads, checks and hashes only its own blocks of
 ``cases.jsonl`` (``runner.corpus.case_blocks``) and of each run, and takes the other leaves of
@@ -31,10 +31,10 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from attestation.contracts import MAX_SHARDED_CASES, evaluation_block_count
 from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
-from attestation.evaluation.metrics import RunTally
-from attestation.evaluation.models import Plan
-from attestation.evaluation.partial import PartialError, RunPartial, shard_range, tail_size
-from attestation.evaluation.shards import shard_result, whole_report
+from attestation.scoring.metrics import RunTally
+from attestation.scoring.models import Plan
+from attestation.scoring.partial import PartialError, RunPartial, shard_range, tail_size
+from attestation.scoring.shards import shard_result, whole_report
 from attestation.tenant.fsutil import atomic_write
 from runner.corpus.case_blocks import CasesPart, block_offsets, blocks_of, verify_shard_blocks
 from runner.corpus.case_labels import CaseLabels

@@ -1,5 +1,5 @@
 """Scoring glue of the replay: the plan-vs-marks check and the pack's worked-example format.
 
-The arithmetic (metrics, marks, the report) is ``attestation.evaluation``, shared with the
+The arithmetic (metrics, marks, the report) is ``attestation.scoring``, shared with the
 verifier.
 """

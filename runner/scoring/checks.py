@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attestation.evaluation.marks import scoring_problem
+from attestation.scoring.marks import scoring_problem
 from runner.corpus.errors import CorpusError
 from runner.corpus.evaluation_files import MARKS_FILE, PLAN_FILE, Evaluation
 

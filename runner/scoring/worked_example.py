@@ -13,10 +13,10 @@ from typing import Any, Final
 
 from pydantic import Field, JsonValue
 
-from attestation.evaluation.marks import evaluate_mark, mark_definition_error
-from attestation.evaluation.metrics import RunMetrics, RunTally
-from attestation.evaluation.models import ExactNumber, FrozenModel, PassMark
-from attestation.evaluation.numbers import json_number
+from attestation.scoring.marks import evaluate_mark, mark_definition_error
+from attestation.scoring.metrics import RunMetrics, RunTally
+from attestation.scoring.models import ExactNumber, FrozenModel, PassMark
+from attestation.scoring.numbers import json_number
 from runner.corpus.errors import CorpusError
 from runner.corpus.models import validate_record
 

@@ -23,7 +23,7 @@ import annotated_types
 import pytest
 from pydantic import BaseModel
 
-from attestation.evaluation.models import Arm, PassMark, PassMarks, Plan, Scoring
+from attestation.scoring.models import Arm, PassMark, PassMarks, Plan, Scoring
 from runner.cli import main
 from runner.corpus.models import Case, RunCase, RunRecord, Usage
 

@@ -38,8 +38,8 @@ from attestation.envelope.model import (
     Workload,
 )
 from attestation.envelope.verification import verify_envelope
-from attestation.evaluation.partial import shard_range
-from attestation.evaluation.shards import ShardMergeError
+from attestation.scoring.partial import shard_range
+from attestation.scoring.shards import ShardMergeError
 from attestation.simulated_amd import SimulatedAmd
 from attestation.simulated_amd.amd import DEFAULT_MEASUREMENT
 from attestation.verify.checks import VerificationResult
@@ -808,7 +808,7 @@ def test_a_merged_envelope_costs_one_verification_per_shard(
 
 def test_merge_refuses_more_shards_than_the_cap(sim: SimulatedAmd, genuine: Document) -> None:
     from attestation.contracts import MAX_SHARD_COUNT
-    from attestation.evaluation.shards import ShardMergeError
+    from attestation.scoring.shards import ShardMergeError
 
     shard = Envelope.model_validate(genuine["shards"][0])
     with pytest.raises(

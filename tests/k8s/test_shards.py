@@ -408,7 +408,7 @@ def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # no
     """Pods that print 9 MiB shard envelopes (each within the envelope cap): two of them
     already cannot fit one merged envelope, so the third pod's log is never read (collect
     holds about one envelope's worth however many shards there are)."""
-    from runner.k8s.collect import Collector
+    from runner.k8s.collect import EnvelopeCollector
     from runner.pod_output import frame_envelope, framed_payloads, unframe_envelope
 
     logs = []
@@ -420,13 +420,13 @@ def test_collect_stops_reading_shards_once_the_merged_envelope_cannot_fit(  # no
         logs, shard_outputs.envelopes, shard_outputs.expected, shard_outputs.unsharded_result
     )
     read: list[str] = []
-    original = Collector._from_pod_log
+    original = EnvelopeCollector._from_pod_log
 
-    def counting(self: Collector, pod: str) -> bytes:
+    def counting(self: EnvelopeCollector, pod: str) -> bytes:
         read.append(pod)
         return original(self, pod)
 
-    monkeypatch.setattr(Collector, "_from_pod_log", counting)
+    monkeypatch.setattr(EnvelopeCollector, "_from_pod_log", counting)
     cluster.on_job_created = sharded_script(padded)
     code = cli(
         *submit_args(kubeconfig, pods, "--shards", str(SHARDS), run_id=RUN_ID),

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from attestation.tenant import fetch as tenant_fetch
+from attestation.tenant import log_state
 from attestation.tenant.errors import FetchWorkerError, TamperingError, TenantUsageError
 from attestation.tenant.fetch import fetch_tenant
 from attestation.tenant.http import RetryPolicy
@@ -438,7 +439,7 @@ class _DiesWhenUnpickled(LogEntry):
 
 
 def _a_worker_dies_on_entry(monkeypatch: pytest.MonkeyPatch, doomed: int) -> None:
-    real = tenant_fetch._log_entry
+    real = log_state._log_entry
 
     def log_entry(raw: bytes, position: int, tenant: str) -> LogEntry:
         entry = real(raw, position, tenant)
@@ -446,7 +447,7 @@ def _a_worker_dies_on_entry(monkeypatch: pytest.MonkeyPatch, doomed: int) -> Non
             return entry
         return _DiesWhenUnpickled(entry.tenant, entry.run_id, entry.envelope)
 
-    monkeypatch.setattr(tenant_fetch, "_log_entry", log_entry)
+    monkeypatch.setattr(log_state, "_log_entry", log_entry)
 
 
 def test_a_worker_process_that_dies_is_an_error_never_a_fetch(

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attestation.encoding.canonical import canonicalize
-from attestation.evaluation.numbers import scored_value
+from attestation.scoring.numbers import scored_value
 from runner.corpus.errors import CorpusError
 from runner.corpus.numbers import NumberRangeError, parse_float, parse_int
 from runner.pipeline.replay import ReplayOutcome, compute_checksum, replay_corpus

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.model import ShardPosition
-from attestation.evaluation.metrics import RunTally
-from attestation.evaluation.models import PassMarks, Plan
-from attestation.evaluation.partial import RunPartial, shard_range, tail_size
-from attestation.evaluation.shards import shard_result, whole_report
+from attestation.scoring.metrics import RunTally
+from attestation.scoring.models import PassMarks, Plan
+from attestation.scoring.partial import RunPartial, shard_range, tail_size
+from attestation.scoring.shards import shard_result, whole_report
 from runner.corpus import checksum as case_scan
 from runner.corpus import run_records, runs_index
 from runner.corpus.check import check_corpus

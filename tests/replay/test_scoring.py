@@ -7,10 +7,10 @@ from fractions import Fraction
 
 import pytest
 
-from attestation.evaluation.marks import evaluate_mark
-from attestation.evaluation.metrics import RunMetrics, RunTally
-from attestation.evaluation.models import PassMark
-from attestation.evaluation.numbers import points, round_fraction
+from attestation.scoring.marks import evaluate_mark
+from attestation.scoring.metrics import RunMetrics, RunTally
+from attestation.scoring.models import PassMark
+from attestation.scoring.numbers import points, round_fraction
 
 
 def tally(*rows: tuple[str, str | None, bool, str | None], abstain: str | None = None) -> RunTally:

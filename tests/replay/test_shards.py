@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.binding import result_digest
 from attestation.envelope.model import ShardPosition
-from attestation.evaluation.shards import (
+from attestation.scoring.shards import (
     CheckedShard,
     RunKey,
     ShardMergeError,

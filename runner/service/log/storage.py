@@ -668,20 +668,30 @@ class SqliteStorage(_StoreReads):
     @contextlib.contextmanager
     def transaction(self, tenants: Sequence[str]) -> Iterator[LogTransaction]:
         del tenants  # BEGIN IMMEDIATE locks the whole database
-        if self.read_only:
-            raise StorageUnavailableError(
-                f"the SQLite store {self.path} is on a read-only filesystem"
-            )
+        with self._immediate() as db:
+            yield _Transaction(_SqliteStatements(db))
+
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``) under the write lock: committed when the
+        block ends, rolled back when it raises."""
+        self._check_writable()
         with self._write_lock, self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield _Transaction(_SqliteStatements(db))
+                yield db
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
                 raise
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StorageUnavailableError(
+                f"the SQLite store {self.path} is on a read-only filesystem"
+            )
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[LogTransaction]:
@@ -698,10 +708,7 @@ class SqliteStorage(_StoreReads):
             return list(db.execute(statement.replace("%s", "?"), parameters).fetchall())
 
     def _write(self, statement: str, parameters: Sequence[object]) -> None:
-        if self.read_only:
-            raise StorageUnavailableError(
-                f"the SQLite store {self.path} is on a read-only filesystem"
-            )
+        self._check_writable()
         with self._write_lock, self._connect() as db:
             db.execute(statement, parameters)
 
@@ -713,27 +720,15 @@ class SqliteStorage(_StoreReads):
 
     def revoke_tokens(self, hash_prefix: str) -> list[TokenRecord]:
         revoked_at = utc_now()
-        if self.read_only:
-            raise StorageUnavailableError(
-                f"the SQLite store {self.path} is on a read-only filesystem"
+        with self._immediate() as db:
+            rows = db.execute(
+                _SELECT_TOKENS + " WHERE substr(token_hash, 1, ?) = ? AND revoked_at IS NULL",
+                (len(hash_prefix), hash_prefix),
+            ).fetchall()
+            db.executemany(
+                "UPDATE tokens SET revoked_at = ? WHERE token_hash = ?",
+                [(revoked_at, row[0]) for row in rows],
             )
-        with self._write_lock, self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                rows = db.execute(
-                    _SELECT_TOKENS + " WHERE substr(token_hash, 1, ?) = ? AND revoked_at IS NULL",
-                    (len(hash_prefix), hash_prefix),
-                ).fetchall()
-                db.executemany(
-                    "UPDATE tokens SET revoked_at = ? WHERE token_hash = ?",
-                    [(revoked_at, row[0]) for row in rows],
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
-                raise
         return [_token((*row[:4], revoked_at)) for row in rows]
 
     def close(self) -> None:

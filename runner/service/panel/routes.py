@@ -37,6 +37,7 @@ _NO_STORE: Final = {"Cache-Control": "no-store"}
 
 _ASSETS: Final = {
     "": ("index.html", "text/html; charset=utf-8"),
+    "dom.js": ("dom.js", "text/javascript; charset=utf-8"),
     "panel.js": ("panel.js", "text/javascript; charset=utf-8"),
     "panel.css": ("panel.css", "text/css; charset=utf-8"),
     # Built from panel-verifier/ (docs/trust-panel.md); tests/panel/test_bundle.py rebuilds it.

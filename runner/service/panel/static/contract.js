@@ -9,19 +9,7 @@
 (() => {
   const ROW_REFERENCE = /\{row:([^}]*)\}/g;
 
-  function el(tag, attributes, ...children) {
-    const node = document.createElement(tag);
-    for (const [name, value] of Object.entries(attributes || {})) {
-      if (value === false || value === null || value === undefined) continue;
-      if (name === "text") node.textContent = value;
-      else node.setAttribute(name, value === true ? "" : String(value));
-    }
-    for (const child of children) {
-      if (child === null || child === undefined) continue;
-      node.append(typeof child === "string" ? document.createTextNode(child) : child);
-    }
-    return node;
-  }
+  const { el } = window.AttestedReplayDom; // dom.js
 
   const rowAnchor = (rowId) => "row-" + rowId;
 

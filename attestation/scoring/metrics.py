@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from pydantic import JsonValue
 
-from attestation.evaluation.numbers import (
+from attestation.scoring.numbers import (
     POINT_DECIMALS,
     json_number,
     money_per_case,
     points,
     scored_value,
 )
-from attestation.evaluation.partial import (
+from attestation.scoring.partial import (
     COUNTERS,
     EXACT,
     RunPartial,

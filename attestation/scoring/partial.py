@@ -13,7 +13,7 @@ and the pieces added back together without changing a byte of the result:
   among the union of every part's k largest values: a part keeps only those, its *tail*.
   A latency is the double its JSON text denotes (``numbers.scored_value``), so a tail is
   doubles, exactly. On the wire a part carries its tail's Merkle root
-  (:mod:`~attestation.evaluation.tails`), not its values: a merge opens each part's tail at
+  (:mod:`~attestation.scoring.tails`), not its values: a merge opens each part's tail at
   the p95 (:class:`CommittedPartial`, :func:`merge_committed`).
 
 The unsharded replay is the one-part case of the same code (:func:`merge_partials` of a
@@ -42,8 +42,8 @@ from attestation.contracts import (
     SnakeWireModel,
     evaluation_block_count,
 )
-from attestation.evaluation.numbers import beyond_double, scored_value
-from attestation.evaluation.tails import tail_bytes, tail_root
+from attestation.scoring.numbers import beyond_double, scored_value
+from attestation.scoring.tails import tail_bytes, tail_root
 
 #: Exact decimal arithmetic for sums: a double spans at most 633 significant digits (from
 #: 5e-324 to 1.8e308), so sums of doubles never come near this precision; Inexact and
@@ -103,8 +103,9 @@ def double_of(latency: Decimal) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class RunPartial:
-    """One run's scoring state over some of its cases (see the module docstring)."""
+class RunCounters:
+    """What every partial of a run holds by value: the run, its :data:`COUNTERS` and its exact
+    cost total."""
 
     arm_id: str
     run_index: int
@@ -119,6 +120,12 @@ class RunPartial:
     cost_total_usd: Decimal
     cost_unknown_cases: int
     latency_unknown_cases: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunPartial(RunCounters):
+    """One run's scoring state over some of its cases (see the module docstring)."""
+
     #: The largest known latencies (doubles), descending, at most the run's :func:`tail_size`
     #: (a merged run's: a :class:`UnionTail`).
     latency_tail: Sequence[float]
@@ -175,6 +182,19 @@ def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
         PartialError: no parts, parts of different runs, an inexact sum, or costs beyond
             the largest double.
     """
+    first, counters = _summed_counters(parts)
+    return RunPartial(
+        arm_id=first.arm_id,
+        run_index=first.run_index,
+        cost_total_usd=require_reportable_cost(exact_sum([part.cost_total_usd for part in parts])),
+        latency_tail=largest_of_union([part.latency_tail for part in parts], tail),
+        **counters,
+    )
+
+
+def _summed_counters(parts: Sequence[RunCounters]) -> tuple[RunCounters, dict[str, int]]:
+    """The first of ``parts`` and the sums of their :data:`COUNTERS`, once they are partials
+    of one run."""
     if not parts:
         raise PartialError("no partials to merge")
     first = parts[0]
@@ -184,14 +204,7 @@ def merge_partials(parts: Sequence[RunPartial], *, tail: int) -> RunPartial:
                 f"partials of runs {first.arm_id}/{first.run_index} and "
                 f"{part.arm_id}/{part.run_index} cannot be merged"
             )
-    counters = {name: sum(getattr(part, name) for part in parts) for name in COUNTERS}
-    return RunPartial(
-        arm_id=first.arm_id,
-        run_index=first.run_index,
-        cost_total_usd=require_reportable_cost(exact_sum([part.cost_total_usd for part in parts])),
-        latency_tail=largest_of_union([part.latency_tail for part in parts], tail),
-        **counters,
-    )
+    return first, {name: sum(getattr(part, name) for part in parts) for name in COUNTERS}
 
 
 def largest_of_union(tails: Sequence[Sequence[float]], count: int) -> UnionTail:
@@ -347,23 +360,10 @@ class RunPartialDoc(SnakeWireModel):
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedPartial:
+class CommittedPartial(RunCounters):
     """A part's partial as a shard attests it: counters and cost total by value, its latency
     tail by length and Merkle root (opened at the p95 by a merge)."""
 
-    arm_id: str
-    run_index: int
-    cases: int
-    correct: int
-    positives: int
-    true_positives: int
-    negatives: int
-    false_positives: int
-    abstentions: int
-    errors: int
-    cost_total_usd: Decimal
-    cost_unknown_cases: int
-    latency_unknown_cases: int
     tail_length: int
     tail_root: str
 
@@ -402,16 +402,7 @@ def merge_committed(
         PartialError: no parts, parts of different runs, an inexact sum, costs beyond the
             largest double, or a p95 given or missing against the latencies known.
     """
-    if not parts:
-        raise PartialError("no partials to merge")
-    first = parts[0]
-    for part in parts[1:]:
-        if (part.arm_id, part.run_index) != (first.arm_id, first.run_index):
-            raise PartialError(
-                f"partials of runs {first.arm_id}/{first.run_index} and "
-                f"{part.arm_id}/{part.run_index} cannot be merged"
-            )
-    counters = {name: sum(getattr(part, name) for part in parts) for name in COUNTERS}
+    first, counters = _summed_counters(parts)
     known_all = counters["latency_unknown_cases"] == 0 and counters["cases"] > 0
     where = f"run {first.arm_id}/{first.run_index}"
     if known_all and p95 is None:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attestation.evaluation import metrics
-from attestation.evaluation.metrics import RunTally
-from attestation.evaluation.numbers import scored_value
-from attestation.evaluation.partial import PartialError, RunPartial, tail_size
+from attestation.scoring import metrics
+from attestation.scoring.metrics import RunTally
+from attestation.scoring.numbers import scored_value
+from attestation.scoring.partial import PartialError, RunPartial, tail_size
 
 Row = tuple[str, str | None, bool, int | float | None, int | float | None]
 

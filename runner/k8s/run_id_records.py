@@ -7,7 +7,7 @@ one namespace for every submitter (``--records-namespace``, default ``attested-r
 without an owner reference (nothing garbage-collects it). What ``submit`` then decides is in
 :meth:`runner.k8s.submit.Submitter.submit`; this module stores and reads the records.
 
-The record is a small JSON document (:class:`RunRecord`) in the ConfigMap's ``data``, created
+The record is a small JSON document (:class:`RunIdRecord`) in the ConfigMap's ``data``, created
 with ``fieldValidation=Strict`` and updated only with the ``resourceVersion`` it was read at,
 so two submitters cannot both win. Its history is bounded (:data:`MAX_HISTORY` entries).
 """
@@ -38,8 +38,8 @@ from runner.k8s.job import (
     MANAGED_BY,
 )
 
-RecordState = Literal["submitted", "refused", "stopped", "cancelled"]
-RecordEventKind = Literal["submitted", "rerun", "refused", "stopped", "cancelled"]
+RunIdRecordState = Literal["submitted", "refused", "stopped", "cancelled"]
+RunIdRecordEventKind = Literal["submitted", "rerun", "refused", "stopped", "cancelled"]
 DEFAULT_RECORDS_NAMESPACE: Final = "attested-replay"
 RECORD_KEY: Final = "record.json"
 COMPONENT: Final = "run-record"
@@ -47,15 +47,15 @@ COMPONENT: Final = "run-record"
 MAX_HISTORY: Final = 64
 
 
-class RecordEvent(WireModel):
-    event: RecordEventKind
+class RunIdRecordEvent(WireModel):
+    event: RunIdRecordEventKind
     at: str
     by: str
     spec_digest: Sha256Digest
     detail: str = ""
 
 
-class RunRecord(WireModel):
+class RunIdRecord(WireModel):
     """What is known of one run ID, whatever became of its Job."""
 
     v: Literal[1] = 1
@@ -68,18 +68,18 @@ class RunRecord(WireModel):
     publish_url: str | None = None
     #: Random identifier of the ``submit`` invocation that last claimed the run.
     submission: str
-    state: RecordState
-    history: tuple[RecordEvent, ...] = ()
+    state: RunIdRecordState
+    history: tuple[RunIdRecordEvent, ...] = ()
 
-    def then(self, event: RecordEvent, **changes: object) -> RunRecord:
+    def then(self, event: RunIdRecordEvent, **changes: object) -> RunIdRecord:
         """This record with ``event`` appended (history bounded) and ``changes`` applied."""
         history = (*self.history, event)[-MAX_HISTORY:]
         return self.model_copy(update={**changes, "history": history})
 
 
 @dataclass(frozen=True, slots=True)
-class StoredRecord:
-    record: RunRecord
+class StoredRunIdRecord:
+    record: RunIdRecord
     resource_version: str
 
 
@@ -96,7 +96,7 @@ def operator_name() -> str:
         return "unknown"
 
 
-class RunRecords:
+class RunIdRecords:
     """Run records in one namespace, through the official client."""
 
     def __init__(
@@ -114,12 +114,14 @@ class RunRecords:
         self._clock = clock
         self._user = user
 
-    def event(self, kind: RecordEventKind, spec_digest: str, detail: str = "") -> RecordEvent:
-        return RecordEvent(
+    def event(
+        self, kind: RunIdRecordEventKind, spec_digest: str, detail: str = ""
+    ) -> RunIdRecordEvent:
+        return RunIdRecordEvent(
             event=kind, at=self._clock(), by=self._user(), spec_digest=spec_digest, detail=detail
         )
 
-    def create(self, record: RunRecord) -> StoredRecord | None:
+    def create(self, record: RunIdRecord) -> StoredRunIdRecord | None:
         """Create the record; None when one of that name exists already."""
         try:
             response: Any = retry.call(
@@ -138,7 +140,7 @@ class RunRecords:
         retry.log_warnings(response, "create run record")
         return self._stored(retry.read_json(response))
 
-    def read(self, name: str) -> StoredRecord | None:
+    def read(self, name: str) -> StoredRunIdRecord | None:
         try:
             response: Any = retry.call(
                 self._retry,
@@ -154,7 +156,7 @@ class RunRecords:
             raise self._refused("read", exc) from exc
         return self._stored(retry.read_json(response))
 
-    def replace(self, stored: StoredRecord, record: RunRecord) -> StoredRecord:
+    def replace(self, stored: StoredRunIdRecord, record: RunIdRecord) -> StoredRunIdRecord:
         """Update the record as read; anyone's change since is a conflict, never overwritten."""
         body = self._body(record)
         body["metadata"]["resourceVersion"] = stored.resource_version
@@ -179,7 +181,7 @@ class RunRecords:
             raise self._refused("update", exc) from exc
         return self._stored(retry.read_json(response))
 
-    def note(self, name: str, state: RecordState, detail: str) -> None:
+    def note(self, name: str, state: RunIdRecordState, detail: str) -> None:
         """Record what became of a run (stopped, cancelled); a missing record is left alone."""
         for _ in range(3):
             stored = self.read(name)
@@ -193,7 +195,7 @@ class RunRecords:
                 continue
             return
 
-    def _body(self, record: RunRecord) -> dict[str, Any]:
+    def _body(self, record: RunIdRecord) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -210,18 +212,18 @@ class RunRecords:
             "data": {RECORD_KEY: json.dumps(record.to_json_dict(), sort_keys=True, indent=1)},
         }
 
-    def _stored(self, config_map: dict[str, Any]) -> StoredRecord:
+    def _stored(self, config_map: dict[str, Any]) -> StoredRunIdRecord:
         name = config_map.get("metadata", {}).get("name", "")
         text = (config_map.get("data") or {}).get(RECORD_KEY)
         try:
-            record = RunRecord.model_validate_json(str(text), strict=False)
+            record = RunIdRecord.model_validate_json(str(text), strict=False)
         except ValidationError as exc:
             raise SubmitError(
                 f"run record {self.namespace}/{name} is malformed ({exc.error_count()} problems, "
                 f"first: {exc.errors(include_url=False)[0]['msg']}); it is left as it is: "
                 f"inspect it with kubectl get configmap -n {self.namespace} {name} -o yaml"
             ) from None
-        return StoredRecord(record, str(config_map["metadata"]["resourceVersion"]))
+        return StoredRunIdRecord(record, str(config_map["metadata"]["resourceVersion"]))
 
     def _refused(self, what: str, exc: ApiException) -> SubmitError:
         if exc.status == 404:

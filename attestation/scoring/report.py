@@ -7,10 +7,10 @@ from typing import Final
 
 from pydantic import JsonValue
 
-from attestation.evaluation.marks import arm_spread, evaluate_mark
-from attestation.evaluation.metrics import RunMetrics
-from attestation.evaluation.models import PassMarks, Plan
-from attestation.evaluation.numbers import json_number
+from attestation.scoring.marks import arm_spread, evaluate_mark
+from attestation.scoring.metrics import RunMetrics
+from attestation.scoring.models import PassMarks, Plan
+from attestation.scoring.numbers import json_number
 
 SCORER: Final = "attested-replay exact-match v1"
 

@@ -8,7 +8,7 @@ digest hashed), and one :class:`~.partial.RunPartialDoc` per run. :func:`check_s
 checks one result on its own and decodes its partials (once: a shard envelope's verification
 does it, and a merge reads what it decoded); :func:`merge_shard_results` checks that the
 checked results are the complete set of one sharded replay, checks each run's p95 against
-the shards' tail openings (:mod:`~attestation.evaluation.tails`: a shard's tail is attested
+the shards' tail openings (:mod:`~attestation.scoring.tails`: a shard's tail is attested
 by its Merkle root, not by value), merges each run's partials exactly and builds the
 evaluation report with the same code as an unsharded replay (:func:`whole_report`), so the
 merged report is byte for byte the unsharded one.
@@ -32,10 +32,10 @@ from attestation.contracts import (
 )
 from attestation.encoding.json_document import describe_validation_error
 from attestation.errors import BindingError
-from attestation.evaluation.marks import scoring_problem
-from attestation.evaluation.metrics import RunMetrics, finish_run
-from attestation.evaluation.models import PassMarks, Plan
-from attestation.evaluation.partial import (
+from attestation.scoring.marks import scoring_problem
+from attestation.scoring.metrics import RunMetrics, finish_run
+from attestation.scoring.models import PassMarks, Plan
+from attestation.scoring.partial import (
     CommittedPartial,
     PartialError,
     RunPartial,
@@ -44,8 +44,8 @@ from attestation.evaluation.partial import (
     shard_range,
     tail_size,
 )
-from attestation.evaluation.report import SCORER, build_report
-from attestation.evaluation.tails import (
+from attestation.scoring.report import SCORER, build_report
+from attestation.scoring.tails import (
     TailError,
     TailOpening,
     check_opening,

@@ -22,8 +22,8 @@ from attestation.contracts import (
     mergeable_shard_count_problem,
     merged_envelope_bound,
 )
-from attestation.evaluation.partial import largest_of_union
-from attestation.evaluation.tails import (
+from attestation.scoring.partial import largest_of_union
+from attestation.scoring.tails import (
     TailError,
     TailOpening,
     check_opening,

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from attestation.contracts import SnakeWireModel
-from attestation.evaluation.numbers import scored_value
+from attestation.scoring.numbers import scored_value
 
 
 def _exact_number(value: object) -> object:

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attestation.evaluation.metrics import RunTally
-from attestation.evaluation.numbers import scored_value
-from attestation.evaluation.partial import (
+from attestation.scoring.metrics import RunTally
+from attestation.scoring.numbers import scored_value
+from attestation.scoring.partial import (
     PartialError,
     RunPartial,
     RunPartialDoc,
@@ -26,7 +26,7 @@ from attestation.evaluation.partial import (
     shard_range,
     tail_size,
 )
-from attestation.evaluation.tails import tail_bytes, tail_root
+from attestation.scoring.tails import tail_bytes, tail_root
 
 Case = tuple[str, str | None, bool, Decimal | None, Decimal | None]
 

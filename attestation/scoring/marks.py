@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from attestation.evaluation.metrics import METRIC_NAMES, RunMetrics
-from attestation.evaluation.models import PassMark, PassMarks, Plan
-from attestation.evaluation.numbers import text
+from attestation.scoring.metrics import METRIC_NAMES, RunMetrics
+from attestation.scoring.models import PassMark, PassMarks, Plan
+from attestation.scoring.numbers import text
 
 MarkResult = Literal["met", "missed", "unknown"]
 #: arm id -> run index -> metrics
