@@ -26,7 +26,10 @@ the descriptor limit asyncio logs a traceback for every failed ``accept()``.
 
 The subclass uses uvicorn's protocol callbacks, which are not a public API: ``pyproject.toml``
 pins uvicorn below the next minor release and ``tests/publish/test_hostile_clients.py``
-checks every guard end to end, so an upgrade that breaks one fails the tests.
+checks every guard end to end, so an upgrade that breaks one fails the tests. No server that
+runs the app in this process offers all of these as public options, and nginx in front has
+no deadline for a dripped body: docs/publishing.md ("The ASGI server, and why") maps each
+guard to uvicorn's, hypercorn's, granian's and nginx's options with the upstream lines.
 
 :class:`QuietLog` lets each kind of event-loop error or server warning through at most once
 per interval with a count of those suppressed and no traceback, so a flood cannot fill the
