@@ -13,17 +13,24 @@ rules: ids, labels, splits, groups, set_ref and marks_ref), or the script stops.
 Goals, each printed with every run's ratio, the least ratio and the spread (largest / least
 ratio) of ``--runs`` runs, and how many runs met it:
 
-* checksum: ``compute_checksum`` <= 4x ``sha256sum`` of the same ``cases.jsonl`` (each size);
+* checksum: ``compute_checksum`` <= 4x ``sha256sum`` of the same ``cases.jsonl`` (each size),
+  wall time;
 * replay: ``replay_corpus`` <= 2.5x the floor ``orjson.loads`` of every line of
-  ``cases.jsonl`` and ``runs.jsonl`` (each size);
+  ``cases.jsonl`` and ``runs.jsonl`` (each size), wall time;
 * replay memory: peak RSS (``VmHWM``) of a fresh interpreter replaying the largest size
-  <= 1.1x that of one replaying the smallest (the child alone: ``benchmarks/memory.py``);
+  <= 1.1x that of one replaying the smallest (the child alone: ``benchmarks/memory.py``;
+  the processes its checksum forks are printed beside it, as an upper bound);
 * envelope verification, warm (one process, ``attestation.verify_envelope`` of the same
   envelope and expected values, as ``verify-attested-run --envelope`` and ``tenant fetch
   --expected`` run it) >= 0.8x the rate of the ECDSA P-384 floor (``cryptography``'s verify
   of a P-384/SHA-384 signature over a report's 672 signed bytes), batches alternating;
 * one-shot ``verify-attested-run --envelope E --expected X`` in a fresh process <= 3x a fresh
   ``python -c 'import cryptography'`` (wall time).
+
+The checksum (and the replay's) scans the parts of a large ``cases.jsonl`` in as many processes
+as there are CPUs (``runner/corpus/parallel_scan.py``), which divides its wall time, not its
+work: each is also printed as a CPU ratio (this process and its children, against the floor's),
+which is not a goal.
 
 Envelopes come from ``attested-replay demo`` (simulated evidence, the bundled corpus). The
 exit status is 0 when every goal is met in every run.
@@ -58,7 +65,10 @@ from pathlib import Path
 from benchmarks.memory import own_peak_rss_kib
 from runner.pipeline.replay import replay_corpus
 replay_corpus(Path(sys.argv[1]))
-print(own_peak_rss_kib())
+import resource
+# The checksum's forked children: ru_maxrss carries this process's mark at the fork over, so
+# this is an upper bound of each child's peak.
+print(own_peak_rss_kib(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 _ONE_SHOT = (
     "import sys; from attestation.cli import main; "
@@ -106,6 +116,20 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of every child it waited for (``sha256sum``, and the
+    processes the corpus checksum forks for its parts)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def timed_both(action: Callable[[], object]) -> tuple[float, float]:
+    """Wall and CPU seconds (this process and its children) of ``action``."""
+    start, cpu = time.perf_counter(), cpu_seconds()
+    action()
+    return time.perf_counter() - start, cpu_seconds() - cpu
+
+
 def corpus(workdir: Path, cases: int) -> Path:
     directory = workdir / f"realistic-{cases}"
     if not (directory / "runs.jsonl").exists():
@@ -125,7 +149,9 @@ def parse_floor(directory: Path) -> None:
                 orjson.loads(line)
 
 
-def peak_rss_kib(directory: Path) -> int:
+def peak_rss_kib(directory: Path) -> tuple[int, int]:
+    """Peak RSS of a fresh interpreter replaying ``directory``, and at most that of each of
+    the children its checksum forked (0: none), in KiB."""
     done = subprocess.run(
         [sys.executable, "-c", _REPLAY_PEAK, str(directory)],
         check=True,
@@ -133,7 +159,8 @@ def peak_rss_kib(directory: Path) -> int:
         text=True,
         cwd=REPO,
     )
-    return int(done.stdout.strip())
+    own, children = done.stdout.split()
+    return int(own), int(children)
 
 
 def rate(action: Callable[[], object], seconds: float) -> float:
@@ -197,26 +224,41 @@ def main(argv: list[str] | None = None) -> int:
         public = key.public_key()
 
         goals: list[Goal] = []
+        informative: list[Goal] = []  # the CPU ratios: the work, wherever it runs
         for cases in sizes:
             directory = corpora[cases]
-            checksum_goal = Goal(f"checksum, {cases} cases, / sha256sum", 4.0)
-            replay_goal = Goal(f"replay, {cases} cases, / orjson parse floor", 2.5)
+            checksum_goal = Goal(f"checksum, {cases} cases, / sha256sum (wall)", 4.0)
+            checksum_cpu = Goal(f"checksum, {cases} cases, / sha256sum (CPU, not a goal)", 4.0)
+            replay_goal = Goal(f"replay, {cases} cases, / orjson parse floor (wall)", 2.5)
+            replay_cpu = Goal(f"replay, {cases} cases, / orjson parse floor (CPU, not a goal)", 2.5)
             for _ in range(args.runs):
-                ours = timed(functools.partial(compute_checksum, directory))
-                floor = timed(functools.partial(sha256sum, directory / "cases.jsonl"))
+                ours, ours_cpu = timed_both(functools.partial(compute_checksum, directory))
+                floor, floor_cpu = timed_both(
+                    functools.partial(sha256sum, directory / "cases.jsonl")
+                )
                 checksum_goal.add(ours / floor, f"{ours:.2f} s / {floor:.2f} s")
-                ours = timed(functools.partial(replay_corpus, directory))
-                floor = timed(functools.partial(parse_floor, directory))
+                checksum_cpu.add(ours_cpu / floor_cpu, f"{ours_cpu:.2f} s / {floor_cpu:.2f} s")
+                ours, ours_cpu = timed_both(functools.partial(replay_corpus, directory))
+                floor, floor_cpu = timed_both(functools.partial(parse_floor, directory))
                 replay_goal.add(ours / floor, f"{ours:.2f} s / {floor:.2f} s")
+                replay_cpu.add(ours_cpu / floor_cpu, f"{ours_cpu:.2f} s / {floor_cpu:.2f} s")
             goals += [checksum_goal, replay_goal]
+            informative += [checksum_cpu, replay_cpu]
 
         memory_goal = Goal(f"replay peak RSS, {sizes[-1]} / {sizes[0]} cases", 1.1)
         verify_goal = Goal("envelope verification, warm, / ECDSA P-384 verify", 0.8, at_least=True)
         one_shot_goal = Goal("verify-attested-run one-shot / python -c 'import cryptography'", 3.0)
         now = dt.datetime.now(dt.UTC)
         for _ in range(args.runs):
-            small, large = peak_rss_kib(corpora[sizes[0]]), peak_rss_kib(corpora[sizes[-1]])
-            memory_goal.add(large / small, f"{large / 1024:.1f} / {small / 1024:.1f} MiB")
+            (small, small_child), (large, large_child) = (
+                peak_rss_kib(corpora[sizes[0]]),
+                peak_rss_kib(corpora[sizes[-1]]),
+            )
+            memory_goal.add(
+                large / small,
+                f"{large / 1024:.1f} / {small / 1024:.1f} MiB; each checksum child at most "
+                f"{large_child / 1024:.1f} / {small_child / 1024:.1f} MiB",
+            )
             floor_rate = rate(
                 lambda: public.verify(signature, signed, ec.ECDSA(hashes.SHA384())),
                 args.verify_seconds / 2,
@@ -246,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             one_shot_goal.add(ours / floor, f"{ours * 1000:.0f} ms / {floor * 1000:.0f} ms")
         goals += [memory_goal, verify_goal, one_shot_goal]
-    for goal in goals:
+    for goal in [*goals, *informative]:
         print(goal.line())
     print(
         "load average at the end: " + " ".join(f"{value:.2f}" for value in os.getloadavg()),
