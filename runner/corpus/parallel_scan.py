@@ -89,8 +89,8 @@ def part_starts(handle: BinaryIO, size: int, parts: int) -> list[tuple[int, int]
         handle.seek(position - 1)
         at_line_start = handle.read(1) == b"\n"
         need = -lines % EVALUATION_BLOCK_CASES
-        if need == 0 and not at_line_start:
-            need = EVALUATION_BLOCK_CASES
+        if need == 0 and (not at_line_start or position == starts[-1][0]):
+            need = EVALUATION_BLOCK_CASES  # the next block end (never an empty part)
         while need:
             data = handle.read(CHUNK_BYTES)
             if not data:

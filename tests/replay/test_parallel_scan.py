@@ -92,6 +92,16 @@ def test_parts_stop_where_the_file_does(tmp_path: Path) -> None:
     assert part_lines(tmp_path, 4) == [(0, 0)]  # one block: one part
 
 
+def test_parts_are_never_empty(tmp_path: Path) -> None:
+    # One long first block: the second target falls inside the part the first cut made.
+    lines = [b'{"case_id":"c-%04d","label":"x"}\n' % number for number in range(1024)]
+    lines[255] = b'{"case_id":"c-0255","label":"' + b"x" * 60_000 + b'"}\n'
+    (tmp_path / CASES_FILE).write_bytes(b"".join(lines))
+    starts = part_lines(tmp_path, 8)
+    assert [line for _, line in starts] == [0, 256, 512, 768]
+    assert outcome(tmp_path, 8) == outcome(tmp_path, 1)
+
+
 def test_a_failed_child_leaves_the_work_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     def die(*_args: object, **_kwargs: object) -> None:
         os._exit(3)
