@@ -13,11 +13,11 @@ threads (a forked copy of a threaded process can deadlock on a lock another thre
 process with threads, a small file, one CPU or ``ATTESTED_REPLAY_CHECKSUM_WORKERS=1`` scans
 in one pass.
 
-The result and every error are the single pass's: the parts are joined in order, and from
-the first part that failed (an invalid line, a child that died) or does not follow its
-predecessor (ids not ascending across the cut), this process scans the rest of the file
-itself, with the state the single pass would have there, so that it meets the same first
-error and writes the same message.
+The result and every error are the single pass's: the parts are joined in order, and if any
+part failed (an invalid line, a child that died) or does not follow its predecessor (ids not
+ascending across the cut), the children are stopped and this process scans the whole file
+again in one pass, which meets the same first error and writes the same message (which error
+comes first can depend on how the file was cut into chunks, so only the single pass says).
 """
 
 from __future__ import annotations
