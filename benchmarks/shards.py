@@ -22,10 +22,14 @@ least over ``--repeat`` rounds, each round measuring everything once:
 * ``merge`` of the N shard envelopes (which verifies the merged envelope), and verifying the
   merged envelope alone against N single verifications of one shard envelope.
 
-Goal (issue 16): every shard's CPU time at most 1.3 x (unsharded / N) plus the cost of checking
-the corpus checksum (``corpus checksum``: ``cases.jsonl``), and verifying a merged envelope of N
-shards at most N single verifications; the exit status is 0 only when both hold for every N.
-The shard line also prints the bound with the whole integrity pass in place of the checksum.
+CPU time is the process's and its children's (the corpus checksum scans the parts of a large
+``cases.jsonl`` in forked children, ``runner/corpus/parallel_scan.py``): the work, wherever it
+runs.
+
+Goal (issue 30): the slowest shard's CPU time at most 1.3 x (unsharded / N), its checksum
+included, and verifying a merged envelope of N shards at most N single verifications; the exit
+status is 0 only when both hold for every N. The shard line also prints issue 16's looser bound
+(1.3 x unsharded / N plus the checksum of ``cases.jsonl``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import json
 import os
 import platform
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -152,7 +157,7 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
         importlib.import_module(module)
     corpus = work / "corpus"
     state = work / "state"
-    start = time.process_time()
+    start = cpu_seconds()
     report: dict[str, Any] = {}
     if task == "checksum":
         from runner.corpus.checksum import compute_checksum
@@ -205,7 +210,7 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
 
         count = int(argument)
         root = load_or_create_simulated_amd(state).root_fingerprint
-        start = time.process_time()  # the simulated root is read from disk, not measured
+        start = cpu_seconds()  # the simulated root is read from disk, not measured
         merged = merge_shards(
             [work / f"shard-{count}-{index}.json" for index in range(count)],
             out=work / f"merged-{count}.json",
@@ -237,14 +242,22 @@ def child(task: str, work: Path, argument: str) -> dict[str, Any]:
             }
         )
         shard = ShardPosition(index=0, count=count) if task == "verify-shard" else None
-        start = time.process_time()
+        start = cpu_seconds()
         verdict = verify_envelope(data, expected, now=datetime.now(UTC), shard=shard)
         assert verdict.ok, verdict.summary()
     else:
         raise SystemExit(f"unknown task {task}")
-    report["cpu"] = time.process_time() - start
+    report["cpu"] = cpu_seconds() - start
     report["peakRssMiB"] = own_peak_rss_kib() / 1024
     return report
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the children it waited for (the processes the corpus
+    checksum forks for its parts: ``runner/corpus/parallel_scan.py``)."""
+    # os.times() counts in clock ticks (10 ms); process_time and getrusage in microseconds.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def measure(work: Path, task: str, argument: str = "") -> dict[str, Any]:
@@ -328,19 +341,18 @@ def main(argv: list[str] | None = None) -> int:
         for count in counts:
             cpus = [least.cpu("run", json.dumps([i, count])) for i in range(count)]
             share = unsharded / count
-            strict = 1.3 * share + checksum
-            generous = 1.3 * share + integrity
+            goal = 1.3 * share
+            loose = goal + checksum
             merged = least.best["merge", str(count)]
             verify_merged = least.cpu("verify-merged", str(count))
             verify_one = least.cpu("verify-shard", str(count))
-            met = max(cpus) <= strict  # the goal of issue 16
+            met = max(cpus) <= goal  # the goal of issue 30
             ok = ok and met and verify_merged <= count * verify_one
             print(
                 f"N={count}: shard CPU {', '.join(f'{cpu:.2f}' for cpu in cpus)} s; max "
                 f"{max(cpus):.2f} = {max(cpus) / share:.2f} x unsharded/N; goal "
-                f"1.3 x unsharded/N + checksum = {strict:.2f} "
-                f"({'met' if met else 'missed'}), + integrity pass = "
-                f"{generous:.2f} ({'met' if max(cpus) <= generous else 'missed'})"
+                f"1.3 x unsharded/N = {goal:.2f} ({'met' if met else 'missed'}); issue 16's "
+                f"+ checksum = {loose:.2f} ({'met' if max(cpus) <= loose else 'missed'})"
             )
             print(
                 f"      merge + verify {merged['cpu']:.3f} s CPU, merged envelope "

@@ -149,7 +149,10 @@ def block_offsets(corpus_dir: Path, case_count: int) -> tuple[int, ...]:
         while block := handle.read(CHUNK_BYTES):
             data = rest + block
             end = 0
-            for match in _BLOCK_LINES.finditer(data):
+            # Anchored at each block's start: a search (finditer) would retry the unmatched
+            # rest of the chunk (up to a block, ~100 KB) from every byte, each attempt running
+            # to its end: quadratic, 112 s for 100,000 realistic cases.
+            while (match := _BLOCK_LINES.match(data, end)) is not None:
                 end = match.end()
                 offsets.append(position + end)
             position += end

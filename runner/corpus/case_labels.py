@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from attestation.contracts import EVALUATION_BLOCK_CASES
@@ -63,6 +64,12 @@ class IdBlocks:
             if self._filled == EVALUATION_BLOCK_CASES:
                 self._close()
 
+    def extend(self, digests: Sequence[bytes]) -> None:
+        """The digests of the next whole blocks, hashed elsewhere (at a block end only)."""
+        if self._filled:
+            raise ValueError("id blocks extended in the middle of a block")
+        self.digests.extend(digests)
+
     def finish(self) -> list[bytes]:
         """Every block's digest (the last block closed)."""
         if self._filled:
@@ -78,6 +85,16 @@ class IdBlocks:
 def ids_digest(block_digests: Sequence[bytes]) -> bytes:
     """The digest compared for a run of blocks: SHA-256 over their id digests in order."""
     return hashlib.sha256(b"".join(block_digests)).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class LabelsPart:
+    """The labels of a part of ``cases.jsonl`` in plain values (to cross a process
+    boundary): its distinct labels, each case's code into them, its blocks' id digests."""
+
+    names: tuple[str, ...]
+    codes: array[int]
+    id_blocks: list[bytes]
 
 
 class CaseLabels:
@@ -126,6 +143,22 @@ class CaseLabels:
             self._extend(map(self._code_of_ascii.__getitem__, labels))
         except KeyError:
             self._extend(self._code(label.decode("ascii"), label) for label in labels)
+
+    def extend(self, part: LabelsPart) -> None:
+        """The cases of the next part of ``cases.jsonl``, labelled elsewhere (a part starts
+        at a block end): the result is what :meth:`add` would have made of its cases."""
+        self._ids.extend(part.id_blocks)
+        codes = [self._code(name) for name in part.names]
+        if self.codes.typecode == part.codes.typecode == "B" and len(self.names) <= 256:
+            # One byte per case on both sides: renumbered by one translation, in C.
+            table = bytes(codes) + bytes(256 - len(codes))
+            self.codes.frombytes(part.codes.tobytes().translate(table))
+        else:
+            self._extend(map(codes.__getitem__, part.codes))
+
+    def part(self) -> LabelsPart:
+        """What :meth:`extend` takes: the labels of every case added, the last block closed."""
+        return LabelsPart(names=tuple(self.names), codes=self.codes, id_blocks=self.id_blocks)
 
     def _extend(self, codes: Iterable[int]) -> None:
         # Materialized first: a KeyError half-way must not leave half the codes appended.

@@ -8,7 +8,8 @@ The cases, in ascending ``case_id`` order, are cut into blocks of
 the RFC 6962 root of the leaves. The file must already be sorted (and is read once, in
 bounded chunks), so memory grows only by one leaf per block (32 bytes per 256 cases) unless
 the caller asks for the labels. A shard checks only its own blocks against the root
-(``runner.corpus.case_blocks``).
+(``runner.corpus.case_blocks``); a large file's blocks are shared among processes
+(``runner.corpus.parallel_scan``), each scanning its part with a :class:`Scanner`.
 
 Three paths per 1 MiB chunk, all hashing the same bytes for the same cases:
 
@@ -37,7 +38,7 @@ from attestation.encoding.canonical import CanonicalizationError, canonicalize
 from attestation.encoding.gc_pause import paused_gc
 from attestation.transparency.merkle import LEAF_PREFIX, CompactRange
 from runner.corpus.canonical_lines import CaseLine, LineDecoder
-from runner.corpus.case_labels import CaseLabels
+from runner.corpus.case_labels import CaseLabels, LabelsPart
 from runner.corpus.errors import CorpusError, CorpusOrderError
 from runner.corpus.jsonio import (
     MAX_CASE_LINE_BYTES,
@@ -91,6 +92,19 @@ class CaseScan:
     leaves: tuple[bytes, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ScannedPart:
+    """What a :class:`Scanner` found in a part of ``cases.jsonl``, in plain values (to cross
+    a process boundary: ``runner.corpus.parallel_scan``)."""
+
+    count: int
+    first_id: str | None
+    last_id: str | None
+    #: The leaf of every block of the part (the last one closed).
+    leaves: list[bytes]
+    labels: LabelsPart | None
+
+
 class BlockLeaves:
     """The leaves of consecutive blocks of canonical case lines, fed in pieces of any size."""
 
@@ -117,6 +131,12 @@ class BlockLeaves:
             if self._filled == EVALUATION_BLOCK_CASES:
                 self._close()
             start, room = end, EVALUATION_BLOCK_CASES
+
+    def extend(self, leaves: Sequence[bytes]) -> None:
+        """The leaves of the next whole blocks, hashed elsewhere (at a block end only)."""
+        if self._filled:
+            raise ValueError("block leaves extended in the middle of a block")
+        self.leaves.extend(leaves)
 
     def finish(self) -> list[bytes]:
         """Every block's leaf (the last block closed)."""
@@ -146,9 +166,39 @@ class Scanner:
     def __init__(self, *, collect_labels: bool, line_base: int = 0) -> None:
         self.blocks = BlockLeaves()
         self.count = 0
+        self.first_id: str | None = None
         self.last_id: str | None = None
         self.line_base = line_base  # lines before the current chunk
         self.labels = CaseLabels(first_rank=line_base) if collect_labels else None
+
+    def part(self) -> ScannedPart:
+        """What this scanner found, in plain values (the last block closed)."""
+        return ScannedPart(
+            count=self.count,
+            first_id=self.first_id,
+            last_id=self.last_id,
+            leaves=self.blocks.finish(),
+            labels=None if self.labels is None else self.labels.part(),
+        )
+
+    def join(self, part: ScannedPart) -> bool:
+        """Take the cases of a part scanned elsewhere that starts where this scanner stands
+        (at a block end); False, with nothing taken, when its ids do not follow this
+        scanner's or it lacks the labels this scanner collects."""
+        if part.first_id is None or part.last_id is None:
+            return False
+        if self.last_id is not None and part.first_id <= self.last_id:
+            return False
+        if self.labels is not None and part.labels is None:
+            return False
+        self.blocks.extend(part.leaves)
+        if self.labels is not None and part.labels is not None:
+            self.labels.extend(part.labels)
+        self.first_id = self.first_id or part.first_id
+        self.count += part.count
+        self.line_base += part.count
+        self.last_id = part.last_id
+        return True
 
     def chunk(self, chunk: bytes) -> None:
         if _FAST_CHUNK.fullmatch(chunk) is not None and self._fast(chunk):
@@ -172,6 +222,7 @@ class Scanner:
         if not ascending or (self.last_id is not None and ids[0] <= self.last_id):
             return False
         self.blocks.add(canonical, len(ids))
+        self.first_id = self.first_id or ids[0]
         if self.labels is not None:
             self.labels.add(ids, [case.label for case in cases])
         self.count += len(ids)
@@ -188,6 +239,7 @@ class Scanner:
         if not ascending or (self.last_id is not None and first <= self.last_id):
             return False  # the slow path finds the offending line for the message
         self.blocks.add(chunk, len(ids))
+        self.first_id = self.first_id or first
         if self.labels is not None:
             self.labels.add_ascii(ids, _FAST_LABELS.findall(chunk))
         self.count += len(ids)
@@ -218,6 +270,7 @@ class Scanner:
             except CanonicalizationError as exc:
                 raise CorpusError(CASES_FILE, str(exc), line=number) from exc
             self.blocks.add(canonical + b"\n", 1)
+            self.first_id = self.first_id or case.case_id
             if self.labels is not None:
                 self.labels.add([case.case_id], [case.label])
             self.count += 1
@@ -255,13 +308,27 @@ def _lines_fit(chunk: bytes) -> bool:
 
 
 def scan_cases(
-    corpus_dir: Path, *, collect_labels: bool = False, progress: Progress | None = None
+    corpus_dir: Path,
+    *,
+    collect_labels: bool = False,
+    progress: Progress | None = None,
+    workers: int | None = None,
 ) -> CaseScan:
-    """Validate ``cases.jsonl`` and compute the corpus checksum in one streaming pass."""
+    """Validate ``cases.jsonl`` and compute the corpus checksum in one streaming pass, its
+    blocks shared among ``workers`` processes (default: ``runner.corpus.parallel_scan``'s
+    :func:`~runner.corpus.parallel_scan.worker_count`; 1: this process alone)."""
+    from runner.corpus.parallel_scan import scan_in_parts, worker_count  # a cycle: imported here
+
     require_corpus_dir(corpus_dir)
-    scanner = Scanner(collect_labels=collect_labels)
-    with open_corpus_file(corpus_dir / CASES_FILE) as handle:
-        scan_lines(handle, scanner, progress=progress)
+    path = corpus_dir / CASES_FILE
+    with open_corpus_file(path) as handle:
+        scanner = scan_in_parts(
+            path,
+            handle,
+            collect_labels=collect_labels,
+            workers=worker_count() if workers is None else workers,
+            progress=progress,
+        )
     if scanner.count == 0:
         raise CorpusError(CASES_FILE, "the corpus has no cases")
     if progress is not None:
@@ -310,9 +377,11 @@ def scan_lines(
         scanner.chunk(rest + b"\n")  # the last line may lack its newline
 
 
-def compute_checksum(corpus_dir: Path, *, progress: Progress | None = None) -> str:
+def compute_checksum(
+    corpus_dir: Path, *, progress: Progress | None = None, workers: int | None = None
+) -> str:
     """The corpus checksum of ``corpus_dir`` (validating every case)."""
-    return scan_cases(corpus_dir, progress=progress).checksum
+    return scan_cases(corpus_dir, progress=progress, workers=workers).checksum
 
 
 class _CaseId(msgspec.Struct):

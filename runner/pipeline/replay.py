@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
@@ -33,7 +33,13 @@ from attestation.envelope.binding import result_digest as digest_of_result
 from attestation.envelope.model import ShardPosition
 from attestation.scoring.metrics import RunTally
 from attestation.scoring.models import Plan
-from attestation.scoring.partial import PartialError, RunPartial, shard_range, tail_size
+from attestation.scoring.partial import (
+    KnownLast,
+    PartialError,
+    RunPartial,
+    shard_range,
+    tail_size,
+)
 from attestation.scoring.shards import shard_result, whole_report
 from attestation.tenant.fsutil import atomic_write
 from runner.corpus.case_blocks import CasesPart, block_offsets, blocks_of, verify_shard_blocks
@@ -160,8 +166,9 @@ def replay_corpus(
     for run in reader.runs(lambda: _RunScorer(plan, labels, owned, tail_size(case_count), counter)):
         record = run.header
         try:
-            partials[(record.arm_id, record.run_index)] = run.sink.tally.partial(
-                record.arm_id, record.run_index
+            partial = run.sink.tally.partial(record.arm_id, record.run_index)
+            partials[(record.arm_id, record.run_index)] = (
+                partial if shard is not None else _p95_only(partial)
             )
         except PartialError as exc:
             raise CorpusError(
@@ -209,6 +216,16 @@ def replay_corpus(
         used_runs_index=index is not None,
         tails=tails,
     )
+
+
+def _p95_only(partial: RunPartial) -> RunPartial:
+    """An unsharded run's partial with only what its report reads of the latency tail: the
+    p95, the tail's last value when every latency is known (``finish_run``). The tail is
+    5% of the run (200,000 doubles at 4M cases), kept for every run until the report."""
+    tail = partial.latency_tail
+    if partial.latency_unknown_cases or not tail:
+        return replace(partial, latency_tail=())
+    return replace(partial, latency_tail=KnownLast(len(tail), tail[-1]))
 
 
 def _checked_cases(
