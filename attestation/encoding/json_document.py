@@ -184,8 +184,12 @@ def json_nests_deeper(data: bytes, limit: int) -> bool:
     then the escaped quotes removed, every quote left opens or closes a string (outside
     strings JSON has no backslash), so every other piece between quotes is outside strings;
     the brackets there are the structure, and at most ``limit`` passes measure its depth.
+    Without an escaped quote (``\\"``, which every escaped backslash before a quote also
+    shows) every quote already opens or closes a string, and escaped backslashes elsewhere
+    change no quote or bracket: one search for it (about 20 us over 16 KB, a PEM chain's
+    ``\\n`` being many false starts) replaces two.
     """
-    if b"\\\\" in data or b'\\"' in data:
+    if b'\\"' in data:
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     marks = data.translate(_SQUARE, _NOT_STRUCTURE)
     if marks.count(b"[") <= limit:
