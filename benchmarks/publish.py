@@ -230,7 +230,7 @@ def start_server(
     for _ in range(600):
         try:
             requests.get(f"{url}/v1/log/public-key", timeout=1)
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # starting, or slow on a busy machine
             time.sleep(0.05)
         else:
             return process, url
