@@ -75,7 +75,7 @@ import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation.contracts import sha256_digest
-from attestation.envelope.merged import parse_any_envelope
+from attestation.envelope.merged import AnyEnvelope, parse_any_envelope
 from attestation.tenant.http import HttpClient, RetryPolicy
 from attestation.transparency.checkpoint import Checkpoint
 from attestation.transparency.entries import LogEntry
@@ -262,6 +262,9 @@ class PublisherJob:
     level: int
     number: int
     payloads: list[bytes]
+    #: Each payload's envelope as ``run`` holds it when it publishes (None: parsed by the
+    #: publisher, as ``attested-replay publish FILE`` does).
+    envelopes: list[AnyEnvelope] | None = None
 
 
 def _publisher(job: PublisherJob) -> tuple[list[float], float]:
@@ -282,6 +285,7 @@ def _publisher(job: PublisherJob) -> tuple[list[float], float]:
                 spool_dir=job.spool,
                 retry=retry,
                 client=client,
+                envelope=None if job.envelopes is None else job.envelopes[i],
             )
             latencies.append(time.perf_counter() - began)
         return latencies, time.process_time() - cpu
@@ -300,20 +304,41 @@ def _publisher_process(
         raise
 
 
-def publish_level(
-    url: str, token: str, spool: Path, level: int, payloads: list[list[bytes]], *, threads: bool
+def publish_level(  # noqa: PLR0917 - one level's parameters
+    url: str,
+    token: str,
+    spool: Path,
+    level: int,
+    payloads: list[list[bytes]],
+    envelopes: list[list[AnyEnvelope]] | None,
+    *,
+    threads: bool,
 ) -> tuple[list[float], float, float]:
     """``level`` publishers, each publishing its list of envelopes: their latencies (s), the
     wall time (s) from the start signal to the last receipt and the CPU time (s) they spent.
 
     Each publisher is a process of its own (forked: its own interpreter and lock, as the
-    pods that publish in a cluster are), or with ``threads`` a thread of this process."""
+    pods that publish in a cluster are), or with ``threads`` a thread of this process.
+    ``envelopes``: each payload's parsed envelope, handed to ``publish_envelope`` as ``run``
+    hands the one it built (None: each publisher parses its payloads)."""
+
+    def job(number: int) -> PublisherJob:
+        return PublisherJob(
+            url,
+            token,
+            spool,
+            level,
+            number,
+            payloads[number],
+            None if envelopes is None else envelopes[number],
+        )
+
     if threads:
         barrier = threading.Barrier(level + 1)
 
         def in_thread(number: int) -> tuple[list[float], float]:
             barrier.wait()
-            return _publisher(PublisherJob(url, token, spool, level, number, payloads[number]))
+            return _publisher(job(number))
 
         with ThreadPoolExecutor(max_workers=level) as pool:
             futures = [pool.submit(in_thread, number) for number in range(level)]
@@ -330,7 +355,7 @@ def publish_level(
     processes = [
         context.Process(
             target=_publisher_process,
-            args=(process_barrier, results, PublisherJob(url, token, spool, level, n, payloads[n])),
+            args=(process_barrier, results, job(n)),
             daemon=True,
         )
         for n in range(level)
@@ -399,10 +424,21 @@ def publishing(args: argparse.Namespace, template: dict[str, object], scratch: P
                 [variant(template, f"bench-{level}", f"r{level}-{n}-{i}") for i in range(per)]
                 for n in range(level)
             ]
+            envelopes = (
+                None
+                if args.parse_in_publisher
+                else [[parse_any_envelope(data) for data in batch] for batch in payloads]
+            )
             gc.collect()
             server_cpu = cpu_seconds(process.pid)
             latencies, elapsed, client_cpu = publish_level(
-                url, tokens[level], scratch / "spool", level, payloads, threads=args.threads
+                url,
+                tokens[level],
+                scratch / "spool",
+                level,
+                payloads,
+                envelopes,
+                threads=args.threads,
             )
             server_cpu = cpu_seconds(process.pid) - server_cpu
             rate = len(latencies) / elapsed
@@ -588,6 +624,13 @@ def main() -> None:
         type=int,
         default=0,
         help="witness processes the service submits every checkpoint to (serve --witness)",
+    )
+    parser.add_argument(
+        "--parse-in-publisher",
+        action="store_true",
+        help="publishers parse each envelope's bytes, as `attested-replay publish FILE` does "
+        "(default: they hand publish_envelope the parsed envelope, as `run --publish` hands "
+        "the one it built and verified; the measurements before 2026-12-05 20:30 UTC parsed)",
     )
     parser.add_argument(
         "--threads",

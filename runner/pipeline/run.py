@@ -303,7 +303,7 @@ def _run(request: RunRequest, publish_token: str | None, progress: Progress | No
         _write_termination_log(request.termination_log, termination)
     publication = None
     if request.publish:
-        publication = _publish(request, request.publish, envelope_bytes, publish_token)
+        publication = _publish(request, request.publish, envelope, envelope_bytes, publish_token)
     return RunResult(
         envelope=envelope,
         envelope_bytes=envelope_bytes,
@@ -413,7 +413,7 @@ def _publish_token(request: RunRequest) -> str | None:
 
 
 def _publish(
-    request: RunRequest, target: str, envelope_bytes: bytes, token: str | None
+    request: RunRequest, target: str, envelope: Envelope, envelope_bytes: bytes, token: str | None
 ) -> PublishOutcome:
     with HttpClient(token=token, what="publication target", ca_bundle=request.ca_bundle) as http:
         # publish_envelope logs it (envelope_published, with its fields).
@@ -424,4 +424,5 @@ def _publish(
             run_id=request.run_id,
             token=token,
             client=http,
+            envelope=envelope,  # the bytes' source, verified above: not parsed again
         )

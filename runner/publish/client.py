@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from attestation.contracts import RUN_ID_GRAMMAR, is_run_id, is_tenant_id, sha256_digest
-from attestation.envelope.merged import parse_any_envelope, shard_index
+from attestation.envelope.merged import AnyEnvelope, parse_any_envelope, shard_index
 from attestation.errors import MalformedError
 from attestation.tenant.errors import TenantUsageError
 from attestation.tenant.fsutil import atomic_write
@@ -95,15 +95,18 @@ def check_target(target: str) -> None:
         raise UsageError(str(exc)) from exc
 
 
-def _check_envelope(envelope_bytes: bytes, tenant: str, run_id: str) -> None:
+def _check_envelope(
+    envelope_bytes: bytes, tenant: str, run_id: str, envelope: AnyEnvelope | None
+) -> None:
     if not is_tenant_id(tenant):
         raise UsageError(f"tenant {tenant!r} is not a tenant id (a DNS label)")
     if not is_run_id(run_id):
         raise UsageError(f"run id {run_id!r} must match {RUN_ID_GRAMMAR}")
-    try:
-        envelope = parse_any_envelope(envelope_bytes)
-    except MalformedError as exc:
-        raise InputError(f"not a valid attestation envelope: {exc}") from exc
+    if envelope is None:
+        try:
+            envelope = parse_any_envelope(envelope_bytes)
+        except MalformedError as exc:
+            raise InputError(f"not a valid attestation envelope: {exc}") from exc
     if envelope.tenant != tenant or envelope.run_id != run_id:
         raise InputError(
             f"envelope is for tenant {envelope.tenant!r} run {envelope.run_id!r}, "
@@ -121,13 +124,18 @@ def publish_envelope(
     spool_dir: Path | None = None,
     retry: RetryPolicy | None = None,
     client: HttpClient | None = None,
+    envelope: AnyEnvelope | None = None,
 ) -> PublishOutcome:
     """Publish one envelope; on failure it stays spooled and :class:`PublishError` says so.
 
     ``client`` (keep-alive connections, e.g. one per publisher thread) carries its own token
-    and retry policy; without it one is made from ``token`` and ``retry``."""
+    and retry policy; without it one is made from ``token`` and ``retry``. ``envelope``: the
+    envelope ``envelope_bytes`` were serialized from, when the caller made them (``run``, which
+    has also verified those bytes as a tenant would); its tenant and run are checked instead
+    of parsing the bytes again. Without it the bytes are parsed here (``publish FILE``). The
+    service parses and checks the bytes it receives either way."""
     check_target(target)
-    _check_envelope(envelope_bytes, tenant, run_id)
+    _check_envelope(envelope_bytes, tenant, run_id, envelope)
     if urlsplit(target).scheme != "dir" and token is None:
         raise TokenRequiredError(f"publishing to {target} needs a token")
     spool = Spool(spool_dir or default_spool_dir())

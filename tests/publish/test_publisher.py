@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from attestation.contracts import MAX_ENVELOPE_JSON_DEPTH
+from attestation.envelope.merged import parse_any_envelope
 from attestation.tenant import http as tenant_http
 from attestation.tenant.http import RetryPolicy
 from runner.cli import main
@@ -142,6 +143,33 @@ def test_bad_arguments_fail_before_spooling(
         )
     assert type(caught.value) is InputError
     assert not spool.exists()
+
+
+def test_a_given_envelope_is_checked_in_place_of_the_bytes(
+    tmp_path: Path, envelope_for: Callable[..., bytes]
+) -> None:
+    """``run`` hands over the envelope it built the bytes from: its tenant and run are
+    checked (without parsing the bytes again), and the bytes are what is delivered."""
+    data = envelope_for("acme", "run-1", 1)
+    built = parse_any_envelope(data)
+    spool = tmp_path / "spool"
+    with pytest.raises(
+        InputError, match="envelope is for tenant 'acme' run 'run-1', not tenant 'acme' run 'run-2'"
+    ) as caught:
+        publish_envelope(
+            "dir://x", data, tenant="acme", run_id="run-2", token=None, spool_dir=spool,
+            envelope=built,
+        )  # fmt: skip
+    assert type(caught.value) is InputError
+    assert not spool.exists()
+    outcome = publish_envelope(
+        f"dir://{tmp_path / 'out'}", data, tenant="acme", run_id="run-1", token=None,
+        spool_dir=spool, envelope=built,
+    )  # fmt: skip
+    assert outcome.status == "created"
+    assert outcome.digest == _digest(data)
+    stored = tmp_path / "out" / "acme" / "envelopes" / f"sha256-{_digest(data)[7:]}.json"
+    assert stored.read_bytes() == data
 
 
 def test_default_spool_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -216,3 +216,19 @@ def test_json_nests_deeper_is_exact_for_valid_json(
     depth = _depth(value)
     for limit in range(max(0, depth - 2), depth + 2):
         assert json_nests_deeper(data, limit) is (depth > limit)
+
+
+@pytest.mark.parametrize(
+    ("data", "depth"),
+    [
+        # escapes but no escaped quote: the quotes are read as they stand
+        (b'["-----BEGIN\\n[[[\\n", "\\\\[", {"a\\\\": ["\\n"]}]', 3),
+        # a string ending in an escaped backslash, then brackets outside strings
+        (b'[["\\\\"], [["\\\\\\"[["]]]', 3),
+        (b'{"k": "\\"]]]\\\\", "v": [[[]]]}', 4),
+    ],
+)
+def test_json_nests_deeper_reads_escapes_exactly(data: bytes, depth: int) -> None:
+    assert _depth(json.loads(data)) == depth
+    assert json_nests_deeper(data, depth - 1) is True
+    assert json_nests_deeper(data, depth) is False
