@@ -14,10 +14,11 @@ process with threads, a small file, one CPU or ``ATTESTED_REPLAY_CHECKSUM_WORKER
 in one pass.
 
 The result and every error are the single pass's: the parts are joined in order, and if any
-part failed (an invalid line, a child that died) or does not follow its predecessor (ids not
-ascending across the cut), the children are stopped and this process scans the whole file
-again in one pass, which meets the same first error and writes the same message (which error
-comes first can depend on how the file was cut into chunks, so only the single pass says).
+part failed (an invalid line, a child that died, a path that no longer names the file open
+here) or does not follow its predecessor (ids not ascending across the cut), the children are
+stopped and this process scans the whole file again in one pass, which meets the same first
+error and writes the same message (which error comes first can depend on how the file was cut
+into chunks, so only the single pass says).
 """
 
 from __future__ import annotations
@@ -115,15 +116,35 @@ def part_starts(handle: BinaryIO, size: int, parts: int) -> list[tuple[int, int]
 
 
 def scan_part(
-    path: Path, start: int, line: int, stop: int | None, *, collect_labels: bool
+    path: Path,
+    start: int,
+    line: int,
+    stop: int | None,
+    *,
+    collect_labels: bool,
+    file_id: tuple[int, int],
 ) -> ScannedPart:
     """Scan the lines of ``path`` from byte ``start`` (the line of rank ``line``) to byte
-    ``stop`` (or the end)."""
+    ``stop`` (or the end).
+
+    Raises:
+        CorpusError: ``path`` is no longer the file ``file_id`` (device, inode) names, the one
+            the parent opened: the operator controls the directory and may have replaced it
+            (or repointed a symbolic link) since, and a part of other bytes must not be joined.
+    """
     scanner = Scanner(collect_labels=collect_labels, line_base=line)
     with open_corpus_file(path) as handle:
+        if _file_id(handle) != file_id:
+            raise CorpusError(path.name, "was replaced while it was being read")
         handle.seek(start)
         scan_lines(handle, scanner, size=None if stop is None else stop - start)
     return scanner.part()
+
+
+def _file_id(handle: BinaryIO) -> tuple[int, int]:
+    """The (device, inode) of an open file."""
+    status = os.fstat(handle.fileno())
+    return status.st_dev, status.st_ino
 
 
 class _Child:
@@ -154,7 +175,13 @@ class _Child:
 
 
 def _fork_part(
-    path: Path, start: int, line: int, stop: int | None, *, collect_labels: bool
+    path: Path,
+    start: int,
+    line: int,
+    stop: int | None,
+    *,
+    collect_labels: bool,
+    file_id: tuple[int, int],
 ) -> _Child:
     reader, writer = os.pipe()
     pid = os.fork()
@@ -162,7 +189,9 @@ def _fork_part(
         code = 1
         try:
             os.close(reader)
-            part = scan_part(path, start, line, stop, collect_labels=collect_labels)
+            part = scan_part(
+                path, start, line, stop, collect_labels=collect_labels, file_id=file_id
+            )
             with os.fdopen(writer, "wb") as pipe:
                 pipe.write(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
             code = 0
@@ -174,14 +203,16 @@ def _fork_part(
 
 @contextlib.contextmanager
 def _children(
-    path: Path, starts: list[tuple[int, int]], *, collect_labels: bool
+    path: Path, starts: list[tuple[int, int]], *, collect_labels: bool, file_id: tuple[int, int]
 ) -> Iterator[list[_Child]]:
     children: list[_Child] = []
     try:
         for index in range(1, len(starts)):
             start, line = starts[index]
             stop = starts[index + 1][0] if index + 1 < len(starts) else None
-            children.append(_fork_part(path, start, line, stop, collect_labels=collect_labels))
+            children.append(
+                _fork_part(path, start, line, stop, collect_labels=collect_labels, file_id=file_id)
+            )
         yield children
     finally:
         for child in children:
@@ -223,7 +254,9 @@ def _joined_parts(
     """The parts scanned at once and joined in order; None if any failed or does not
     follow the one before."""
     scanner = Scanner(collect_labels=collect_labels)
-    with _children(path, starts, collect_labels=collect_labels) as children:
+    # Each child opens ``path`` anew: it scans only if that is still the file open here.
+    file_id = _file_id(handle)
+    with _children(path, starts, collect_labels=collect_labels, file_id=file_id) as children:
         try:
             scan_lines(handle, scanner, size=starts[1][0], progress=progress)
         except CorpusError:

@@ -246,3 +246,39 @@ def test_ids_are_checked_across_the_cut(tmp_path: Path, line_256: bytes, message
     with pytest.raises(CorpusError) as error:
         scanned(tmp_path, 2)
     assert str(error.value) == message
+
+
+def test_a_file_swapped_under_the_path_is_not_mixed_in(tmp_path: Path) -> None:
+    """The operator controls the corpus directory: ``cases.jsonl`` replaced (or a symbolic
+    link repointed) after this process opened it must not give the children other bytes than
+    the file this process reads; the result is the single pass's over the file opened."""
+    original = (EXAMPLE_CORPUS / CASES_FILE).read_bytes()
+    lines = original.splitlines(keepends=True)
+    # The same ids, labels and line lengths in another file: every input changed after the
+    # first block, so a part read from it would give other leaves at the same offsets.
+    other = b"".join(lines[:256]) + b"".join(
+        line.replace(b'"input":"s', b'"input":"S', 1) for line in lines[256:]
+    )
+    assert len(other) == len(original)
+    assert other != original
+    path = tmp_path / CASES_FILE
+    path.write_bytes(original)
+    expected = outcome(tmp_path, 1)
+    with open_corpus_file(path) as handle:
+        swapped = tmp_path / "swapped.jsonl"
+        swapped.write_bytes(other)
+        swapped.replace(path)  # the name now points at other bytes; the handle does not
+        scanner = parallel_scan.scan_in_parts(
+            path, handle, collect_labels=True, workers=3, min_part_bytes=1
+        )
+    labels = scanner.labels
+    assert labels is not None
+    assert (
+        scanner.count,
+        scanner.first_id,
+        scanner.last_id,
+        scanner.blocks.finish(),
+        labels.names,
+        labels.codes.tobytes(),
+        labels.id_blocks,
+    ) == expected
