@@ -153,10 +153,12 @@ class _Child:
     def __init__(self, pid: int, reader: int) -> None:
         self.pid = pid
         self.reader = reader
+        self.reader_open = True
         self.reaped = False
 
     def result(self) -> ScannedPart | None:
         """The child's part, or None if it failed in any way (the caller scans it itself)."""
+        self.reader_open = False  # the file object owns it now, and closes it
         with os.fdopen(self.reader, "rb") as pipe:
             payload = pipe.read()
         _, status = os.waitpid(self.pid, 0)
@@ -167,6 +169,10 @@ class _Child:
         return part if isinstance(part, ScannedPart) else None
 
     def stop(self) -> None:
+        """Close the pipe and kill and reap the child, if its result was not read."""
+        if self.reader_open:
+            os.close(self.reader)
+            self.reader_open = False
         if not self.reaped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)

@@ -282,3 +282,15 @@ def test_a_file_swapped_under_the_path_is_not_mixed_in(tmp_path: Path) -> None:
         labels.codes.tobytes(),
         labels.id_blocks,
     ) == expected
+
+
+def test_children_stopped_early_leave_no_descriptor_open(tmp_path: Path) -> None:
+    """A part of this process that fails stops the children before their results are read:
+    their pipes are closed too (a scan per corpus must not leak a descriptor per part)."""
+    lines = [b'{"case_id":"c-%04d","label":"x"}\n' % number for number in range(1024)]
+    lines[3] = b"not json\n"  # this process's own part fails: the children are not read
+    (tmp_path / CASES_FILE).write_bytes(b"".join(lines))
+    before = sorted(Path("/proc/self/fd").iterdir())
+    with pytest.raises(CorpusError, match=r"^cases\.jsonl:4: "):
+        scanned(tmp_path, 4)
+    assert sorted(Path("/proc/self/fd").iterdir()) == before
