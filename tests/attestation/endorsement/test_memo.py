@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attestation.abi.product import ProductLine
+from attestation.abi.product import ProductLine, SignerKind
 from attestation.endorsement import certificate as certificate_module
 from attestation.endorsement import chain as chain_module
 from attestation.endorsement.certificate import (
@@ -240,3 +240,131 @@ def test_the_memos_stay_bounded_and_paths_are_keyed_by_der(
     assert len(certificate_module._LOADED) == limit
     # Each input parsed to the same DER: one path, whichever object carried it.
     assert len(chain_module._PATHS) == 1
+
+
+@pytest.fixture(scope="module")
+def later_amd(simulated_amd: SimulatedAmd) -> SimulatedAmd:
+    """The session's keys under other certificates: an ARK of the same name and key, valid only
+    from nine days after ISSUED, so the session's ASK and ASVK verify under it too."""
+    return SimulatedAmd.from_keys(
+        ark_key=simulated_amd.ark_key,
+        ask_key=simulated_amd.ask_key,
+        asvk_key=simulated_amd.asvk_key,
+        vek_seed=simulated_amd.vek_seed,
+        now=ISSUED + dt.timedelta(days=10),
+    )
+
+
+@pytest.fixture(scope="module")
+def chains(simulated_amd: SimulatedAmd) -> dict[str, bytes]:
+    """certChain inputs of one session: a Milan VCEK and VLEK with their intermediate and root
+    (PEM), the VCEK's DER alone, and a Genoa VCEK."""
+    pem = serialization.Encoding.PEM
+
+    def chain(leaf: x509.Certificate, intermediate: x509.Certificate) -> bytes:
+        parts = (leaf, intermediate, simulated_amd.ark_certificate)
+        return b"".join(part.public_bytes(pem) for part in parts)
+
+    vcek, vlek, genoa = (
+        simulated_amd.issue_endorsement(
+            product_line=line, signer=signer, not_before=ISSUED, not_after=NOT_AFTER
+        )
+        for line, signer in (
+            (ProductLine.MILAN, SignerKind.VCEK),
+            (ProductLine.MILAN, SignerKind.VLEK),
+            (ProductLine.GENOA, SignerKind.VCEK),
+        )
+    )
+    return {
+        "milan vcek": chain(vcek, simulated_amd.ask_certificate),
+        "milan vlek": chain(vlek, simulated_amd.asvk_certificate),
+        "milan vcek der": vcek.public_bytes(serialization.Encoding.DER),
+        "genoa vcek": chain(genoa, simulated_amd.ask_certificate),
+    }
+
+
+@pytest.fixture(scope="module")
+def crls(simulated_amd: SimulatedAmd, chains: dict[str, bytes]) -> dict[str, bytes | None]:
+    """No CRL, a fresh one, one revoking the Milan VCEK, and a stale one."""
+    serial = load_certificates(chains["milan vcek"])[0].serial_number
+    return {
+        "none": None,
+        "fresh": simulated_amd.crl(this_update=ISSUED, next_update=NOT_AFTER),
+        "revoking": simulated_amd.crl(
+            revoked_serials=[serial], this_update=ISSUED, next_update=NOT_AFTER
+        ),
+        "stale": simulated_amd.crl(this_update=ISSUED, next_update=ISSUED + dt.timedelta(days=5)),
+    }
+
+
+#: Days after ISSUED: before the leaf, in every window, after the stale CRL, before the later
+#: root, after the leaf.
+_DAYS = (-1, 3, 7, 12, 31)
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["amd", "session root", "later root", "both roots"]),
+        st.sampled_from([ProductLine.MILAN, ProductLine.GENOA]),
+        st.sampled_from(["milan vcek", "milan vlek", "milan vcek der", "genoa vcek"]),
+        st.sampled_from(_DAYS),
+        st.sampled_from(["none", "fresh", "revoking", "stale"]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=_STEPS)
+def test_any_sequence_of_calls_gives_each_call_its_cold_outcome(
+    simulated_amd: SimulatedAmd,
+    later_amd: SimulatedAmd,
+    chains: dict[str, bytes],
+    crls: dict[str, bytes | None],
+    steps: list[tuple[str, ProductLine, str, int, str]],
+) -> None:
+    """One process verifying under other pinned roots, product lines, times and CRLs in turn
+    (``tenant fetch --expected`` with several expected files): whatever the memos hold from
+    the calls before, each call says what it says in a fresh process. The later root has the
+    session root's name and key, so a memo keyed by less than its DER would judge the
+    session root's validity where the later one is pinned."""
+    trusts = {
+        "amd": AMD,
+        "session root": AMD.with_simulated_root(simulated_amd.ark_certificate),
+        "later root": AMD.with_simulated_root(later_amd.ark_certificate),
+        "both roots": AMD.with_simulated_root(later_amd.ark_certificate).with_simulated_root(
+            simulated_amd.ark_certificate
+        ),
+    }
+
+    def verified(step: tuple[str, ProductLine, str, int, str]) -> Outcome:
+        trust, line, chain, days, crl = step
+        try:
+            certificates = load_certificates(chains[chain])
+            path = verify_chain(
+                endorsement_from_certificate(certificates[0]),
+                line,
+                trust=trusts[trust],
+                now=ISSUED + dt.timedelta(days=days),
+                crl=crls[crl],
+                intermediates=certificates[1:],
+            )
+        except AttestationError as exc:
+            return type(exc).__name__, str(exc)
+        return _ders(path)
+
+    # Then each call again at every time: each meets what the whole sequence left.
+    calls = [
+        *steps,
+        *(
+            (trust, line, chain, days, crl)
+            for trust, line, chain, _, crl in steps
+            for days in _DAYS
+        ),
+    ]
+    forget_all()
+    warm_outcomes = [verified(call) for call in calls]
+    cold_outcomes = []
+    for call in calls:
+        forget_all()
+        cold_outcomes.append(verified(call))
+    assert warm_outcomes == cold_outcomes
