@@ -3,6 +3,7 @@ outcome, only exact bytes hit, time is judged at every call, and the size is bou
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 
 import pytest
@@ -368,3 +369,29 @@ def test_any_sequence_of_calls_gives_each_call_its_cold_outcome(
         forget_all()
         cold_outcomes.append(verified(call))
     assert warm_outcomes == cold_outcomes
+
+
+def _pem(der_bytes: bytes) -> bytes:
+    text = base64.encodebytes(der_bytes).replace(b"\n", b"")
+    lines = b"\n".join(text[start : start + 64] for start in range(0, len(text), 64))
+    return b"-----BEGIN CERTIFICATE-----\n" + lines + b"\n-----END CERTIFICATE-----\n"
+
+
+@settings(max_examples=60, deadline=None)
+@given(which=st.integers(0, 2), where=st.floats(0, 1, exclude_max=True), xor=st.integers(1, 255))
+def test_a_changed_byte_of_a_remembered_chain_gives_the_cold_outcome(
+    chain_pem: bytes, pinned: TrustStore, which: int, where: float, xor: int
+) -> None:
+    """One byte of the leaf, the ASK or the ARK of a chain the memos hold, changed: the warm
+    outcome (error class and message, or the path) is the cold one."""
+    ders = [c.public_bytes(serialization.Encoding.DER) for c in load_certificates(chain_pem)]
+    changed = bytearray(ders[which])
+    changed[int(where * len(changed))] ^= xor
+    ders[which] = bytes(changed)
+    mutated = b"".join(map(_pem, ders))
+    now = ISSUED + dt.timedelta(days=1)
+    expected = cold(mutated, pinned, now)
+    forget_all()
+    assert len(outcome(chain_pem, pinned, now)) == 4  # the memos hold the unchanged chain
+    assert len(chain_module._PATHS) == 1
+    assert outcome(mutated, pinned, now) == expected
