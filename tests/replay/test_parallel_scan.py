@@ -24,6 +24,14 @@ from tests.replay.golden import EXAMPLE_CHECKSUM
 from tests.replay.test_checksum import ANY_TEXT, JSON_VALUES, reference_checksum
 
 
+@pytest.fixture(autouse=True)
+def _as_a_process_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan cuts parts only in a process with one thread; a test run may hold idle threads
+    other tests left (servers, clients), which would make every comparison here one pass
+    against itself. The guard itself is tested with real threads below."""
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+
+
 def scanned(directory: Path, workers: int) -> Scanner:
     """Every part at least one byte: the example's 3,000 cases in up to ``workers`` parts."""
     path = directory / CASES_FILE
@@ -110,8 +118,9 @@ def test_a_failed_child_leaves_the_work_to_this_process(monkeypatch: pytest.Monk
     assert outcome(EXAMPLE_CORPUS, 3) == outcome(EXAMPLE_CORPUS, 1)
 
 
-def test_no_fork_beside_other_threads() -> None:
-    assert parallel_scan.part_count(100 << 20, 4) == 4
+def test_no_fork_beside_other_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the real thread count
+    # A real second thread: one part, whatever other tests of this process left running.
     release = threading.Event()
     thread = threading.Thread(target=release.wait)
     thread.start()
@@ -120,6 +129,11 @@ def test_no_fork_beside_other_threads() -> None:
     finally:
         release.set()
         thread.join()
+    # The count alone decides (a test run may hold other tests' threads: counted as stated).
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert parallel_scan.part_count(100 << 20, 4) == 1
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert parallel_scan.part_count(100 << 20, 4) == 4
 
 
 def test_small_files_and_one_worker_make_one_part() -> None:
