@@ -122,9 +122,10 @@ class RunTally:
     ``tail`` is how many of the largest latencies to keep: :func:`tail_size` of the run's
     whole case count (a shard knows it before it scores); ``None`` keeps them all and sizes
     the tail from the cases folded (a whole run folded without knowing its size).
-    Memory: the counters, a chunk of costs, and the kept latencies (cut back to the ``tail``
-    largest whenever they outgrow twice that by a chunk), held by :meth:`add_batch` as
-    8-byte doubles (:mod:`.tail_select`).
+    Memory: the counters, a chunk of costs, and the kept latencies, cut back to the ``tail``
+    largest: by :meth:`add` whenever they outgrow twice that by a chunk (Python decimals),
+    by :meth:`add_batch` whenever they outgrow it by a quarter of it or a chunk (8-byte
+    doubles, :mod:`.tail_select`; a cut is a few C-level passes, so cutting often is cheap).
     """
 
     def __init__(
@@ -236,7 +237,7 @@ class RunTally:
         self.latency_unknown_cases += count - len(known)
         floor = self._latency_floor
         self._raw_latencies.extend(known if floor is None else filter(partial(le, floor), known))
-        if self.tail and len(self._raw_latencies) >= 2 * self.tail + _COST_CHUNK:
+        if self.tail and len(self._raw_latencies) >= self.tail + max(self.tail // 4, _COST_CHUNK):
             self._raw_latencies, self._latency_floor = cut_to_largest(
                 self._raw_latencies, self.tail
             )

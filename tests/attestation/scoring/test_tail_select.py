@@ -96,7 +96,7 @@ def test_a_tally_keeps_the_exact_tail_across_cuts(
     known = [v for v in latencies if v is not None]
     tail = tail_size(len(latencies))
     expected = old_exact_tail(known, tail)
-    # A chunk of 1 cuts the kept latencies whenever they pass twice the tail.
+    # A chunk of 1 cuts the kept latencies whenever they pass the tail by a quarter of it.
     with limits(*sizes), mock.patch.object(metrics, "_COST_CHUNK", 1):
         whole = folded(latencies, size, last_only=False)
         last = folded(latencies, size, last_only=True)
