@@ -28,11 +28,18 @@ from attestation.scoring.numbers import (
 from attestation.scoring.partial import (
     COUNTERS,
     EXACT,
+    KnownLast,
     RunPartial,
     double_of,
     exact_sum,
     require_reportable_cost,
     tail_size,
+)
+from attestation.scoring.tail_select import (
+    cut_to_largest,
+    doubles,
+    kth_largest,
+    largest_descending,
 )
 
 #: Names and order of the metrics every report run carries.
@@ -115,8 +122,10 @@ class RunTally:
     ``tail`` is how many of the largest latencies to keep: :func:`tail_size` of the run's
     whole case count (a shard knows it before it scores); ``None`` keeps them all and sizes
     the tail from the cases folded (a whole run folded without knowing its size).
-    Memory: the counters, a chunk of costs, and the kept latencies (cut back to the ``tail``
-    largest whenever the list outgrows it by a chunk).
+    Memory: the counters, a chunk of costs, and the kept latencies, cut back to the ``tail``
+    largest: by :meth:`add` whenever they outgrow twice that by a chunk (Python decimals),
+    by :meth:`add_batch` whenever they outgrow it by a quarter of it or a chunk (8-byte
+    doubles, :mod:`.tail_select`; a cut is a few C-level passes, so cutting often is cheap).
     """
 
     def __init__(
@@ -138,11 +147,11 @@ class RunTally:
         self._cost_total = Decimal(0)
         self._costs: list[Decimal] = []
         self._latencies: list[Decimal] = []
-        # add_batch: costs counted by (type, value); latencies kept as parsed, at or above
-        # _latency_floor (the smallest of the tail kept at the last cut).
+        # add_batch: costs counted by (type, value); latencies kept as their doubles, at or
+        # above _latency_floor (the smallest of the tail kept at the last cut).
         self._cost_counts: Counter[tuple[type, int | float]] = Counter()
-        self._raw_latencies: list[int | float] = []
-        self._latency_floor: int | float | None = None
+        self._raw_latencies = doubles()
+        self._latency_floor: float | None = None
         self._only_positive = {positive_label: positive_label}
 
     def add(
@@ -198,8 +207,9 @@ class RunTally:
         Costs are counted by (type, value) and each distinct one is converted once: the
         sum is exact, so grouping cannot change it, and ``scored_value`` depends on the type
         (``12.0`` has one decimal place, ``12`` none). Zeros add nothing and are dropped.
-        Latencies stay as parsed until the tail is cut: the order of doubles and integers is
-        the order of their scored values.
+        Latencies are held as the doubles they are scored as (``float`` of each; an int past
+        the double range raises ``OverflowError`` here). ``float`` is monotone, so the
+        largest doubles are the doubles of the largest parsed values, ties included.
         """
         count = len(labels)
         if not len(answers) == len(costs) == len(latencies) == count:
@@ -222,15 +232,15 @@ class RunTally:
         self._cost_counts.update(zip(map(type, nonzero), nonzero, strict=True))
         if len(self._cost_counts) > _MAX_DISTINCT_COSTS:
             self._sum_counted_costs()
-        known: list[int | float] = list(filter(_NOT_NONE, latencies))  # type: ignore[arg-type]
+        known = doubles()
+        known.extend(filter(_NOT_NONE, latencies))  # type: ignore[arg-type]
         self.latency_unknown_cases += count - len(known)
-        if self._latency_floor is not None:
-            known = list(filter(partial(le, self._latency_floor), known))
-        self._raw_latencies.extend(known)
-        if self.tail is not None and len(self._raw_latencies) >= 2 * self.tail + _COST_CHUNK:
-            self._raw_latencies = _largest(self.tail, self._raw_latencies)
-            if self._raw_latencies:
-                self._latency_floor = self._raw_latencies[-1]
+        floor = self._latency_floor
+        self._raw_latencies.extend(known if floor is None else filter(partial(le, floor), known))
+        if self.tail and len(self._raw_latencies) >= self.tail + max(self.tail // 4, _COST_CHUNK):
+            self._raw_latencies, self._latency_floor = cut_to_largest(
+                self._raw_latencies, self.tail
+            )
 
     def _sum_counted_costs(self) -> None:
         with decimal.localcontext(EXACT):
@@ -248,21 +258,35 @@ class RunTally:
     def _cut_latencies(self, tail: int) -> None:
         self._latencies = _largest(tail, self._latencies)
 
-    def partial(self, arm_id: str, run_index: int) -> RunPartial:
-        """The state so far, as the partial of run ``arm_id``/``run_index``."""
+    def partial(self, arm_id: str, run_index: int, *, last_only: bool = False) -> RunPartial:
+        """The state so far, as the partial of run ``arm_id``/``run_index``.
+
+        ``last_only``: the tail as a :class:`KnownLast` (its length and its last value, the
+        p95, all a whole run's report reads), or empty when a latency is unknown; the tail's
+        values are never built as Python floats.
+        """
         self._sum_costs()
         self._sum_counted_costs()
         require_reportable_cost(self._cost_total)
         tail = tail_size(self.cases) if self.tail is None else self.tail
         self._cut_latencies(tail)
-        self._raw_latencies = _largest(tail, self._raw_latencies)
-        # A parsed number is its double (+ 0.0 makes -0.0 the 0 scoring reads).
-        doubles = [*map(double_of, self._latencies), *(float(v) + 0.0 for v in self._raw_latencies)]
+        # A parsed number is its double (largest_descending makes -0.0 the 0 scoring reads).
+        self._raw_latencies.extend(map(double_of, self._latencies))
+        self._latencies = []
+        kept = self._raw_latencies
+        latency_tail: Sequence[float]
+        if not last_only:
+            latency_tail = tuple(largest_descending(kept, tail))
+        elif self.latency_unknown_cases or not kept or not tail:
+            latency_tail = ()
+        else:
+            count = min(tail, len(kept))
+            latency_tail = KnownLast(count, kth_largest(kept, count) + 0.0)
         return RunPartial(
             arm_id=arm_id,
             run_index=run_index,
             cost_total_usd=self._cost_total,
-            latency_tail=tuple(_largest(tail, doubles)),
+            latency_tail=latency_tail,
             **{name: getattr(self, name) for name in COUNTERS},
         )
 

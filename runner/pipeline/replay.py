@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, JsonValue
@@ -34,7 +34,6 @@ from attestation.envelope.model import ShardPosition
 from attestation.scoring.metrics import RunTally
 from attestation.scoring.models import Plan
 from attestation.scoring.partial import (
-    KnownLast,
     PartialError,
     RunPartial,
     shard_range,
@@ -166,9 +165,9 @@ def replay_corpus(
     for run in reader.runs(lambda: _RunScorer(plan, labels, owned, tail_size(case_count), counter)):
         record = run.header
         try:
-            partial = run.sink.tally.partial(record.arm_id, record.run_index)
-            partials[(record.arm_id, record.run_index)] = (
-                partial if shard is not None else _p95_only(partial)
+            # A whole run's report reads only the p95 of the tail (finish_run).
+            partials[(record.arm_id, record.run_index)] = run.sink.tally.partial(
+                record.arm_id, record.run_index, last_only=shard is None
             )
         except PartialError as exc:
             raise CorpusError(
@@ -216,16 +215,6 @@ def replay_corpus(
         used_runs_index=index is not None,
         tails=tails,
     )
-
-
-def _p95_only(partial: RunPartial) -> RunPartial:
-    """An unsharded run's partial with only what its report reads of the latency tail: the
-    p95, the tail's last value when every latency is known (``finish_run``). The tail is
-    5% of the run (200,000 doubles at 4M cases), kept for every run until the report."""
-    tail = partial.latency_tail
-    if partial.latency_unknown_cases or not tail:
-        return replace(partial, latency_tail=())
-    return replace(partial, latency_tail=KnownLast(len(tail), tail[-1]))
 
 
 def _checked_cases(
