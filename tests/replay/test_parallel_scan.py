@@ -47,6 +47,11 @@ def outcome(directory: Path, workers: int) -> tuple[object, ...]:
         scanner = scanned(directory, workers)
     except CorpusError as exc:
         return (type(exc), str(exc))
+    return found(scanner)
+
+
+def found(scanner: Scanner) -> tuple[object, ...]:
+    """Everything a finished scan holds: count, ids, leaves, labels."""
     labels = scanner.labels
     assert labels is not None
     return (
@@ -285,17 +290,7 @@ def test_a_file_swapped_under_the_path_is_not_mixed_in(tmp_path: Path) -> None:
         scanner = parallel_scan.scan_in_parts(
             path, handle, collect_labels=True, workers=3, min_part_bytes=1
         )
-    labels = scanner.labels
-    assert labels is not None
-    assert (
-        scanner.count,
-        scanner.first_id,
-        scanner.last_id,
-        scanner.blocks.finish(),
-        labels.names,
-        labels.codes.tobytes(),
-        labels.id_blocks,
-    ) == expected
+    assert found(scanner) == expected
 
 
 def test_children_stopped_early_leave_no_descriptor_open(tmp_path: Path) -> None:
