@@ -570,8 +570,9 @@ def _issued_by_name(candidate: x509.Certificate, ark: x509.Certificate) -> bool:
 # certificates' identity (hashing a certificate re-encodes its DER) and hold the certificates,
 # so an id cannot be reused while its entry exists. Only successes are kept: a failure is
 # recomputed, and its message rebuilt, every time. Never used for a certificate from the input.
-_REMEMBERED: dict[tuple[object, ...], tuple[tuple[x509.Certificate, ...], object]] = {}
-_REMEMBERED_LIMIT = 512
+_REMEMBERED: BoundedMemo[tuple[object, ...], tuple[tuple[x509.Certificate, ...], object]] = (
+    BoundedMemo(512, forget_with_all=False)
+)
 _T = TypeVar("_T")
 
 
@@ -588,9 +589,7 @@ def _remembered(
         return cast("_T", entry[1])
     value = compute(*certificates, *args)
     if value is not False:
-        if len(_REMEMBERED) >= _REMEMBERED_LIMIT:
-            _REMEMBERED.clear()
-        _REMEMBERED[key] = (certificates, value)
+        _REMEMBERED.put(key, (certificates, value), input_bytes=0)  # pinned: no input bytes
     return value
 
 

@@ -35,15 +35,18 @@ _CLEARS: list[Callable[[], None]] = []
 
 class BoundedMemo(Generic[_K, _V]):
     """A least-recently-used map of at most ``limit`` entries, safe to share between threads
-    (the tenant's fetch verifies in a worker pool)."""
+    (the tenant's fetch verifies in a worker pool). ``forget_with_all=False``: a memo of what
+    pinned certificates alone give, which :func:`forget_all` keeps (a new chip, not a new
+    process)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, forget_with_all: bool = True) -> None:
         if limit < 1:
             raise ValueError(f"a memo holds at least one entry, not {limit}")
         self._limit = limit
         self._entries: OrderedDict[_K, _V] = OrderedDict()
         self._lock = threading.Lock()
-        _CLEARS.append(self.clear)
+        if forget_with_all:
+            _CLEARS.append(self.clear)
 
     @property
     def limit(self) -> int:
