@@ -466,6 +466,10 @@ def _store_in_threads(
             raise
 
 
+#: How long stopping a process fetch waits for the workers' shared flag's lock.
+_STOP_LOCK_WAIT_SECONDS: Final = 1.0
+
+
 def _store_in_processes(
     remote: _Remote,
     out_dir: Path,
@@ -495,8 +499,16 @@ def _store_in_processes(
     except BrokenProcessPool as exc:
         broken = exc
     finally:
-        with first_failure.get_lock():
-            first_failure.value = -1  # nothing queued starts a download any more
+        # Nothing queued starts a download any more. A worker killed while it held the
+        # value's lock holds it for ever: after a bounded wait the flag is stored without it
+        # (one 8-byte store, which the workers only compare against).
+        lock = first_failure.get_lock()
+        held = lock.acquire(timeout=_STOP_LOCK_WAIT_SECONDS)
+        try:
+            first_failure.get_obj().value = -1
+        finally:
+            if held:
+                lock.release()
         pool.shutdown(wait=True, cancel_futures=True)
     # When one worker dies the executor kills the others at once, maybe in the middle of a
     # write: their temporary files are this process's to remove, now that none is running.
