@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -89,6 +89,21 @@ def load_evaluation(corpus_dir: Path) -> Evaluation:
 
 
 @dataclass(frozen=True, slots=True)
+class RunOffsets:
+    """Where one run record's blocks of case results lie in ``runs.jsonl``, as a runs index
+    lists them: not trusted (a reader that seeks to them checks what it finds there)."""
+
+    arm_id: str
+    run_index: int
+    #: The byte offset where the run's line starts.
+    line: int
+    #: The byte offset of each block's first entry (its ``{``), in block order.
+    blocks: tuple[int, ...]
+    #: The byte offset of the ``]`` that closes the run's ``cases``.
+    cases_end: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunsIndex:
     """Every run's block leaves as a runs index file lists them: not trusted (a reader
     compares the leaves of the blocks it hashes with them; ``runner.corpus.runs_index``)."""
@@ -97,6 +112,8 @@ class RunsIndex:
     file: str
     #: ``(arm_id, run_index)`` -> its leaves, one per block.
     leaves: Mapping[tuple[str, int], tuple[bytes, ...]]
+    #: The runs whose blocks' offsets the index lists, by the offset where their line starts.
+    offsets: Mapping[int, RunOffsets] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,13 @@ columns (:class:`CaseColumns`: built only for those ranks, a shard's share):
   other than ``cases`` are the record's header, hashed beside the root of its leaves
   (the evaluation digest v2, ``runner.corpus.evaluation_files``);
 * a shard with a runs index (``runner.corpus.runs_index``) hashes only its own blocks (the
-  reader's ``hashed`` ranks): the other entries are only decoded as JSON (msgspec ``Raw``)
-  and counted, and their leaves come from the index, which must hold the same leaves as
-  the blocks hashed here.
+  reader's ``hashed`` ranks): it seeks to where the index says its first block starts, and
+  from the end of its last block to the ``]`` closing ``cases``; the other blocks' leaves
+  come from the index, which must hold the same leaves as the blocks hashed here. A run
+  whose offsets the index does not list is read whole, the other entries only decoded as
+  JSON (msgspec ``Raw``) and counted;
+* ``corpus index`` (the reader's ``locate``) records where each block's first entry and the
+  end of ``cases`` are, for that index.
 
 Entries must come in ``cases.jsonl`` order (ascending ``case_id``, as ``attested-replay
 corpus normalize`` writes them): the entry of rank k is the corpus case of rank k, so the
@@ -32,7 +36,9 @@ Whatever the fast path cannot vouch for (a JSON or validation error, a duplicate
 unknown member, entries that are not the corpus cases in order, an element it cannot cut)
 sends the line, from its start, to the exact reader: ``json`` with the corpus hooks and the
 pydantic models, which writes every error message (file, line, field) and holds that one
-line in memory. A line it accepts gives the same digest and the same columns.
+line in memory. A line it accepts gives the same digest and the same columns. So does an
+offset of the index that does not lead to the entries it should (the exact reader never
+seeks).
 
 Memory: the window, one batch, the sink's state, and each run's header and leaves (32 bytes
 per block).
@@ -44,6 +50,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Final, Generic, Protocol, TypeVar
@@ -67,6 +74,7 @@ from runner.corpus.evaluation_files import (
     RUNS_FILE,
     Evaluation,
     RunDigest,
+    RunOffsets,
     RunsIndex,
     cases_root,
     evaluation_digest,
@@ -171,6 +179,9 @@ class RunRead(Generic[SinkT]):
     sink: SinkT
     digest: RunDigest
     leaves: tuple[bytes, ...]
+    #: Where its blocks are in ``runs.jsonl``, when the reader was told to ``locate`` them
+    #: and could (None from the exact reader).
+    offsets: RunOffsets | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +222,14 @@ _BRACKET_TOKENS: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}]')
 # ~150 MB and 0.7 s; these nothing and 0.05 s).
 _ELEMENT: Final = rb'\{(?:[^"{}\[\]\n]++|"(?:[^"\\\n]++|\\.)*+")*+\}'
 _ELEMENTS: Final = re.compile(_ELEMENT + rb"(?:[ \t\r]*+,[ \t\r]*+" + _ELEMENT + rb")*+")
+
+
+@lru_cache(maxsize=EVALUATION_BLOCK_CASES)
+def _leading_elements(count: int) -> re.Pattern[bytes]:
+    """``count`` entries, each with the comma after it: what lies between an entry's start
+    and the start of the entry ``count`` places after it."""
+    repeat = b"{" + str(count).encode("ascii") + b"}"
+    return re.compile(rb"(?:" + _ELEMENT + rb"[ \t\r]*+,[ \t\r]*+)" + repeat)
 
 
 class _Window:
@@ -309,9 +328,11 @@ class RunReader:
     ``checksum`` is the corpus checksum every ``set_ref`` must name; ``count_first`` makes
     an entry count that differs from the corpus case count the first complaint about a
     run's entries (what a shard reports). ``hashed`` (whole blocks; every rank by default)
-    are the ranks whose entries are decoded, checked and hashed here; the others are only
-    counted, and their blocks' leaves come from ``index``, which must then be given and
-    must hold the same leaves for the hashed blocks (``runner.corpus.runs_index``).
+    are the ranks whose entries are decoded, checked and hashed here; the others are
+    skipped (to the offsets the index lists) or only counted, and their blocks' leaves come
+    from ``index``, which must then be given and must hold the same leaves for the hashed
+    blocks (``runner.corpus.runs_index``). ``locate`` (a reader of every rank) records where
+    each run's blocks are (:attr:`RunRead.offsets`), for ``corpus index``.
     """
 
     def __init__(
@@ -324,6 +345,7 @@ class RunReader:
         count_first: bool = False,
         hashed: range | None = None,
         index: RunsIndex | None = None,
+        locate: bool = False,
     ) -> None:
         self.corpus_dir = corpus_dir
         self.evaluation = evaluation
@@ -332,7 +354,8 @@ class RunReader:
         self.count_first = count_first
         self.hashed = range(cases.count) if hashed is None else hashed
         self.index = index
-        if self.hashed != range(cases.count) and index is None:
+        self.locate = locate
+        if self.hashed != range(cases.count) and (index is None or locate):
             raise ValueError("a reader that hashes some ranks only needs the runs index")
         if self.hashed.start % EVALUATION_BLOCK_CASES or (
             self.hashed.stop % EVALUATION_BLOCK_CASES and self.hashed.stop != cases.count
@@ -360,13 +383,28 @@ class RunReader:
                 number = window.line_number
                 start = window.position
                 previous = self._previous
+                line = _FastLine(self, window, self._checked(new_sink()), self._offsets(start))
                 try:
-                    read = _FastLine(self, window, self._checked(new_sink())).read()
+                    read = line.read()
+                except CorpusError:
+                    if not line.sought:
+                        raise
+                    # What it read after a seek may not be this line's: the exact reader
+                    # reads the line itself, and names what is wrong with it, if anything.
+                    self._previous = previous
+                    read = self._exact_line(window, start, number, self._checked(new_sink()))
                 except _FallbackError:
                     self._previous = previous
                     read = self._exact_line(window, start, number, self._checked(new_sink()))
                 self.run_digests.append(read.digest)
                 yield read
+
+    def _offsets(self, line_start: int) -> RunOffsets | None:
+        """The index's offsets of the run whose line starts at ``line_start``, when this
+        reader skips entries (None: it reads every entry)."""
+        if self.index is None or self.hashed == range(self.cases.count):
+            return None
+        return self.index.offsets.get(line_start)
 
     def _checked(self, sink: SinkT) -> SinkT:
         if sink.ranks and not (
@@ -563,16 +601,25 @@ class RunReader:
 class _FastLine(Generic[SinkT]):
     """One line on the fast path; raises :class:`_FallbackError` where it cannot vouch."""
 
-    def __init__(self, reader: RunReader, window: _Window, sink: SinkT) -> None:
+    def __init__(
+        self, reader: RunReader, window: _Window, sink: SinkT, seek: RunOffsets | None
+    ) -> None:
         self.reader = reader
         self.window = window
         self.number = window.line_number
+        self.line_start = window.line_start
         self.sink = sink
         self.hashed = reader.hashed
+        self.seek = seek
+        #: It went on reading where the index said (what it read may not be this line's).
+        self.sought = False
         self.members: dict[str, Any] = {}
         self.count = 0
         self.ids = IdBlocks()
         self.blocks = _Blocks()
+        #: Where each block's first entry is (``locate``; None once one cannot be found).
+        self.block_starts: list[int] | None = [] if reader.locate else None
+        self.cases_end = -1
 
     def read(self) -> RunRead[SinkT]:
         window = self.window
@@ -610,13 +657,32 @@ class _FastLine(Generic[SinkT]):
         if not cases_present:
             raise CorpusError(RUNS_FILE, "field 'cases': Field required", line=self.number)
         reader.check_header(header, self.number)
+        if self.seek is not None and (self.seek.arm_id, self.seek.run_index) != (
+            header.arm_id,
+            header.run_index,
+        ):
+            raise _FallbackError  # the index has another run's line here
         header_bytes = self._canonical(self.members)
+        if self.seek is not None and self.count != reader.cases.count:
+            raise _FallbackError  # not counted from the line's start: the exact reader counts
         reader.check_count(header, self.count, self.number)
         if not reader.entries_match(self.count, ids_digest(self.ids.finish())):
             raise _FallbackError  # the exact reader names the first wrong entry
         leaves = self.blocks.finish()
         digest = reader.run_digest(header, header_bytes, leaves, self.number)
-        return RunRead(self.number, header, self.sink, digest, tuple(leaves))
+        return RunRead(self.number, header, self.sink, digest, tuple(leaves), self._located(header))
+
+    def _located(self, header: RunHeader) -> RunOffsets | None:
+        starts = self.block_starts
+        if starts is None or len(starts) != evaluation_block_count(self.count):
+            return None
+        return RunOffsets(
+            arm_id=header.arm_id,
+            run_index=header.run_index,
+            line=self.line_start,
+            blocks=tuple(starts),
+            cases_end=self.cases_end,
+        )
 
     def _canonical(self, value: object) -> bytes:
         try:
@@ -655,6 +721,10 @@ class _FastLine(Generic[SinkT]):
         window.skip_space()
         if window.data[window.pos : window.pos + 1] == b"]":
             raise _FallbackError  # an empty list: the exact reader says so
+        if self.seek is not None and self.hashed.start:
+            # Past the entries before this shard's: where the index says they end.
+            self._seek(self.seek.blocks[self.hashed.start // EVALUATION_BLOCK_CASES])
+            self._counted(self.hashed.start)
         while True:
             window.skip_space()
             hashing = self.hashed.start <= self.count < self.hashed.stop
@@ -678,9 +748,31 @@ class _FastLine(Generic[SinkT]):
             separator = window.data[window.pos : window.pos + 1]
             if window.pos >= window.limit or separator not in (b",", b"]"):
                 raise _FallbackError
-            window.pos += 1
             if separator == b"]":
+                self.cases_end = window.position
+                window.pos += 1
                 return
+            window.pos += 1
+            if self.seek is not None and self.count >= self.hashed.stop:
+                # Past the entries after this shard's: to the end of ``cases``.
+                self._seek(self.seek.cases_end)
+                after = self.reader.cases.count - self.count
+                if window.data[window.pos : window.pos + 1] != b"]" or after < 0:
+                    raise _FallbackError
+                self._counted(after)
+                window.pos += 1
+                return
+
+    def _seek(self, offset: int) -> None:
+        """Go on reading at ``offset``, where the (untrusted) index says an entry starts or
+        ``cases`` ends: what is read there is checked as if it had been reached by reading
+        (ids, leaves), and anything that does not fit sends the line to the exact reader."""
+        window = self.window
+        if offset <= window.position:
+            raise _FallbackError
+        self.sought = True
+        window.reset(offset)
+        window.ensure(1)
 
     def _skipped(self, _piece: bytes, raws: list[Raw]) -> None:
         """Entries outside the hashed ranks: counted; those from the start of the hashed
@@ -690,6 +782,7 @@ class _FastLine(Generic[SinkT]):
         if start >= end:
             self._counted(len(raws))
             return
+        self.block_starts = None  # the entries' text is joined anew below
         self._counted(start - first)
         inner = b",".join(raws[start - first : end - first])
         try:
@@ -704,11 +797,31 @@ class _FastLine(Generic[SinkT]):
         (a batch that crosses it, once per run) only counted."""
         inside = min(self.count + len(records), self.hashed.stop) - self.count
         if inside == len(records):
+            if self.block_starts is not None:
+                self._locate(self.block_starts, piece, len(records))
             self._hash(piece, records)
             return
         raws = _SKIP_CASES(b"[" + piece + b"]")  # the same text: it decodes
         self._hash(b",".join(raws[:inside]), records[:inside])
         self._counted(len(records) - inside)
+
+    def _locate(self, starts: list[int], piece: bytes, count: int) -> None:
+        """Add to ``starts`` where the blocks that start among the ``count`` entries of
+        ``piece`` (the text of the next entries, from the first's ``{``) start in the file."""
+        offset = self.window.position  # of piece[0]
+        rank = self.count
+        boundary = -(-rank // EVALUATION_BLOCK_CASES) * EVALUATION_BLOCK_CASES
+        position = 0
+        while boundary < self.count + count:
+            if boundary > rank:
+                match = _leading_elements(boundary - rank).match(piece, position)
+                if match is None:  # not the entries' text as written: no offsets
+                    self.block_starts = None
+                    return
+                position = match.end()
+                rank = boundary
+            starts.append(offset + position)
+            boundary += EVALUATION_BLOCK_CASES
 
     def _counted(self, count: int) -> None:
         if count:

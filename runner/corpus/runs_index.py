@@ -28,6 +28,7 @@ merge refuses the set (exit 7), or the tenant's pinned digest does (exit 8).
 from __future__ import annotations
 
 import binascii
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +42,30 @@ from attestation.encoding.json_document import describe_validation_error
 from attestation.files import FileTooLargeError, read_regular
 from attestation.transparency.merkle import HASH_SIZE
 from runner.corpus.errors import CorpusError
-from runner.corpus.evaluation_files import Evaluation, RunsIndex
+from runner.corpus.evaluation_files import Evaluation, RunOffsets, RunsIndex
 from runner.corpus.jsonio import parse_small_json
 
 RUNS_INDEX_FILE: Final = "runs.index.json"
-RUNS_INDEX_FORMAT: Final = "attested-replay.runs-index/v2"
-#: 64 hex digits per block and run (and per block of cases, with its offset): about a million
-#: blocks in all (256 million case results over the cases and all runs) fit; a larger corpus
-#: is sharded without an index.
+RUNS_INDEX_FORMAT: Final = "attested-replay.runs-index/v3"
+#: 64 hex digits and an offset (up to 12 digits) per block of the cases and of each run: about
+#: 850,000 blocks in all (over 200 million case results over the cases and all runs) fit; a
+#: larger corpus is sharded without an index.
 MAX_RUNS_INDEX_BYTES: Final = 64 << 20
+_FORMATS: Final = "attested-replay.runs-index/"
+
+
+_Offset = Annotated[int, Field(ge=0)]
+
+
+class _IndexedRunOffsets(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    #: Where the run's line starts in ``runs.jsonl``.
+    line: _Offset
+    #: Where each block's first entry starts, in block order.
+    blocks: Annotated[tuple[_Offset, ...], Field(strict=False)]
+    #: Where the ``]`` closing the run's ``cases`` is.
+    cases_end: _Offset
 
 
 class _IndexedRun(BaseModel):
@@ -59,6 +75,9 @@ class _IndexedRun(BaseModel):
     run_index: int = Field(ge=1, le=5)
     #: The run's leaves, in block order, as lowercase hex (32 bytes each).
     leaves: str = Field(pattern=r"^[0-9a-f]*$")
+    #: Where its blocks are, or null when ``corpus index`` could not locate them (a line
+    #: the exact reader read): shards then read past the other shards' entries.
+    offsets: _IndexedRunOffsets | None
 
 
 class _IndexedCases(BaseModel):
@@ -67,13 +86,13 @@ class _IndexedCases(BaseModel):
     #: Every block's leaf of the corpus checksum's tree, in order, as lowercase hex.
     leaves: str = Field(pattern=r"^[0-9a-f]*$")
     #: The byte offset in ``cases.jsonl`` where each block starts, then the file's size.
-    offsets: Annotated[tuple[Annotated[int, Field(ge=0)], ...], Field(strict=False)]
+    offsets: Annotated[tuple[_Offset, ...], Field(strict=False)]
 
 
 class _IndexDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    format: Literal["attested-replay.runs-index/v2"]
+    format: Literal["attested-replay.runs-index/v3"]
     block_cases: int
     case_count: int = Field(ge=1)
     cases: _IndexedCases
@@ -119,8 +138,16 @@ def read_index_document(corpus_dir: Path) -> IndexDocument | None:
         ) from exc
     except OSError as exc:
         raise CorpusError(RUNS_INDEX_FILE, f"cannot read: {exc.strerror or exc}") from exc
+    parsed = parse_small_json(data, RUNS_INDEX_FILE)
+    listed = parsed.get("format")
+    if isinstance(listed, str) and listed != RUNS_INDEX_FORMAT and listed.startswith(_FORMATS):
+        raise CorpusError(
+            RUNS_INDEX_FILE,
+            f"field 'format': {listed!r}, this replay reads {RUNS_INDEX_FORMAT!r}: rebuild the "
+            "index with `attested-replay corpus index DIR`",
+        )
     try:
-        document = _IndexDocument.model_validate(parse_small_json(data, RUNS_INDEX_FILE))
+        document = _IndexDocument.model_validate(parsed)
     except ValidationError as exc:
         raise CorpusError(RUNS_INDEX_FILE, describe_validation_error(exc)) from None
     if document.block_cases != EVALUATION_BLOCK_CASES:
@@ -191,6 +218,7 @@ def runs_of(read: IndexDocument, evaluation: Evaluation, case_count: int) -> Run
     wanted = {(arm.arm_id, index) for arm in plan.arms for index in range(1, plan.runs_per_arm + 1)}
     blocks = evaluation_block_count(case_count)
     leaves: dict[tuple[str, int], tuple[bytes, ...]] = {}
+    offsets: dict[int, RunOffsets] = {}
     for position, run in enumerate(document.runs):
         key = (run.arm_id, run.run_index)
         if key not in wanted or key in leaves:
@@ -206,7 +234,58 @@ def runs_of(read: IndexDocument, evaluation: Evaluation, case_count: int) -> Run
             )
         raw = binascii.unhexlify(run.leaves)  # lowercase hex of the right length
         leaves[key] = tuple(raw[i : i + HASH_SIZE] for i in range(0, len(raw), HASH_SIZE))
-    return RunsIndex(file=RUNS_INDEX_FILE, leaves=leaves)
+        if run.offsets is not None:
+            located = _run_offsets(run, run.offsets, f"runs.{position}.offsets", blocks)
+            if located.line in offsets:
+                raise CorpusError(
+                    RUNS_INDEX_FILE,
+                    f"field 'runs.{position}.offsets.line': {located.line} is where run "
+                    f"{offsets[located.line].arm_id}/{offsets[located.line].run_index} starts",
+                )
+            offsets[located.line] = located
+    _check_apart(offsets)
+    return RunsIndex(file=RUNS_INDEX_FILE, leaves=leaves, offsets=offsets)
+
+
+def _check_apart(offsets: Mapping[int, RunOffsets]) -> None:
+    """Each run's offsets end before the next listed run's line starts."""
+    ordered = sorted(offsets.values(), key=lambda run: run.line)
+    for run, after in itertools.pairwise(ordered):
+        if run.cases_end >= after.line:
+            raise CorpusError(
+                RUNS_INDEX_FILE,
+                f"the offsets of run {run.arm_id}/{run.run_index} reach byte {run.cases_end}, "
+                f"past the start of run {after.arm_id}/{after.run_index}'s line at "
+                f"{after.line}",
+            )
+
+
+def _run_offsets(
+    run: _IndexedRun, listed: _IndexedRunOffsets, where: str, blocks: int
+) -> RunOffsets:
+    """A run's offsets, checked on their own: one per block, each after the one before,
+    between the line's start and the end of its ``cases``."""
+    if len(listed.blocks) != blocks:
+        raise CorpusError(
+            RUNS_INDEX_FILE,
+            f"field '{where}.blocks': {len(listed.blocks)} offsets, the run has {blocks} blocks",
+        )
+    previous = listed.line
+    for position, offset in enumerate((*listed.blocks, listed.cases_end)):
+        if offset <= previous:
+            field = f"blocks.{position}" if position < blocks else "cases_end"
+            raise CorpusError(
+                RUNS_INDEX_FILE,
+                f"field '{where}.{field}': {offset} does not come after {previous}",
+            )
+        previous = offset
+    return RunOffsets(
+        arm_id=run.arm_id,
+        run_index=run.run_index,
+        line=listed.line,
+        blocks=listed.blocks,
+        cases_end=listed.cases_end,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,10 +299,12 @@ class BuiltIndex:
 
 
 def encode_runs_index(
-    cases: CaseBlocksIndex, runs: Mapping[tuple[str, int], Sequence[bytes]]
+    cases: CaseBlocksIndex,
+    runs: Mapping[tuple[str, int], Sequence[bytes]],
+    offsets: Mapping[tuple[str, int], RunOffsets],
 ) -> bytes:
     """The file's bytes (RFC 8785 and a newline) for the cases' blocks and ``runs``' leaves,
-    in the given order.
+    in the given order, with the offsets of the runs in ``offsets`` (null for the others).
 
     Raises:
         CorpusError: they would exceed :data:`MAX_RUNS_INDEX_BYTES`, which every shard
@@ -235,7 +316,12 @@ def encode_runs_index(
         "case_count": cases.case_count,
         "cases": {"leaves": b"".join(cases.leaves).hex(), "offsets": list(cases.offsets)},
         "runs": [
-            {"arm_id": arm_id, "run_index": run_index, "leaves": b"".join(leaves).hex()}
+            {
+                "arm_id": arm_id,
+                "run_index": run_index,
+                "leaves": b"".join(leaves).hex(),
+                "offsets": _encoded_offsets(offsets.get((arm_id, run_index))),
+            }
             for (arm_id, run_index), leaves in runs.items()
         ],
     }
@@ -248,3 +334,9 @@ def encode_runs_index(
             f"over the {MAX_RUNS_INDEX_BYTES}-byte limit: shard without it",
         )
     return data
+
+
+def _encoded_offsets(located: RunOffsets | None) -> dict[str, object] | None:
+    if located is None:
+        return None
+    return {"line": located.line, "blocks": list(located.blocks), "cases_end": located.cases_end}

@@ -57,7 +57,7 @@ from runner.corpus.evaluation_files import (
     Evaluation,
     load_evaluation,
 )
-from runner.corpus.run_records import CaseColumns, CorpusCases, IgnoreCases, RunReader
+from runner.corpus.run_records import CaseColumns, CorpusCases, IgnoreCases, RunRead, RunReader
 from runner.corpus.runs_index import (
     RUNS_INDEX_FILE,
     BuiltIndex,
@@ -289,15 +289,16 @@ def corpus_digests(corpus_dir: Path) -> CorpusDigests:
     Raises:
         CorpusError: the corpus is invalid.
     """
-    cases, evaluation_digest, _ = _every_leaf(corpus_dir)
+    cases, evaluation_digest, _ = _every_leaf(corpus_dir, locate=False)
     return CorpusDigests(cases.checksum, evaluation_digest)
 
 
 def _every_leaf(
-    corpus_dir: Path,
-) -> tuple[CasesPart, str, dict[tuple[str, int], tuple[bytes, ...]]]:
-    """A replay's checks but the scoring, each run's leaves hashed from runs.jsonl: the
-    cases, the evaluation digest and the leaves by (arm, run index)."""
+    corpus_dir: Path, *, locate: bool
+) -> tuple[CasesPart, str, dict[tuple[str, int], RunRead[IgnoreCases]]]:
+    """A replay's checks but the scoring, each run's leaves hashed from runs.jsonl (and,
+    if ``locate``, its blocks located): the cases, the evaluation digest and each run read,
+    by (arm, run index)."""
     evaluation, cases = _checked_cases(corpus_dir, None)
     reader = RunReader(
         corpus_dir,
@@ -308,31 +309,30 @@ def _every_leaf(
             id_blocks=cases.id_blocks,
             read_ids=lambda: read_case_ids(corpus_dir),
         ),
+        locate=locate,
     )
-    runs = {
-        (read.header.arm_id, read.header.run_index): read.leaves
-        for read in reader.runs(IgnoreCases)
-    }
+    runs = {(read.header.arm_id, read.header.run_index): read for read in reader.runs(IgnoreCases)}
     _check_complete(runs, evaluation)
     return cases, reader.evaluation_digest, runs
 
 
 def index_corpus(corpus_dir: Path) -> BuiltIndex:
     """The runs index of a corpus (``runner.corpus.runs_index``: the leaves and offsets of
-    the blocks of ``cases.jsonl`` and every run's leaves), after every check of a replay but
+    the blocks of ``cases.jsonl`` and of every run), after every check of a replay but
     the scoring: a corpus a replay refuses gets no index.
 
     Raises:
         CorpusError: the corpus is invalid, or its index would exceed the index's size cap.
     """
-    cases, evaluation_digest, runs = _every_leaf(corpus_dir)
+    cases, evaluation_digest, runs = _every_leaf(corpus_dir, locate=True)
     blocks = CaseBlocksIndex(
         case_count=cases.case_count,
         leaves=cases.leaves,
         offsets=block_offsets(corpus_dir, cases.case_count),
     )
+    located = {key: read.offsets for key, read in runs.items() if read.offsets is not None}
     return BuiltIndex(
-        data=encode_runs_index(blocks, runs),
+        data=encode_runs_index(blocks, {key: read.leaves for key, read in runs.items()}, located),
         runs=len(runs),
         blocks=evaluation_block_count(cases.case_count),
         evaluation_digest=evaluation_digest,

@@ -180,11 +180,13 @@ def test_cli_corpus_index(example_copy: Path, run_cli: Callable[..., tuple[int, 
     )
     document = json.loads(index.read_text())
     assert (document["format"], document["block_cases"], document["case_count"]) == (
-        "attested-replay.runs-index/v2",
+        "attested-replay.runs-index/v3",
         256,
         3000,
     )
     assert [len(run["leaves"]) for run in document["runs"]] == [12 * 64] * 4
+    # Where each run's line and blocks start (tests/replay/test_run_offsets.py checks them).
+    assert [len(run["offsets"]["blocks"]) for run in document["runs"]] == [12] * 4
     # The blocks of cases.jsonl: where every 256th line starts (then the size), and the
     # leaves the checksum's tree has (written out independently in test_checksum).
     lines = (example_copy / "cases.jsonl").read_bytes().splitlines(keepends=True)
