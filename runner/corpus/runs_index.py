@@ -11,7 +11,10 @@ Every shard binds the evaluation digest of the whole corpus, whose run part is a
 each run's blocks of case results (``runner.corpus.evaluation_files``). Without this file a shard
 decodes, re-encodes and hashes every run record to get it; with it, a shard hashes the blocks
 it scores, checks that the file lists the same leaves for them, and takes the other leaves
-from the file: it reads the other entries only as JSON, to count them.
+from the file. The file also lists where each run's line, blocks and end of ``cases`` are, so
+a shard seeks past the other entries (``runner.corpus.run_records``: what it finds there is
+checked, and a run it cannot read so goes to the exact reader); a run listed without them is
+read whole, the other entries decoded only as JSON, to count them.
 
 The file comes from the operator (``attested-replay corpus index DIR`` writes it:
 ``runner.pipeline.replay.index_corpus``) and is not trusted. A shard never binds a leaf it
