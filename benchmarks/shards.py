@@ -13,12 +13,13 @@ least over ``--repeat`` rounds, each round measuring everything once:
   with the index, since checksum v2, a shard hashes only its own blocks) and the integrity
   pass of an unsharded replay (the
   checksum and the evaluation digest over plan, marks and every run record);
-* ``corpus index`` (``runs.index.json``: the leaves of every block of the cases and runs), which
-  the operator runs
-  once per corpus, before the Job, outside any TEE;
+* ``corpus index`` (``runs.index.json``: the leaves of every block of the cases and runs, and
+  where each run's blocks are), which the operator runs once per corpus, before the Job,
+  outside any TEE;
 * the unsharded ``run`` (simulated evidence: report and verification included);
 * every shard's ``run --shard-index I --shard-count N`` for each N, with the runs index beside
-  the corpus (each shard hashes only its own blocks of the run records);
+  the corpus (each shard hashes only its own blocks of the run records, and seeks past the
+  others);
 * ``merge`` of the N shard envelopes (which verifies the merged envelope), and verifying the
   merged envelope alone against N single verifications of one shard envelope.
 
