@@ -254,6 +254,11 @@ def handle_index(args: argparse.Namespace) -> int:
         f"wrote {path} ({built.runs} runs x {built.blocks} blocks); evaluation digest "
         f"{built.evaluation_digest}"
     )
+    if built.unlocated:
+        print(
+            f"note: {built.unlocated} run(s) listed without offsets (read by the exact reader): "
+            "every shard reads those whole"
+        )
     return 0
 
 

@@ -299,6 +299,8 @@ class BuiltIndex:
     runs: int
     blocks: int
     evaluation_digest: str
+    #: Runs listed without offsets (their blocks could not be located): shards read them whole.
+    unlocated: int = 0
 
 
 def encode_runs_index(

@@ -336,6 +336,7 @@ def index_corpus(corpus_dir: Path) -> BuiltIndex:
         runs=len(runs),
         blocks=evaluation_block_count(cases.case_count),
         evaluation_digest=evaluation_digest,
+        unlocated=len(runs) - len(located),
     )
 
 

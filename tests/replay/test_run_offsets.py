@@ -436,3 +436,30 @@ def test_an_entry_added_to_a_run_fails_the_shard_that_reads_it(
     with pytest.raises(CorpusError, match=message):
         replay_corpus(corpus, shard=ShardPosition(index=2, count=3))
     assert exact == [2]
+
+
+def test_runs_the_exact_reader_reads_are_indexed_without_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    """Lines the streaming reader cannot vouch for go to the exact reader, which finds no
+    offsets: the index lists those runs with null, says so, and shards read them whole."""
+    corpus = write_corpus(tmp_path / "c", 28, cases=600)
+
+    def cannot_vouch(self: Any) -> None:
+        raise run_records._FallbackError
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run_records._FastLine, "read", cannot_vouch)
+        built = write_runs_index(corpus)
+        code, out, err = run_cli("corpus", "index", str(corpus))
+    assert (built.runs, built.unlocated) == (4, 4)
+    assert (code, err) == (0, "")
+    assert out.endswith(
+        "\nnote: 4 run(s) listed without offsets (read by the exact reader): every shard reads "
+        "those whole\n"
+    )
+    assert [run["offsets"] for run in index_document(corpus)["runs"]] == [None] * 4
+    forbid_exact_reader(monkeypatch)
+    position = ShardPosition(index=1, count=3)
+    part = replay_corpus(corpus, shard=position)
+    assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, position)
