@@ -3,8 +3,9 @@
 
 Run entries are scored in ``cases.jsonl`` order (ascending ``case_id``, the order the
 checksum already requires), so the k-th entry of a run is scored against the k-th label and
-no ``case_id -> label`` mapping is kept: a label is a small code (``array('B')``, one byte
-while there are at most 256 distinct labels) into the list of distinct labels. Whether a
+no ``case_id -> label`` mapping is kept: a label is a small code into the list of distinct
+labels, packed in as few bits as their number needs (``runner.corpus.packed_codes``: a bit a
+case for two labels, at most a byte while there are at most 256). Whether a
 run's entries are exactly the corpus cases in that order is checked by comparing the digests
 of their ids, block by block (:class:`IdBlocks`: the blocks of the evaluation digest), with
 :attr:`CaseLabels.id_blocks` (and their count with the case count): a shard that hashes only
@@ -14,12 +15,12 @@ its own blocks of the runs compares the ids of those blocks.
 from __future__ import annotations
 
 import hashlib
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from attestation.contracts import EVALUATION_BLOCK_CASES
+from runner.corpus.packed_codes import PackedCodes
 
 ItemT = TypeVar("ItemT")
 
@@ -93,7 +94,7 @@ class LabelsPart:
     boundary): its distinct labels, each case's code into them, its blocks' id digests."""
 
     names: tuple[str, ...]
-    codes: array[int]
+    codes: PackedCodes
     id_blocks: list[bytes]
 
 
@@ -105,9 +106,9 @@ class CaseLabels:
         self.first_rank = first_rank
         #: The distinct labels, in order of first appearance.
         self.names: list[str] = []
-        #: ``codes[k]`` is the index in :attr:`names` of the label of the case of rank
+        #: Code ``k`` is the index in :attr:`names` of the label of the case of rank
         #: ``first_rank + k``.
-        self.codes = array("B")
+        self.codes = PackedCodes()
         self._code_of: dict[str, int] = {}
         self._code_of_ascii: dict[bytes, int] = {}
         self._ids = IdBlocks()
@@ -121,12 +122,15 @@ class CaseLabels:
         return self._ids.finish()
 
     def label(self, rank: int) -> str:
-        return self.names[self.codes[rank - self.first_rank]]
+        index = rank - self.first_rank
+        if not 0 <= index < len(self.codes):
+            raise IndexError(f"no label of rank {rank}")
+        return self.names[self.codes.unpacked(index, index + 1)[0]]
 
     def labels(self, first: int, end: int) -> list[str]:
         """The labels of ranks ``first`` to ``end - 1``."""
         base = self.first_rank
-        return list(map(self.names.__getitem__, self.codes[first - base : end - base]))
+        return list(map(self.names.__getitem__, self.codes.unpacked(first - base, end - base)))
 
     def add(self, ids: Sequence[str], labels: Sequence[str]) -> None:
         """The next cases, in order."""
@@ -149,27 +153,17 @@ class CaseLabels:
         at a block end): the result is what :meth:`add` would have made of its cases."""
         self._ids.extend(part.id_blocks)
         codes = [self._code(name) for name in part.names]
-        if self.codes.typecode == part.codes.typecode == "B" and len(self.names) <= 256:
-            # One byte per case on both sides: renumbered by one translation, in C.
-            table = bytes(codes) + bytes(256 - len(codes))
-            self.codes.frombytes(part.codes.tobytes().translate(table))
-        else:
-            self._extend(map(codes.__getitem__, part.codes))
+        self.codes.extend_from(part.codes, codes, len(self.names))
 
     def part(self) -> LabelsPart:
         """What :meth:`extend` takes: the labels of every case added, the last block closed."""
         return LabelsPart(names=tuple(self.names), codes=self.codes, id_blocks=self.id_blocks)
 
     def _extend(self, codes: Iterable[int]) -> None:
-        # Materialized first: a KeyError half-way must not leave half the codes appended.
+        # Materialized first: a KeyError half-way must not leave half the codes appended
+        # (and every new label is named before the codes are sized by their number).
         values = list(codes)
-        size = len(self.codes)
-        try:
-            self.codes.extend(values)
-        except OverflowError:  # the 257th distinct label: four bytes per case from now on
-            del self.codes[size:]
-            self.codes = array("I", self.codes)
-            self.codes.extend(values)
+        self.codes.extend(values, len(self.names))
 
     def _code(self, label: str, ascii_label: bytes | None = None) -> int:
         code = self._code_of.get(label)
