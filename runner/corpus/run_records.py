@@ -367,6 +367,9 @@ class RunReader:
                     read = self._exact_line(window, start, number, self._checked(new_sink()))
                 self.run_digests.append(read.digest)
                 yield read
+                # Not held while the next line is read: a run's sink and leaves can be
+                # megabytes (a 4M-case run's latency tail), and the caller may drop them.
+                del read
 
     def _checked(self, sink: SinkT) -> SinkT:
         if sink.ranks and not (

@@ -178,6 +178,9 @@ def replay_corpus(
                 RUNS_FILE, f"run {record.arm_id}/{record.run_index}: {exc}", line=run.line
             ) from None
         counter.run_done()
+        # The run's tally (its latency tail: megabytes at millions of cases) and leaves are
+        # not kept while the next run is read.
+        del run
     _check_complete(partials, evaluation)
     evaluation_digest = reader.evaluation_digest
     ordered = [

@@ -1,15 +1,18 @@
 """runner.corpus.packed_codes: codes packed in 1, 2, 4 or 8 bits (or 4 bytes past 256
-distinct ones) read back exactly as appended, and renumbered exactly by ``extend_from``."""
+distinct ones) read back exactly as appended, and renumbered exactly by ``extend_from``; and
+runner.corpus.case_labels' block digests held in one byte string, read as the list."""
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.corpus.case_labels import CaseLabels
+from attestation.contracts import EVALUATION_BLOCK_CASES
+from runner.corpus.case_labels import BlockDigests, CaseLabels, IdBlocks, ids_digest
 from runner.corpus.packed_codes import PackedCodes, pack, unpack, width_for
 
 
@@ -121,3 +124,47 @@ def test_case_labels_keep_the_257th_label() -> None:
     assert labels.label(299) == "label-299"
     with pytest.raises(IndexError, match="no label of rank 300"):
         labels.label(300)
+
+
+@given(
+    st.lists(st.binary(min_size=32, max_size=32), max_size=20),
+    st.integers(-25, 25),
+    st.integers(-25, 25),
+    st.sampled_from([None, 1, 2, -1]),
+)
+def test_block_digests_are_the_list_of_digests(
+    digests: list[bytes], start: int, stop: int, step: int | None
+) -> None:
+    held = BlockDigests.of(digests)
+    assert len(held) == len(digests)
+    assert held == digests
+    assert list(held) == digests
+    assert list(held[start:stop:step]) == digests[start:stop:step]
+    assert ids_digest(held) == hashlib.sha256(b"".join(digests)).digest()
+    for index in range(-len(digests), len(digests)):
+        assert held[index] == digests[index]
+    with pytest.raises(IndexError):
+        held[len(digests)]
+
+
+def test_block_digests_refuse_a_digest_of_another_size() -> None:
+    with pytest.raises(ValueError, match="a block digest is not 32 bytes"):
+        BlockDigests.of([b"\x00" * 31])
+    with pytest.raises(ValueError, match="33 bytes are not whole 32-byte digests"):
+        BlockDigests(b"\x00" * 33)
+
+
+def test_id_blocks_hold_a_digest_per_block() -> None:
+    blocks = IdBlocks()
+    ids = [f"c-{number:04d}" for number in range(EVALUATION_BLOCK_CASES + 1)]
+    blocks.add(ids[:10])
+    blocks.add_ascii([case_id.encode("ascii") for case_id in ids[10:]])
+    expected = [
+        hashlib.sha256("".join(f"{case_id}\n" for case_id in part).encode("ascii")).digest()
+        for part in (ids[:EVALUATION_BLOCK_CASES], ids[EVALUATION_BLOCK_CASES:])
+    ]
+    assert blocks.finish() == expected
+    later = IdBlocks()
+    later.extend(BlockDigests.of(expected[:1]))
+    later.extend(expected[1:])
+    assert later.finish().joined() == b"".join(expected)
