@@ -1,4 +1,4 @@
-"""The labels scoring needs, in a byte per case: every case's label by its rank in
+"""The labels scoring needs, in a few bits per case: every case's label by its rank in
 ``cases.jsonl``, and a digest of the case ids in order.
 
 Run entries are scored in ``cases.jsonl`` order (ascending ``case_id``, the order the

@@ -12,11 +12,13 @@ not to use it: a tenant's reproduction) it does all of that for every case and e
 ``corpus_digests`` is what a tenant pins: the checksum and the evaluation digest, every leaf
 hashed.
 
-Memory does not grow with the corpus: the case pass keeps a bit or a few per case (its
-label's code, ``runner.corpus.case_labels``), run records are read in bounded pieces
-(``runner.corpus.run_records``) and each run's entries are scored by rank as they stream
-past (a run lists the corpus cases in ``cases.jsonl`` order); per-run results are a few
-counters and the p95 tail (5% of the cases). ``compute_checksum`` alone keeps nothing.
+Memory grows with the corpus only by what the case pass keeps: a bit or a few per case (its
+label's code, ``runner.corpus.case_labels``) and 32 bytes per block of ids. Run records are
+read in bounded pieces (``runner.corpus.run_records``) and each run's entries are scored by
+rank as they stream past (a run lists the corpus cases in ``cases.jsonl`` order); per-run
+results are a few counters and the p95 tail (5% of the cases), dropped before the next run is
+read; the megabyte buffers are unmapped when freed (``runner.heap``). ``compute_checksum``
+alone keeps nothing.
 """
 
 from __future__ import annotations
