@@ -20,6 +20,7 @@ the tenant's pin does (``expectation.corpus-checksum``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -52,7 +53,7 @@ class CasesPart:
     #: The digests of the case ids by block (``CaseLabels.id_blocks``): the shard's own
     #: blocks filled in, every other one empty (never compared: those run blocks are
     #: counted, not hashed, by the shard).
-    id_blocks: list[bytes]
+    id_blocks: Sequence[bytes]
     #: Every block's leaf, when every block was hashed here (empty for a shard).
     leaves: tuple[bytes, ...] = ()
 

@@ -12,11 +12,13 @@ not to use it: a tenant's reproduction) it does all of that for every case and e
 ``corpus_digests`` is what a tenant pins: the checksum and the evaluation digest, every leaf
 hashed.
 
-Memory does not grow with the corpus: the case pass keeps one byte per case (its label's
-code, ``runner.corpus.case_labels``), run records are read in bounded pieces
-(``runner.corpus.run_records``) and each run's entries are scored by rank as they stream
-past (a run lists the corpus cases in ``cases.jsonl`` order); per-run results are a few
-counters and the p95 tail (5% of the cases). ``compute_checksum`` alone keeps nothing.
+Memory grows with the corpus only by what the case pass keeps: a bit or a few per case (its
+label's code, ``runner.corpus.case_labels``) and 32 bytes per block of ids. Run records are
+read in bounded pieces (``runner.corpus.run_records``) and each run's entries are scored by
+rank as they stream past (a run lists the corpus cases in ``cases.jsonl`` order); per-run
+results are a few counters and the p95 tail (5% of the cases), dropped before the next run is
+read; the megabyte buffers are unmapped when freed (``runner.heap``). ``compute_checksum``
+alone keeps nothing.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from runner.corpus.runs_index import (
     runs_of,
 )
 from runner.errors import ChecksumMismatchError
+from runner.heap import pin_mmap_threshold
 from runner.scoring.checks import check_evaluation
 from runner.shard_tails import tails_document
 
@@ -124,9 +127,12 @@ def replay_corpus(
 
     Raises ``runner.corpus.CorpusError`` (an ``InputError``) naming file, line and field.
     """
+    # Megabyte buffers come and go for the whole replay: with glibc's threshold pinned they
+    # are unmapped when freed instead of leaving resident holes in the heap (runner.heap).
+    pin_mmap_threshold()
     document = read_index_document(corpus_dir) if shard is not None and use_runs_index else None
     if document is None:
-        evaluation, cases = _checked_cases(corpus_dir, progress, expect_checksum)
+        evaluation, cases = _checked_cases(corpus_dir, progress, expect_checksum, keep_leaves=False)
         index = None
     else:
         # A shard with the index hashes its own blocks of the cases and of every run only.
@@ -174,6 +180,9 @@ def replay_corpus(
                 RUNS_FILE, f"run {record.arm_id}/{record.run_index}: {exc}", line=run.line
             ) from None
         counter.run_done()
+        # The run's tally (its latency tail: megabytes at millions of cases) and leaves are
+        # not kept while the next run is read.
+        del run
     _check_complete(partials, evaluation)
     evaluation_digest = reader.evaluation_digest
     ordered = [
@@ -218,11 +227,16 @@ def replay_corpus(
 
 
 def _checked_cases(
-    corpus_dir: Path, progress: Progress | None, expect_checksum: str | None = None
+    corpus_dir: Path,
+    progress: Progress | None,
+    expect_checksum: str | None = None,
+    *,
+    keep_leaves: bool = True,
 ) -> tuple[Evaluation, CasesPart]:
     """A replay's checks before the run records: plan and marks (each, and whether they can
     be scored), every case (the checksum pass, which keeps the labels), the plan's set_ref and
-    abstain label against the cases."""
+    abstain label against the cases. ``keep_leaves``: the cases' block leaves are kept (an
+    index needs them; a replay does not, and at 4M cases they are a megabyte of objects)."""
     evaluation = load_evaluation(corpus_dir)
     check_evaluation(evaluation)
     scan = scan_cases(corpus_dir, collect_labels=True, progress=progress)
@@ -233,7 +247,7 @@ def _checked_cases(
         case_count=scan.case_count,
         labels=labels,
         id_blocks=labels.id_blocks,
-        leaves=scan.leaves,
+        leaves=scan.leaves if keep_leaves else (),
     )
     _check_expected_checksum(cases.checksum, expect_checksum)
     _check_cases_against_plan(corpus_dir, evaluation, cases)

@@ -60,7 +60,7 @@ def found(scanner: Scanner) -> tuple[object, ...]:
         scanner.last_id,
         scanner.blocks.finish(),
         labels.names,
-        labels.codes.tobytes(),
+        labels.codes.unpacked(0, len(labels)),
         labels.id_blocks,
     )
 
