@@ -47,6 +47,7 @@ per block).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -238,6 +239,8 @@ class _Window:
 
     def __init__(self, handle: BinaryIO) -> None:
         self.handle = handle
+        #: The file's size when opened: no offset at or past it is an entry or a ``]``.
+        self.size = os.fstat(handle.fileno()).st_size
         self.data = b""
         self.pos = 0
         self.offset = 0
@@ -771,7 +774,9 @@ class _FastLine(Generic[SinkT]):
         ``cases`` ends: what is read there is checked as if it had been reached by reading
         (ids, leaves), and anything that does not fit sends the line to the exact reader."""
         window = self.window
-        if offset <= window.position:
+        # An offset past the file's end is not sought: the operating system refuses those
+        # past the file system's largest file (EINVAL), and none of them can be an entry.
+        if not window.position < offset < window.size:
             raise _FallbackError
         self.sought = True
         window.reset(offset)
