@@ -4,12 +4,14 @@ errors that name the line that is wrong (runner.corpus.run_records, runner.corpu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.model import ShardPosition
+from runner.corpus.errors import CorpusError
 from runner.pipeline.replay import replay_corpus, write_runs_index
 
 from .test_run_offsets import count_exact, index_document, located, write_index
@@ -35,3 +37,39 @@ def test_an_offset_past_what_the_file_system_can_seek_to_goes_to_the_exact_reade
     part = replay_corpus(corpus, shard=position)
     assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, position)
     assert exact == [4]
+
+
+def test_a_line_a_seek_steps_over_does_not_shift_the_next_lines_numbers(tmp_path: Path) -> None:
+    """A copy of run A0/2's line inserted after it, A0/2's offsets from block 1 on moved into
+    the copy: shard 1 of 3 reads A0/2's members, then the copy's blocks and end, so the
+    copy's line is read as part of A0/2's and never counted as a line. A wrong entry in the
+    last line (5: A1/2) was then named as line 4's, a line that is fine."""
+    corpus = write_corpus(tmp_path / "c", 23, cases=600)
+    write_runs_index(corpus)
+    document = index_document(corpus)
+    honest = located(corpus)
+    data = (corpus / "runs.jsonl").read_bytes()
+    lines = data.split(b"\n")
+    record = json.loads(lines[3])
+    record["cases"][300]["prediction"] = 5
+    lines[3] = json.dumps(record).encode()
+    copy = lines[1] + b"\n"
+    at = honest[2]["line"]
+    shifted = b"\n".join(lines)
+    (corpus / "runs.jsonl").write_bytes(shifted[:at] + copy + shifted[at:])
+    runs = document["runs"]
+    moved = at - honest[1]["line"]
+    runs[1]["offsets"]["blocks"][1:] = [offset + moved for offset in honest[1]["blocks"][1:]]
+    runs[1]["offsets"]["cases_end"] = honest[1]["cases_end"] + moved
+    runs[2]["offsets"] = {
+        "line": honest[2]["line"] + len(copy),
+        "blocks": [offset + len(copy) for offset in honest[2]["blocks"]],
+        "cases_end": honest[2]["cases_end"] + len(copy),
+    }
+    runs[3]["offsets"] = None  # its line's length changed: read whole
+    write_index(corpus, document)
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
+    assert str(caught.value) == (
+        "runs.jsonl:5: field 'cases.300.prediction': Input should be a valid string (found 5)"
+    )
