@@ -11,6 +11,7 @@ import pytest
 
 from attestation.encoding.canonical import canonicalize
 from attestation.envelope.model import ShardPosition
+from runner.corpus import run_records
 from runner.corpus.errors import CorpusError
 from runner.pipeline.replay import replay_corpus, write_runs_index
 
@@ -72,4 +73,42 @@ def test_a_line_a_seek_steps_over_does_not_shift_the_next_lines_numbers(tmp_path
         replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
     assert str(caught.value) == (
         "runs.jsonl:5: field 'cases.300.prediction': Input should be a valid string (found 5)"
+    )
+
+
+def test_offsets_into_a_run_listed_without_offsets_do_not_hide_that_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run A0/2's offsets from block 1 on moved into the next line, run A1/1's, which the
+    index lists without offsets (so no check of the index sees them reach into it), and
+    A0/2's leaf of block 1 forged to be A1/1's; every member comes before ``cases``. Shard 1
+    of 3 took A1/1's entries and end for A0/2's (docs/replay.md 5.1 says another run's line
+    found after a seek sends the line to the exact reader), stepped over A1/1's line, and
+    then said the plan's run A1/1 had no record, naming runs.jsonl for a run its line 3
+    holds. Read exactly, line 2 is A0/2's and the index's leaf for its block 1 is wrong."""
+    corpus = write_corpus(tmp_path / "c", 23, cases=600)
+    data = (corpus / "runs.jsonl").read_bytes()
+    lines = []
+    for run in located(corpus):
+        members = json.loads(data[run["line"] : data.index(b"\n", run["line"])])
+        del members["cases"]
+        cases = data[run["blocks"][0] : run["cases_end"] + 1]
+        lines.append(json.dumps(members).encode()[:-1] + b', "cases": [' + cases + b"}\n")
+    (corpus / "runs.jsonl").write_bytes(b"".join(lines))
+    write_runs_index(corpus)
+    document = index_document(corpus)
+    honest = located(corpus)
+    runs = document["runs"]
+    runs[2]["offsets"] = None
+    runs[1]["offsets"]["blocks"][1:] = honest[2]["blocks"][1:]
+    runs[1]["offsets"]["cases_end"] = honest[2]["cases_end"]
+    leaf = slice(64, 128)  # block 1's, in hex
+    runs[1]["leaves"] = runs[1]["leaves"][:64] + runs[2]["leaves"][leaf] + runs[1]["leaves"][128:]
+    write_index(corpus, document)
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", 4096)  # so that shard 1 seeks to the end
+    with pytest.raises(CorpusError) as caught:
+        replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
+    assert str(caught.value) == (
+        "runs.index.json: run A0/2 (runs.jsonl line 2): block 1 (case results 256..511) "
+        "differs from runs.jsonl: rebuild the index with `attested-replay corpus index DIR`"
     )
