@@ -306,6 +306,21 @@ class _Window:
                 )
         return True
 
+    def within_line(self, offset: int) -> bool:
+        """No newline between ``pos`` and the file offset ``offset``: the bytes not in the
+        window are read (not kept, not decoded) to find out, up to the line length cap."""
+        if self.end != -1:
+            return offset < self.offset + self.end
+        if offset - self.line_start > MAX_RUN_LINE_BYTES:
+            return False
+        at = self.offset + len(self.data)  # where the handle is
+        while at < offset:
+            piece = self.handle.read(min(CHUNK_BYTES, offset - at))
+            if not piece or b"\n" in piece:
+                return False
+            at += len(piece)
+        return True
+
     def skip_space(self) -> None:
         while True:
             self.pos = _WS.match(self.data, self.pos, self.limit).end()  # type: ignore[union-attr]
@@ -776,7 +791,11 @@ class _FastLine(Generic[SinkT]):
         window = self.window
         # An offset past the file's end is not sought: the operating system refuses those
         # past the file system's largest file (EINVAL), and none of them can be an entry.
-        if not window.position < offset < window.size:
+        # Nor is one in a later line: what is there is another line's (a run's the index
+        # lists without offsets, or one no run has), which this line's reading would step
+        # over uncounted (an error in a later line would name the wrong line, a run there
+        # would be missing).
+        if not window.position < offset < window.size or not window.within_line(offset):
             raise _FallbackError
         self.sought = True
         window.reset(offset)

@@ -43,8 +43,9 @@ def test_an_offset_past_what_the_file_system_can_seek_to_goes_to_the_exact_reade
 def test_a_line_a_seek_steps_over_does_not_shift_the_next_lines_numbers(tmp_path: Path) -> None:
     """A copy of run A0/2's line inserted after it, A0/2's offsets from block 1 on moved into
     the copy: shard 1 of 3 reads A0/2's members, then the copy's blocks and end, so the
-    copy's line is read as part of A0/2's and never counted as a line. A wrong entry in the
-    last line (5: A1/2) was then named as line 4's, a line that is fine."""
+    copy's line is read as part of A0/2's and never counted as a line: a wrong entry in the
+    last line (5: A1/2) was named as line 4's, a line that is fine. The shard must name the
+    first wrong line as a replay without the index does: the copy, line 3."""
     corpus = write_corpus(tmp_path / "c", 23, cases=600)
     write_runs_index(corpus)
     document = index_document(corpus)
@@ -69,11 +70,12 @@ def test_a_line_a_seek_steps_over_does_not_shift_the_next_lines_numbers(tmp_path
     }
     runs[3]["offsets"] = None  # its line's length changed: read whole
     write_index(corpus, document)
+    with pytest.raises(CorpusError) as whole:
+        replay_corpus(corpus)
     with pytest.raises(CorpusError) as caught:
         replay_corpus(corpus, shard=ShardPosition(index=1, count=3))
-    assert str(caught.value) == (
-        "runs.jsonl:5: field 'cases.300.prediction': Input should be a valid string (found 5)"
-    )
+    assert str(whole.value) == "runs.jsonl:3: field 'run_index': duplicate run A0/2"
+    assert str(caught.value) == str(whole.value)
 
 
 def test_offsets_into_a_run_listed_without_offsets_do_not_hide_that_run(
