@@ -418,7 +418,7 @@ class RunReader:
                 yield read
                 # Not held while the next line is read: a run's sink and leaves can be
                 # megabytes (a 4M-case run's latency tail), and the caller may drop them.
-                del read
+                del read, line
 
     def _offsets(self, line_start: int) -> RunOffsets | None:
         """The index's offsets of the run whose line starts at ``line_start``, when this
