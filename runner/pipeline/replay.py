@@ -17,8 +17,8 @@ label's code, ``runner.corpus.case_labels``) and 32 bytes per block of ids. Run 
 read in bounded pieces (``runner.corpus.run_records``) and each run's entries are scored by
 rank as they stream past (a run lists the corpus cases in ``cases.jsonl`` order); per-run
 results are a few counters and the p95 tail (5% of the cases), dropped before the next run is
-read; the megabyte buffers are unmapped when freed (``runner.heap``). ``compute_checksum``
-alone keeps nothing.
+read; while the run records stream, megabyte buffers are unmapped when freed
+(``runner.heap``). ``compute_checksum`` alone keeps nothing.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from runner.corpus.runs_index import (
     runs_of,
 )
 from runner.errors import ChecksumMismatchError
-from runner.heap import pin_mmap_threshold
+from runner.heap import large_buffers_unmapped
 from runner.scoring.checks import check_evaluation
 from runner.shard_tails import tails_document
 
@@ -127,9 +127,6 @@ def replay_corpus(
 
     Raises ``runner.corpus.CorpusError`` (an ``InputError``) naming file, line and field.
     """
-    # Megabyte buffers come and go for the whole replay: with glibc's threshold pinned they
-    # are unmapped when freed instead of leaving resident holes in the heap (runner.heap).
-    pin_mmap_threshold()
     document = read_index_document(corpus_dir) if shard is not None and use_runs_index else None
     if document is None:
         evaluation, cases = _checked_cases(corpus_dir, progress, expect_checksum, keep_leaves=False)
@@ -168,21 +165,27 @@ def replay_corpus(
     )
     counter = _ProgressCounter(progress, case_count, case_count * (1 + evaluation.run_count))
     partials: dict[tuple[str, int], RunPartial] = {}
-    for run in reader.runs(lambda: _RunScorer(plan, labels, owned, tail_size(case_count), counter)):
-        record = run.header
-        try:
-            # A whole run's report reads only the p95 of the tail (finish_run).
-            partials[(record.arm_id, record.run_index)] = run.sink.tally.partial(
-                record.arm_id, record.run_index, last_only=shard is None
-            )
-        except PartialError as exc:
-            raise CorpusError(
-                RUNS_FILE, f"run {record.arm_id}/{record.run_index}: {exc}", line=run.line
-            ) from None
-        counter.run_done()
-        # The run's tally (its latency tail: megabytes at millions of cases) and leaves are
-        # not kept while the next run is read.
-        del run
+    # The run records stream megabyte buffers (the window, each batch, a run's tail): with
+    # glibc's threshold pinned meanwhile they are unmapped when freed, instead of leaving
+    # resident holes in its heap (runner.heap).
+    with large_buffers_unmapped():
+        for run in reader.runs(
+            lambda: _RunScorer(plan, labels, owned, tail_size(case_count), counter)
+        ):
+            record = run.header
+            try:
+                # A whole run's report reads only the p95 of the tail (finish_run).
+                partials[(record.arm_id, record.run_index)] = run.sink.tally.partial(
+                    record.arm_id, record.run_index, last_only=shard is None
+                )
+            except PartialError as exc:
+                raise CorpusError(
+                    RUNS_FILE, f"run {record.arm_id}/{record.run_index}: {exc}", line=run.line
+                ) from None
+            counter.run_done()
+            # The run's tally (its latency tail: megabytes at millions of cases) and leaves are
+            # not kept while the next run is read.
+            del run
     _check_complete(partials, evaluation)
     evaluation_digest = reader.evaluation_digest
     ordered = [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.heap import pin_mmap_threshold
+from runner.heap import large_buffers_unmapped, pin_mmap_threshold
 
 _GLIBC = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc ")
 
@@ -19,7 +19,7 @@ _GLIBC = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc ")
 # 4 MiB one was freed (mallinfo2: glibc 2.33 and later).
 _MAPPED_AFTER_A_FREE = """
 import ctypes, sys
-from runner.heap import pin_mmap_threshold
+from runner.heap import large_buffers_unmapped, pin_mmap_threshold
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -28,13 +28,25 @@ class MallInfo2(ctypes.Structure):
 
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
+def mapped_after_a_free():
+    before = libc.mallinfo2().hblkhd
+    big = bytes(4 << 20)
+    del big
+    buffer = bytes(1 << 20)
+    return libc.mallinfo2().hblkhd - before
+
 if sys.argv[1] == "pinned":
     assert pin_mmap_threshold()
-before = libc.mallinfo2().hblkhd
-big = bytes(4 << 20)
-del big
-buffer = bytes(1 << 20)
-print(libc.mallinfo2().hblkhd - before)
+if sys.argv[1] == "within":
+    with large_buffers_unmapped() as pinned:
+        assert pinned
+        print(mapped_after_a_free())
+elif sys.argv[1] == "after":
+    with large_buffers_unmapped():
+        pass
+    print(mapped_after_a_free())
+else:
+    print(mapped_after_a_free())
 """
 
 
@@ -56,6 +68,12 @@ def test_a_pinned_threshold_keeps_megabyte_buffers_mapped() -> None:
 
 
 @pytest.mark.skipif(not _GLIBC, reason="the threshold is glibc's; elsewhere nothing is set")
+def test_large_buffers_are_unmapped_only_within_the_block() -> None:
+    assert _mapped_after_a_free("within") >= 1 << 20
+    assert _mapped_after_a_free("after") == 0
+
+
+@pytest.mark.skipif(not _GLIBC, reason="the threshold is glibc's; elsewhere nothing is set")
 def test_pinning_is_accepted_again() -> None:
     assert pin_mmap_threshold() is True
     assert pin_mmap_threshold() is True
@@ -67,3 +85,5 @@ def test_nothing_is_pinned_without_glibc(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(os, "confstr", not_glibc)
     assert pin_mmap_threshold() is False
+    with large_buffers_unmapped() as pinned:
+        assert pinned is False
