@@ -142,6 +142,7 @@ def write_corpus(directory: Path, cases: int, seed: int = 16) -> None:
 #: What the measured tasks import, imported before their clock starts: the measurement is
 #: the work's CPU, not the interpreter's start-up (every pod pays that once, whatever N).
 _TASK_MODULES = (
+    "attestation.envelope.merged_verification",
     "attestation.envelope.verification",
     "runner.corpus.checksum",
     "runner.corpus.evaluation_files",

@@ -314,11 +314,16 @@ class _Window:
         if offset - self.line_start > MAX_RUN_LINE_BYTES:
             return False
         at = self.offset + len(self.data)  # where the handle is
+        # Read into one buffer at explicit offsets (the handle's position is left alone): at
+        # a shard's seek this is most of the file, and a fresh megabyte object a read would
+        # be a mapping and its page faults each time (runner.heap pins that threshold).
+        buffer = bytearray(min(CHUNK_BYTES, offset - at))
+        view = memoryview(buffer)
         while at < offset:
-            piece = self.handle.read(min(CHUNK_BYTES, offset - at))
-            if not piece or b"\n" in piece:
+            read = os.preadv(self.handle.fileno(), [view[: offset - at]], at)
+            if not read or buffer.find(b"\n", 0, read) != -1:
                 return False
-            at += len(piece)
+            at += read
         return True
 
     def skip_space(self) -> None:

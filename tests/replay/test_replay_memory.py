@@ -8,9 +8,8 @@ from pathlib import Path
 
 from runner.corpus import checksum as case_scan
 from runner.corpus import run_records
-from runner.corpus.evaluation_files import load_evaluation
 
-from .test_run_records import LABELS, write_corpus
+from .test_run_records import LABELS, reader_of, write_corpus
 
 
 class _Sink:
@@ -27,16 +26,7 @@ class _Sink:
 
 def test_a_finished_run_is_not_held_while_the_next_is_read(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c", 5, cases=300)
-    scan = case_scan.scan_cases(corpus, collect_labels=True)
-    assert scan.labels is not None
-    reader = run_records.RunReader(
-        corpus,
-        load_evaluation(corpus),
-        checksum=scan.checksum,
-        cases=run_records.CorpusCases(
-            count=scan.case_count, id_blocks=scan.labels.id_blocks, read_ids=list
-        ),
-    )
+    reader = reader_of(corpus)
     made: list[weakref.ref[_Sink]] = []
     alive_when_made: list[list[bool]] = []
 

@@ -23,6 +23,7 @@ from runner.corpus.runs_index import RUNS_INDEX_FILE
 from runner.pipeline.replay import replay_corpus, write_runs_index
 
 from .test_run_records import (
+    assert_replays_as_reference,
     forbid_exact_reader,
     reference_replay,
     runs_of,
@@ -159,10 +160,7 @@ def test_a_shard_seeks_past_the_other_shards_entries(
     for index in range(count):
         position = ShardPosition(index=index, count=count)
         skipped.clear()
-        part = replay_corpus(corpus, shard=position)
-        assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(
-            corpus, position
-        )
+        assert_replays_as_reference(corpus, position)
         first, end = shard_range(index, count, 3000)
         others = 3000 - (end - first)
         assert sum(skipped) <= 4 * min(others, window // entry_bytes + 1), (index, skipped)
@@ -181,8 +179,7 @@ def test_without_offsets_a_shard_reads_the_run_whole(
     forbid_exact_reader(monkeypatch)
     skipped = count_skipped(monkeypatch)
     position = ShardPosition(index=1, count=3)
-    part = replay_corpus(corpus, shard=position)
-    assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, position)
+    assert_replays_as_reference(corpus, position)
     first, end = shard_range(1, 3, 1100)
     assert sum(skipped) >= 1100 - (end - first)
 
@@ -230,8 +227,7 @@ def test_offsets_that_mislead_send_the_run_to_the_exact_reader(
     monkeypatch.setattr(run_records, "CHUNK_BYTES", 4096)  # so that it seeks to the end too
     exact = count_exact(monkeypatch)
     position = ShardPosition(index=1, count=3)
-    part = replay_corpus(corpus, shard=position)
-    assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, position)
+    assert_replays_as_reference(corpus, position)
     assert exact == [2 if document["runs"][1]["offsets"] != honest[1] else 4]
 
 
@@ -353,8 +349,7 @@ def test_offsets_filed_under_another_run_send_both_to_the_exact_reader(
     write_index(corpus, document)
     exact = count_exact(monkeypatch)
     position = ShardPosition(index=1, count=3)
-    part = replay_corpus(corpus, shard=position)
-    assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, position)
+    assert_replays_as_reference(corpus, position)
     assert exact == [1, 2]
 
 
@@ -461,5 +456,38 @@ def test_runs_the_exact_reader_reads_are_indexed_without_offsets(
     assert [run["offsets"] for run in index_document(corpus)["runs"]] == [None] * 4
     forbid_exact_reader(monkeypatch)
     position = ShardPosition(index=1, count=3)
-    part = replay_corpus(corpus, shard=position)
-    assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, position)
+    assert_replays_as_reference(corpus, position)
+
+
+@pytest.mark.parametrize(
+    ("newline_at", "offset", "within"),
+    [
+        (60, 50, True),  # after the offset: not sought past
+        (50, 50, True),  # at the offset: what is there is checked as an entry
+        (49, 50, False),  # the byte before the offset: the offset starts another line
+        (20, 50, False),  # in the third piece the search reads
+        (None, 99, True),
+    ],
+)
+def test_a_seek_reads_the_bytes_it_steps_over_for_a_newline(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    newline_at: int | None,
+    offset: int,
+    within: bool,
+) -> None:
+    """``_Window.within_line``, in pieces of ``CHUNK_BYTES`` past the window: True only when
+    no newline lies between the window's end and ``offset``; the handle is left where the
+    window's reading had it (a seek or the exact reader moves it next)."""
+    monkeypatch.setattr(run_records, "CHUNK_BYTES", 7)
+    data = bytearray(b"x" * 100)
+    if newline_at is not None:
+        data[newline_at] = ord("\n")
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(bytes(data))
+    with path.open("rb") as handle:
+        window = run_records._Window(handle)
+        assert window.start_line()
+        assert window.end == -1  # the first piece holds no newline: the rest is searched
+        assert window.within_line(offset) is within
+        assert handle.tell() == 7

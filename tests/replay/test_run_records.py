@@ -226,18 +226,18 @@ def forbid_exact_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run_records.RunReader, "_exact_line", refuse)
 
 
+def assert_replays_as_reference(corpus: Path, shard: ShardPosition | None) -> None:
+    """``replay_corpus`` of ``corpus`` (or of its ``shard``) binds the digest and computes the
+    result :func:`reference_replay` does."""
+    part = replay_corpus(corpus, shard=shard)
+    assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(corpus, shard)
+
+
 def assert_as_reference(corpus: Path, shards: tuple[int, ...] = (1, 3)) -> None:
-    whole = replay_corpus(corpus)
-    digest, result = reference_replay(corpus, None)
-    assert whole.evaluation_digest == digest
-    assert canonicalize(whole.result) == result
+    assert_replays_as_reference(corpus, None)
     for count in shards:
         for index in range(count):
-            position = ShardPosition(index=index, count=count)
-            part = replay_corpus(corpus, shard=position)
-            assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(
-                corpus, position
-            )
+            assert_replays_as_reference(corpus, ShardPosition(index=index, count=count))
 
 
 @settings(
@@ -467,6 +467,20 @@ class _RecordingSink:
         self.progress.append(entries)
 
 
+def reader_of(corpus: Path) -> run_records.RunReader:
+    """A reader of every run record of ``corpus``, after its checksum pass."""
+    scan = case_scan.scan_cases(corpus, collect_labels=True)
+    assert scan.labels is not None
+    return run_records.RunReader(
+        corpus,
+        load_evaluation(corpus),
+        checksum=scan.checksum,
+        cases=run_records.CorpusCases(
+            count=scan.case_count, id_blocks=scan.labels.id_blocks, read_ids=list
+        ),
+    )
+
+
 @pytest.mark.parametrize("exact", [False, True])
 def test_a_sink_gets_the_entries_of_its_ranks_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exact: bool
@@ -484,16 +498,7 @@ def test_a_sink_gets_the_entries_of_its_ranks_only(
         monkeypatch.setattr(run_records._FastLine, "read", fall_back)
     else:
         forbid_exact_reader(monkeypatch)
-    scan = case_scan.scan_cases(corpus, collect_labels=True)
-    assert scan.labels is not None
-    reader = run_records.RunReader(
-        corpus,
-        load_evaluation(corpus),
-        checksum=scan.checksum,
-        cases=run_records.CorpusCases(
-            count=scan.case_count, id_blocks=scan.labels.id_blocks, read_ids=list
-        ),
-    )
+    reader = reader_of(corpus)
     runs = list(reader.runs(lambda: _RecordingSink(range(350, 700))))
     assert len(runs) == 4
     for run, record in zip(runs, runs_of(corpus), strict=True):
@@ -546,10 +551,7 @@ def test_shards_with_the_runs_index_hash_their_blocks_and_bind_the_whole_digest(
     for index in range(count):
         position = ShardPosition(index=index, count=count)
         hashed.clear()
-        part = replay_corpus(corpus, shard=position)
-        assert (part.evaluation_digest, canonicalize(part.result)) == reference_replay(
-            corpus, position
-        )
+        assert_replays_as_reference(corpus, position)
         first, end = shard_range(index, count, 1100)
         assert sum(hashed) == 4 * (end - first)  # its own entries of each of the 4 runs
 

@@ -68,6 +68,9 @@ def test_ties_and_two_values_at_full_size() -> None:
     assert kth_largest(two, 5_001) == 1.0
     spread = array("d", ((n * 7919) % 10_007 for n in range(30_000)))
     assert largest_descending(spread, 1_500) == sorted(spread, reverse=True)[:1_500]
+    assert largest_descending(spread, 12_000) == sorted(spread, reverse=True)[:12_000]  # sorted
+    signed = array("d", [-0.0, 0.0, 1.0, -0.0])
+    assert list(map(repr, largest_descending(signed, 3))) == ["1.0", "0.0", "0.0"]
 
 
 @pytest.mark.parametrize("k", [0, 4])
