@@ -314,6 +314,8 @@ class _Window:
         if offset - self.line_start > MAX_RUN_LINE_BYTES:
             return False
         at = self.offset + len(self.data)  # where the handle is
+        if offset <= at:
+            return True  # every byte before it is in the window, which holds no newline
         # Read into one buffer at explicit offsets (the handle's position is left alone): at
         # a shard's seek this is most of the file, and a fresh megabyte object a read would
         # be a mapping and its page faults each time (runner.heap pins that threshold).

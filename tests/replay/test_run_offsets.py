@@ -467,6 +467,7 @@ def test_runs_the_exact_reader_reads_are_indexed_without_offsets(
         (49, 50, False),  # the byte before the offset: the offset starts another line
         (20, 50, False),  # in the third piece the search reads
         (None, 99, True),
+        (None, 5, True),  # in the window itself
     ],
 )
 def test_a_seek_reads_the_bytes_it_steps_over_for_a_newline(
