@@ -72,6 +72,18 @@ def _need_root() -> None:
 
 
 @contextmanager
+def _mount_point(prefix: str) -> Iterator[Path]:
+    """An empty directory to mount on, outside pytest's directory tree (a mount inside it would
+    outlive a crashed test run in the way of pytest's cleanup), removed once unmounted."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):  # still mounted (a lazy unmount that failed)
+            path.rmdir()
+
+
+@contextmanager
 def _mounted(target: Path, *options: str) -> Iterator[Path]:
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", *options, str(target)], check=True, capture_output=True)
@@ -173,11 +185,11 @@ def test_a_read_only_blip_recovers_without_restart(tmp_path: Path) -> None:
 
 def test_a_full_disk_answers_507_and_the_spool_delivers_later(tmp_path: Path) -> None:
     _need_root()
-    # Outside pytest's directory tree: a mount inside it would outlive a crashed test run
-    # in the way of pytest's cleanup.
-    mount_point = Path(tempfile.mkdtemp(prefix="attested-replay-full-"))
     spool = tmp_path / "spool"
-    with _mounted(mount_point, "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"):
+    with (
+        _mount_point("attested-replay-full-") as mount_point,
+        _mounted(mount_point, "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"),
+    ):
         database, operator, reader = _deployment(mount_point)
         with serve_process(str(database), mount_point / "state", log_dir=tmp_path) as server:
             published = 0
@@ -232,8 +244,8 @@ def test_serve_starts_on_a_read_only_filesystem(tmp_path: Path) -> None:
         last = _publish(server.url, operator, 1, tmp_path / "spool")
         assert server.stop() == 0
     assert last == 1
-    frozen = Path(tempfile.mkdtemp(prefix="attested-replay-ro-"))
     with (
+        _mount_point("attested-replay-ro-") as frozen,
         _mounted(frozen, "--bind", str(live)),
         _mounted(frozen, "-o", "remount,bind,ro"),
         serve_process(
@@ -338,8 +350,10 @@ def _killed_on_tmpfs(tmp_path: Path, published: int) -> Iterator[tuple[Path, str
     """A tmpfs holding a default ``serve`` deployment (state directory, SQLite with FULL
     synchronous) into which ``published`` envelopes were published before ``serve`` was
     killed with SIGKILL: the last commits are in the WAL only. Unmounted afterwards."""
-    mount_point = Path(tempfile.mkdtemp(prefix="attested-replay-killed-"))
-    with _mounted(mount_point, "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs"):
+    with (
+        _mount_point("attested-replay-killed-") as mount_point,
+        _mounted(mount_point, "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs"),
+    ):
         state = mount_point / "state"
         state.mkdir(mode=0o700)
         database, operator, reader = _deployment(state)
